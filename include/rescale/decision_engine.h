@@ -1,0 +1,125 @@
+// DecisionEngine: the heart of rescaled, free of any RPC types.
+//
+// It owns the registered jobs and their applied state, the metrics store, the
+// GPU capacity and the recommendation board. Every mutation that can change a
+// decision (register, update, deregister, applied state, capacity) replans at
+// once; a timer replans every plan interval so new samples are taken in.
+// A replan snapshots everything, runs the planner (a pure function) and
+// publishes the result to the board, whose watchers see each change.
+//
+// Thread safety: every public method is thread-safe and returns quickly
+// (no I/O, no waiting on other callers beyond short critical sections).
+#ifndef RESCALE_DECISION_ENGINE_H_
+#define RESCALE_DECISION_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "rescale/clock.h"
+#include "rescale/metrics_store.h"
+#include "rescale/planner.h"
+#include "rescale/recommendation_board.h"
+#include "rescale/types.h"
+#include "rescale/validation.h"
+
+namespace rescale {
+
+struct EngineOptions {
+  // Policy for specs that leave `policy` empty. Must be a known policy.
+  std::string default_policy = "static-min";
+  // Registered jobs; RegisterJob beyond it is RESOURCE_EXHAUSTED.
+  int max_jobs = 10'000;
+  // GPUs to plan; nullopt = unknown (unbounded) until SetCapacity.
+  std::optional<uint32_t> capacity_gpus;
+  // Concurrent watchers of the board.
+  int max_watchers = 1024;
+  SpecLimits spec_limits;
+  MetricsStoreOptions store;
+};
+
+class DecisionEngine {
+ public:
+  // `clock` must outlive the engine; null = the real clock.
+  explicit DecisionEngine(EngineOptions options, Clock* clock = nullptr);
+  ~DecisionEngine();
+
+  // Names of the policies a spec may ask for.
+  static std::vector<std::string> KnownPolicies();
+
+  // Jobs. Specs are validated (INVALID_ARGUMENT naming the field); unknown
+  // jobs are NOT_FOUND; registering a known job is ALREADY_EXISTS.
+  absl::StatusOr<JobView> RegisterJob(JobSpec spec);
+  absl::StatusOr<JobView> UpdateJob(JobSpec spec);
+  absl::StatusOr<JobView> GetJob(const std::string& job_id) const;
+  // Ordered by job_id; `namespace_filter` empty = all namespaces.
+  std::vector<JobView> ListJobs(const std::string& namespace_filter = "") const;
+  absl::Status DeregisterJob(const std::string& job_id);
+
+  // Samples, validated one by one (see MetricsStore::Ingest).
+  IngestResult Ingest(std::span<const StepSample> samples);
+
+  // What the cluster runs now. `generation` 0 = applied out of band; a
+  // generation newer than the job's latest recommendation is INVALID_ARGUMENT.
+  absl::StatusOr<JobStatus> ReportApplied(const std::string& job_id, uint32_t replicas,
+                                          bool suspended, uint64_t generation);
+
+  absl::StatusOr<Recommendation> GetRecommendation(const std::string& job_id) const;
+  std::vector<Recommendation> ListRecommendations(const std::string& namespace_filter = "") const;
+
+  ClusterView SetCapacity(uint32_t total_gpus);
+  ClusterView GetCluster() const;
+
+  // Plans every job now and publishes the decisions.
+  void Replan();
+
+  // Replans every `interval` on a background thread until StopTimer (or
+  // destruction). Uses real time for the wait: the timer only paces work,
+  // every decision reads the injected clock.
+  void StartTimer(absl::Duration interval);
+  void StopTimer();
+
+  RecommendationBoard& board() { return board_; }
+  MetricsStore& store() { return store_; }
+  Clock* clock() const { return clock_; }
+
+ private:
+  struct JobEntry {
+    JobSpec spec;
+    JobStatus status;
+  };
+
+  absl::StatusOr<JobSpec> Normalize(JobSpec spec) const;
+  JobView ViewLocked(const JobEntry& entry) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ClusterView ClusterLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const EngineOptions options_;
+  Clock* const clock_;
+  MetricsStore store_;
+  RecommendationBoard board_;
+  StaticPlanner static_planner_;
+
+  // Serialises mutations and replans so decisions are published in order.
+  mutable absl::Mutex mu_;
+  absl::btree_map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
+  absl::Time planned_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+
+  absl::Mutex timer_mu_;
+  bool timer_stop_ ABSL_GUARDED_BY(timer_mu_) = false;
+  std::thread timer_thread_;
+};
+
+}  // namespace rescale
+
+#endif  // RESCALE_DECISION_ENGINE_H_

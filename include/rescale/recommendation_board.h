@@ -1,0 +1,115 @@
+// RecommendationBoard: the current recommendation of every job, with
+// per-job generations, and the fan-out of changes to watchers.
+//
+// Generations: a job's generation increases only when its target (replicas,
+// suspend) changes, so a controller applies each generation exactly once.
+//
+// Watchers: each Subscription holds at most one pending event per job (newer
+// state replaces older), so a slow reader costs memory bounded by the number
+// of jobs and always converges on the newest state, never on a stale one.
+//
+// Thread safety: all methods are thread-safe. Lock order: board -> (reader's
+// own lock) -> subscription. A ready callback runs without the subscription's
+// lock (so it may call Next) but possibly with the board's lock held, so it
+// must not call into the board.
+#ifndef RESCALE_RECOMMENDATION_BOARD_H_
+#define RESCALE_RECOMMENDATION_BOARD_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "rescale/types.h"
+
+namespace rescale {
+
+struct RecommendationEvent {
+  enum class Type { kAdded, kModified, kDeleted, kSynced };
+  Type type = Type::kAdded;
+  Recommendation recommendation;  // empty for kSynced
+};
+
+class Subscription {
+ public:
+  enum class Poll { kEvent, kEmpty, kClosed };
+
+  // Takes the next event into *event. kEmpty arms the ready callback: it will
+  // be called once when the next event (or Close) arrives. kClosed is final.
+  Poll Next(RecommendationEvent* event);
+
+  // Sets the callback run when an event arrives while the reader is waiting
+  // (after a Next() returned kEmpty). Runs on the publishing thread without
+  // this subscription's lock; it must not block or call into the board.
+  void SetReadyCallback(std::function<void()> callback);
+
+  const std::string& namespace_filter() const { return namespace_filter_; }
+
+ private:
+  friend class RecommendationBoard;
+  explicit Subscription(std::string namespace_filter)
+      : namespace_filter_(std::move(namespace_filter)) {}
+
+  void Push(RecommendationEvent event);
+  void Close();
+
+  const std::string namespace_filter_;
+  absl::Mutex mu_;
+  // Job ids in delivery order; "" stands for the SYNCED marker.
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, RecommendationEvent> pending_ ABSL_GUARDED_BY(mu_);
+  bool reader_waiting_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> ready_callback_ ABSL_GUARDED_BY(mu_);
+};
+
+class RecommendationBoard {
+ public:
+  explicit RecommendationBoard(int max_subscriptions = 1024)
+      : max_subscriptions_(max_subscriptions) {}
+
+  // Records the newest decision for each job in `decisions`. Fills in the
+  // generation (bumped only when the target changed). Watchers get ADDED for
+  // new jobs and MODIFIED when the visible decision changed. Returns the
+  // recommendations as stored.
+  std::vector<Recommendation> Publish(std::vector<Recommendation> decisions);
+
+  // Drops a job; watchers get DELETED with its last recommendation.
+  void Remove(const std::string& job_id);
+
+  std::optional<Recommendation> Get(const std::string& job_id) const;
+  // Ordered by job_id; `namespace_filter` empty = all.
+  std::vector<Recommendation> List(const std::string& namespace_filter = "") const;
+
+  // A new watcher, primed with ADDED for every current job and then SYNCED.
+  // RESOURCE_EXHAUSTED when max_subscriptions are open.
+  absl::StatusOr<std::shared_ptr<Subscription>> Subscribe(std::string namespace_filter = "");
+  void Unsubscribe(const std::shared_ptr<Subscription>& subscription);
+  // Closes every subscription (shutdown); later Subscribe calls fail UNAVAILABLE.
+  void CloseAll();
+  int subscription_count() const;
+
+ private:
+  void Broadcast(const RecommendationEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int max_subscriptions_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Recommendation> current_ ABSL_GUARDED_BY(mu_);
+  // Generation of deregistered jobs is kept so a re-registered job never
+  // reuses a generation a controller has already applied.
+  absl::flat_hash_map<std::string, uint64_t> retired_generations_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Subscription>> subscriptions_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace rescale
+
+#endif  // RESCALE_RECOMMENDATION_BOARD_H_

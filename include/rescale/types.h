@@ -1,0 +1,167 @@
+// The domain types of Rescale's core: job specs and status, samples,
+// throughput curves, recommendations and cluster state.
+//
+// These mirror the rescale.v1 API but carry no protobuf: server/convert.cc
+// translates. Times are absl::Time (InfinitePast = never).
+#ifndef RESCALE_TYPES_H_
+#define RESCALE_TYPES_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace rescale {
+
+// Defaults a spec gets for fields the user left unset.
+inline constexpr uint32_t kDefaultGpusPerReplica = 1;
+inline constexpr bool kDefaultPreemptible = true;
+inline constexpr double kDefaultRestartCostSeconds = 60.0;
+
+// A point of a throughput curve: samples/s of the whole job at `replicas`.
+struct CurvePoint {
+  uint32_t replicas = 0;
+  double samples_per_second = 0;
+  double uncertainty = 0;   // half-width of the band, samples/s
+  bool observed = false;    // measured (true) or predicted (false)
+  uint64_t sample_count = 0;
+  friend bool operator==(const CurvePoint&, const CurvePoint&) = default;
+};
+
+struct JobSpec {
+  std::string job_id;  // "namespace/name"
+  uint32_t min_replicas = 0;
+  uint32_t max_replicas = 0;
+  uint32_t gpus_per_replica = kDefaultGpusPerReplica;
+  int32_t priority = 0;  // higher wins
+  bool preemptible = kDefaultPreemptible;
+  double restart_cost_seconds = kDefaultRestartCostSeconds;
+  uint32_t local_batch_size = 0;
+  std::string policy;  // empty = the server's default
+  std::vector<CurvePoint> prior;
+  friend bool operator==(const JobSpec&, const JobSpec&) = default;
+};
+
+// What the cluster runs, as reported through ReportApplied.
+struct JobStatus {
+  uint32_t current_replicas = 0;
+  bool suspended = false;
+  uint64_t last_applied_generation = 0;
+  absl::Time last_applied_at = absl::InfinitePast();
+  absl::Time registered_at = absl::InfinitePast();
+  uint64_t samples_accepted = 0;
+};
+
+enum class Action { kUnspecified, kHold, kScaleUp, kScaleDown, kSuspend, kResume };
+
+enum class BindingConstraint {
+  kUnspecified,
+  kNone,
+  kCapacity,
+  kMinReplicas,
+  kMaxReplicas,
+  kEfficiency,
+  kCooldown,
+  kRestartCost,
+  kPreempted,
+  kInsufficientData,
+};
+
+std::string_view ActionName(Action action);
+std::string_view BindingConstraintName(BindingConstraint constraint);
+
+struct Recommendation {
+  std::string job_id;
+  uint32_t replicas = 0;  // 0 = do not run
+  bool suspend = false;
+  Action action = Action::kUnspecified;
+  uint64_t generation = 0;  // bumps only when (replicas, suspend) changes
+  std::string reason;
+  BindingConstraint binding_constraint = BindingConstraint::kUnspecified;
+  double current_samples_per_second = 0;
+  double predicted_samples_per_second = 0;
+  uint32_t queue_position = 0;  // 1-based when waiting; 0 when running
+  absl::Time decided_at = absl::InfinitePast();
+  std::string policy;
+  uint32_t gpus = 0;
+
+  // Whether `other` asks the cluster for the same thing.
+  bool SameTarget(const Recommendation& other) const {
+    return replicas == other.replicas && suspend == other.suspend;
+  }
+  // Whether a watcher would see a difference worth an event: everything but
+  // the decision time and the (noisy) throughput figures.
+  bool SameVisibleDecision(const Recommendation& other) const {
+    return SameTarget(other) && action == other.action &&
+           reason == other.reason && binding_constraint == other.binding_constraint &&
+           queue_position == other.queue_position && policy == other.policy &&
+           gpus == other.gpus;
+  }
+};
+
+// Everything the API shows about one job.
+struct JobView {
+  JobSpec spec;
+  JobStatus status;
+  std::vector<CurvePoint> curve;
+  std::optional<Recommendation> recommendation;
+};
+
+// One step measurement after batch-level defaults have been applied.
+struct StepSample {
+  std::string job_id;
+  std::string pod;
+  uint32_t world_size = 0;
+  double step_seconds = 0;
+  uint32_t batch_size = 0;     // 0 = the job's local_batch_size
+  int64_t timestamp_unix_nanos = 0;  // 0 = time received
+  std::optional<uint64_t> step;
+};
+
+struct SampleRejection {
+  uint32_t index = 0;
+  std::string reason;
+};
+
+// Outcome of ingesting one batch.
+struct IngestResult {
+  static constexpr size_t kMaxReportedRejections = 16;
+  uint64_t accepted = 0;
+  uint64_t rejected = 0;
+  std::vector<SampleRejection> rejections;  // first kMaxReportedRejections
+  // Samples rejected because a store limit (jobs, pods, sizes) was reached.
+  uint64_t rejected_for_limits = 0;
+
+  void Reject(uint32_t index, std::string reason) {
+    ++rejected;
+    if (rejections.size() < kMaxReportedRejections) {
+      rejections.push_back({index, std::move(reason)});
+    }
+  }
+  void Merge(const IngestResult& other, uint32_t index_offset);
+};
+
+struct JobAllocation {
+  std::string job_id;
+  uint32_t replicas = 0;
+  uint32_t gpus = 0;
+  int32_t priority = 0;
+};
+
+struct ClusterView {
+  std::optional<uint32_t> total_gpus;  // nullopt = unknown, unbounded
+  uint32_t allocated_gpus = 0;
+  uint32_t waiting_jobs = 0;
+  std::vector<JobAllocation> allocations;
+  absl::Time planned_at = absl::InfinitePast();
+};
+
+// "namespace" part of a job_id ("" when malformed).
+std::string_view JobNamespace(std::string_view job_id);
+
+}  // namespace rescale
+
+#endif  // RESCALE_TYPES_H_

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs Rescale's build and test dependencies from Debian 12 packages.
+#
+# Idempotent: it asks dpkg which packages are missing and calls apt-get only
+# for those, so on a machine that has everything it finishes in well under a
+# second. Uses sudo when not run as root. Nothing is downloaded from anywhere
+# but the distribution's own package mirrors.
+set -euo pipefail
+
+packages=(
+  build-essential
+  cmake
+  pkg-config
+  protobuf-compiler
+  protobuf-compiler-grpc
+  libprotobuf-dev
+  libgrpc++-dev
+  libabsl-dev
+  libspdlog-dev
+  catch2
+  libbenchmark-dev
+  nlohmann-json3-dev
+  libyaml-cpp-dev
+  libcli11-dev
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then
+  sudo_cmd=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

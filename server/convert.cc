@@ -1,0 +1,179 @@
+// Proto <-> core conversions and ToGrpcStatus (see server/convert.h).
+#include "server/convert.h"
+
+namespace rescale::server {
+namespace {
+
+// InfinitePast means "never": the proto field stays unset.
+bool IsSet(absl::Time t) { return t != absl::InfinitePast() && t != absl::InfiniteFuture(); }
+
+void SetTimestamp(absl::Time t, google::protobuf::Timestamp* proto) {
+  const int64_t nanos = absl::ToUnixNanos(t);
+  proto->set_seconds(nanos >= 0 ? nanos / 1'000'000'000 : (nanos - 999'999'999) / 1'000'000'000);
+  proto->set_nanos(static_cast<int32_t>(nanos - proto->seconds() * 1'000'000'000));
+}
+
+CurvePoint FromProto(const v1::CurvePoint& p) {
+  return {p.replicas(), p.samples_per_second(), p.uncertainty(), p.observed(), p.sample_count()};
+}
+
+void ToProto(const CurvePoint& p, v1::CurvePoint* proto) {
+  proto->set_replicas(p.replicas);
+  proto->set_samples_per_second(p.samples_per_second);
+  proto->set_uncertainty(p.uncertainty);
+  proto->set_observed(p.observed);
+  proto->set_sample_count(p.sample_count);
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+JobSpec FromProto(const v1::JobSpec& proto) {
+  JobSpec spec;
+  spec.job_id = proto.job_id();
+  spec.min_replicas = proto.min_replicas();
+  spec.max_replicas = proto.max_replicas();
+  spec.gpus_per_replica = proto.has_gpus_per_replica() ? proto.gpus_per_replica() : kDefaultGpusPerReplica;
+  spec.priority = proto.priority();
+  spec.preemptible = proto.has_preemptible() ? proto.preemptible() : kDefaultPreemptible;
+  spec.restart_cost_seconds =
+      proto.has_restart_cost_seconds() ? proto.restart_cost_seconds() : kDefaultRestartCostSeconds;
+  spec.local_batch_size = proto.local_batch_size();
+  spec.policy = proto.policy();
+  for (const v1::CurvePoint& p : proto.prior()) spec.prior.push_back(FromProto(p));
+  return spec;
+}
+
+void ToProto(const JobSpec& spec, v1::JobSpec* proto) {
+  proto->set_job_id(spec.job_id);
+  proto->set_min_replicas(spec.min_replicas);
+  proto->set_max_replicas(spec.max_replicas);
+  proto->set_gpus_per_replica(spec.gpus_per_replica);
+  proto->set_priority(spec.priority);
+  proto->set_preemptible(spec.preemptible);
+  proto->set_restart_cost_seconds(spec.restart_cost_seconds);
+  proto->set_local_batch_size(spec.local_batch_size);
+  proto->set_policy(spec.policy);
+  for (const CurvePoint& p : spec.prior) ToProto(p, proto->add_prior());
+}
+
+void ToProto(const JobStatus& status, v1::JobStatus* proto) {
+  proto->set_current_replicas(status.current_replicas);
+  proto->set_suspended(status.suspended);
+  proto->set_last_applied_generation(status.last_applied_generation);
+  if (IsSet(status.last_applied_at)) SetTimestamp(status.last_applied_at, proto->mutable_last_applied_at());
+  if (IsSet(status.registered_at)) SetTimestamp(status.registered_at, proto->mutable_registered_at());
+  proto->set_samples_accepted(status.samples_accepted);
+}
+
+v1::Action ToProto(Action action) {
+  switch (action) {
+    case Action::kUnspecified: return v1::ACTION_UNSPECIFIED;
+    case Action::kHold: return v1::HOLD;
+    case Action::kScaleUp: return v1::SCALE_UP;
+    case Action::kScaleDown: return v1::SCALE_DOWN;
+    case Action::kSuspend: return v1::SUSPEND;
+    case Action::kResume: return v1::RESUME;
+  }
+  return v1::ACTION_UNSPECIFIED;
+}
+
+v1::BindingConstraint ToProto(BindingConstraint c) {
+  switch (c) {
+    case BindingConstraint::kUnspecified: return v1::BINDING_CONSTRAINT_UNSPECIFIED;
+    case BindingConstraint::kNone: return v1::NONE;
+    case BindingConstraint::kCapacity: return v1::CAPACITY;
+    case BindingConstraint::kMinReplicas: return v1::MIN_REPLICAS;
+    case BindingConstraint::kMaxReplicas: return v1::MAX_REPLICAS;
+    case BindingConstraint::kEfficiency: return v1::EFFICIENCY;
+    case BindingConstraint::kCooldown: return v1::COOLDOWN;
+    case BindingConstraint::kRestartCost: return v1::RESTART_COST;
+    case BindingConstraint::kPreempted: return v1::PREEMPTED;
+    case BindingConstraint::kInsufficientData: return v1::INSUFFICIENT_DATA;
+  }
+  return v1::BINDING_CONSTRAINT_UNSPECIFIED;
+}
+
+void ToProto(const Recommendation& rec, v1::Recommendation* proto) {
+  proto->set_job_id(rec.job_id);
+  proto->set_replicas(rec.replicas);
+  proto->set_suspend(rec.suspend);
+  proto->set_action(ToProto(rec.action));
+  proto->set_generation(rec.generation);
+  proto->set_reason(rec.reason);
+  proto->set_binding_constraint(ToProto(rec.binding_constraint));
+  proto->set_current_samples_per_second(rec.current_samples_per_second);
+  proto->set_predicted_samples_per_second(rec.predicted_samples_per_second);
+  proto->set_queue_position(rec.queue_position);
+  if (IsSet(rec.decided_at)) SetTimestamp(rec.decided_at, proto->mutable_decided_at());
+  proto->set_policy(rec.policy);
+  proto->set_gpus(rec.gpus);
+}
+
+void ToProto(const JobView& view, v1::Job* proto) {
+  ToProto(view.spec, proto->mutable_spec());
+  ToProto(view.status, proto->mutable_status());
+  for (const CurvePoint& p : view.curve) ToProto(p, proto->mutable_curve()->add_points());
+  if (view.recommendation) ToProto(*view.recommendation, proto->mutable_recommendation());
+}
+
+void ToProto(const ClusterView& view, v1::Cluster* proto) {
+  proto->set_capacity_known(view.total_gpus.has_value());
+  proto->set_total_gpus(view.total_gpus.value_or(0));
+  proto->set_allocated_gpus(view.allocated_gpus);
+  proto->set_free_gpus(view.total_gpus && *view.total_gpus > view.allocated_gpus
+                           ? *view.total_gpus - view.allocated_gpus
+                           : 0);
+  proto->set_waiting_jobs(view.waiting_jobs);
+  for (const JobAllocation& a : view.allocations) {
+    v1::JobAllocation* out = proto->add_allocations();
+    out->set_job_id(a.job_id);
+    out->set_replicas(a.replicas);
+    out->set_gpus(a.gpus);
+    out->set_priority(a.priority);
+  }
+  if (IsSet(view.planned_at)) SetTimestamp(view.planned_at, proto->mutable_planned_at());
+}
+
+void ToProto(const IngestResult& result, v1::IngestSummary* proto) {
+  proto->set_accepted(result.accepted);
+  proto->set_rejected(result.rejected);
+  for (const SampleRejection& r : result.rejections) {
+    v1::SampleRejection* out = proto->add_rejections();
+    out->set_index(r.index);
+    out->set_reason(r.reason);
+  }
+}
+
+void ToProto(const RecommendationEvent& event, v1::RecommendationEvent* proto) {
+  switch (event.type) {
+    case RecommendationEvent::Type::kAdded: proto->set_type(v1::RecommendationEvent::ADDED); break;
+    case RecommendationEvent::Type::kModified: proto->set_type(v1::RecommendationEvent::MODIFIED); break;
+    case RecommendationEvent::Type::kDeleted: proto->set_type(v1::RecommendationEvent::DELETED); break;
+    case RecommendationEvent::Type::kSynced: proto->set_type(v1::RecommendationEvent::SYNCED); return;
+  }
+  ToProto(event.recommendation, proto->mutable_recommendation());
+}
+
+std::vector<StepSample> FromProto(const v1::SampleBatch& batch) {
+  std::vector<StepSample> out;
+  out.reserve(batch.samples_size());
+  for (const v1::StepSample& p : batch.samples()) {
+    StepSample s;
+    s.job_id = p.job_id().empty() ? batch.job_id() : p.job_id();
+    s.pod = p.pod().empty() ? batch.pod() : p.pod();
+    s.world_size = p.world_size() == 0 ? batch.world_size() : p.world_size();
+    s.step_seconds = p.step_seconds();
+    s.batch_size = p.batch_size();
+    s.timestamp_unix_nanos = p.timestamp_unix_nanos();
+    if (p.has_step()) s.step = p.step();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace rescale::server

@@ -1,0 +1,118 @@
+// rescaled: the Rescale decision service.
+//
+// Usage:
+//   rescaled                         # 127.0.0.1:50051, plaintext, defaults
+//   rescaled --listen=0.0.0.0:50051 --capacity_gpus=64 --log_format=json
+//   rescaled --tls_cert_file=tls.crt --tls_key_file=tls.key
+// Flags are parsed here and only here, into ServerOptions. SIGINT or SIGTERM
+// shut down cleanly: health turns NOT_SERVING, watch streams end with
+// UNAVAILABLE, in-flight calls get --shutdown_grace to finish.
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "server/server.h"
+
+namespace {
+const rescale::server::ServerOptions kDefaults;
+}  // namespace
+
+ABSL_FLAG(std::string, listen, kDefaults.listen, "host:port to serve gRPC on (port 0 = any free port)");
+ABSL_FLAG(std::string, log_format, "text", "log format: text or json (one object per line)");
+ABSL_FLAG(std::string, log_level, "info", "log level: trace, debug, info, warn, error");
+ABSL_FLAG(absl::Duration, plan_interval, kDefaults.plan_interval,
+          "time between periodic replans (events also replan at once)");
+ABSL_FLAG(int64_t, capacity_gpus, kDefaults.capacity_gpus,
+          "GPUs the planner may hand out; -1 = unknown until ClusterService.SetCapacity");
+ABSL_FLAG(std::string, default_policy, kDefaults.default_policy,
+          "policy for jobs whose spec leaves `policy` empty");
+ABSL_FLAG(int, max_jobs, kDefaults.max_jobs, "registered jobs at most");
+ABSL_FLAG(int, max_watchers, kDefaults.max_watchers, "concurrent WatchRecommendations streams at most");
+ABSL_FLAG(int, max_batch_samples, kDefaults.max_batch_samples, "samples in one SampleBatch at most");
+ABSL_FLAG(int, max_message_bytes, kDefaults.max_message_bytes, "largest gRPC message, bytes");
+ABSL_FLAG(std::string, tls_cert_file, "", "PEM server certificate chain; enables TLS with --tls_key_file");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
+          "how long in-flight calls may run after SIGINT/SIGTERM");
+
+namespace {
+
+bool ConfigureLogging(const std::string& format, const std::string& level) {
+  auto logger = spdlog::stderr_logger_mt("rescaled");
+  if (format == "json") {
+    logger->set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","logger":"%n","message":"%v"})",
+        spdlog::pattern_time_type::utc);
+  } else if (format == "text") {
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ %v");
+  } else {
+    std::cerr << "rescaled: --log_format must be text or json, got \"" << format << "\"\n";
+    return false;
+  }
+  spdlog::level::level_enum parsed = spdlog::level::from_str(level);
+  if (parsed == spdlog::level::off && level != "off") {
+    std::cerr << "rescaled: --log_level \"" << level << "\" is not a level\n";
+    return false;
+  }
+  logger->set_level(parsed);
+  spdlog::set_default_logger(logger);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "rescaled: elastic-scaling decision service for distributed training.\n"
+      "Serves rescale.v1 (Metrics, Job, Recommendation, Cluster), grpc.health.v1 and "
+      "reflection.");
+  absl::ParseCommandLine(argc, argv);
+  if (!ConfigureLogging(absl::GetFlag(FLAGS_log_format), absl::GetFlag(FLAGS_log_level))) {
+    return 2;
+  }
+
+  // Block the shutdown signals in every thread (gRPC's threads inherit this
+  // mask) so that only the sigwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  rescale::server::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.plan_interval = absl::GetFlag(FLAGS_plan_interval);
+  options.capacity_gpus = absl::GetFlag(FLAGS_capacity_gpus);
+  options.default_policy = absl::GetFlag(FLAGS_default_policy);
+  options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.max_watchers = absl::GetFlag(FLAGS_max_watchers);
+  options.max_batch_samples = absl::GetFlag(FLAGS_max_batch_samples);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+
+  auto server = rescale::server::RescaleServer::Start(options);
+  if (!server.ok()) {
+    spdlog::critical("cannot start: {}", std::string(server.status().message()));
+    return 1;
+  }
+  spdlog::info("rescaled serving on {} ({}; capacity {}; default policy {}; plan interval {})",
+               (*server)->address(), options.tls_cert_file.empty() ? "plaintext" : "TLS",
+               options.capacity_gpus < 0 ? std::string("unknown")
+                                         : std::to_string(options.capacity_gpus) + " GPUs",
+               options.default_policy, absl::FormatDuration(options.plan_interval));
+
+  int received = 0;
+  sigwait(&signals, &received);
+  spdlog::info("received {}; shutting down", received == SIGINT ? "SIGINT" : "SIGTERM");
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,97 @@
+// The rescale.v1 gRPC services, on gRPC's callback API.
+//
+// Handlers are thin and stateless: convert the request, call the
+// DecisionEngine, convert the reply, map errors with ToGrpcStatus. Unary
+// handlers finish inline (the engine never blocks on I/O); the two streaming
+// calls each have one small reactor class in services.cc.
+#ifndef RESCALE_SERVER_SERVICES_H_
+#define RESCALE_SERVER_SERVICES_H_
+
+#include "rescale/decision_engine.h"
+#include "rescale/v1/rescale.grpc.pb.h"
+
+namespace rescale::server {
+
+struct ServiceLimits {
+  // Samples one SampleBatch may carry.
+  int max_batch_samples = 10000;
+};
+
+class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
+ public:
+  MetricsServiceImpl(DecisionEngine& engine, ServiceLimits limits)
+      : engine_(engine), limits_(limits) {}
+
+  grpc::ServerReadReactor<v1::SampleBatch>* StreamSamples(grpc::CallbackServerContext* context,
+                                                          v1::IngestSummary* summary) override;
+  grpc::ServerUnaryReactor* ReportSamples(grpc::CallbackServerContext* context,
+                                          const v1::SampleBatch* batch,
+                                          v1::IngestSummary* summary) override;
+
+ private:
+  DecisionEngine& engine_;
+  const ServiceLimits limits_;
+};
+
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  explicit JobServiceImpl(DecisionEngine& engine) : engine_(engine) {}
+
+  grpc::ServerUnaryReactor* RegisterJob(grpc::CallbackServerContext* context,
+                                        const v1::RegisterJobRequest* request,
+                                        v1::Job* response) override;
+  grpc::ServerUnaryReactor* UpdateJob(grpc::CallbackServerContext* context,
+                                      const v1::UpdateJobRequest* request,
+                                      v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* DeregisterJob(grpc::CallbackServerContext* context,
+                                          const v1::DeregisterJobRequest* request,
+                                          v1::DeregisterJobResponse* response) override;
+
+ private:
+  DecisionEngine& engine_;
+};
+
+class RecommendationServiceImpl final : public v1::RecommendationService::CallbackService {
+ public:
+  explicit RecommendationServiceImpl(DecisionEngine& engine) : engine_(engine) {}
+
+  grpc::ServerUnaryReactor* GetRecommendation(grpc::CallbackServerContext* context,
+                                              const v1::GetRecommendationRequest* request,
+                                              v1::Recommendation* response) override;
+  grpc::ServerUnaryReactor* ListRecommendations(
+      grpc::CallbackServerContext* context, const v1::ListRecommendationsRequest* request,
+      v1::ListRecommendationsResponse* response) override;
+  grpc::ServerWriteReactor<v1::RecommendationEvent>* WatchRecommendations(
+      grpc::CallbackServerContext* context,
+      const v1::WatchRecommendationsRequest* request) override;
+  grpc::ServerUnaryReactor* ReportApplied(grpc::CallbackServerContext* context,
+                                          const v1::ReportAppliedRequest* request,
+                                          v1::ReportAppliedResponse* response) override;
+
+ private:
+  DecisionEngine& engine_;
+};
+
+class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
+ public:
+  explicit ClusterServiceImpl(DecisionEngine& engine) : engine_(engine) {}
+
+  grpc::ServerUnaryReactor* SetCapacity(grpc::CallbackServerContext* context,
+                                        const v1::SetCapacityRequest* request,
+                                        v1::Cluster* response) override;
+  grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* context,
+                                       const v1::GetClusterRequest* request,
+                                       v1::Cluster* response) override;
+
+ private:
+  DecisionEngine& engine_;
+};
+
+}  // namespace rescale::server
+
+#endif  // RESCALE_SERVER_SERVICES_H_

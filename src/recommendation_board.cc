@@ -1,0 +1,193 @@
+// RecommendationBoard and Subscription (see rescale/recommendation_board.h).
+#include "rescale/recommendation_board.h"
+
+#include <algorithm>
+
+namespace rescale {
+namespace {
+
+bool InNamespace(const std::string& job_id, const std::string& filter) {
+  return filter.empty() || JobNamespace(job_id) == filter;
+}
+
+}  // namespace
+
+// ---- Subscription -----------------------------------------------------------
+
+Subscription::Poll Subscription::Next(RecommendationEvent* event) {
+  absl::MutexLock lock(&mu_);
+  if (order_.empty()) {
+    if (closed_) return Poll::kClosed;
+    reader_waiting_ = true;
+    return Poll::kEmpty;
+  }
+  std::string key = std::move(order_.front());
+  order_.pop_front();
+  auto it = pending_.find(key);
+  *event = std::move(it->second);
+  pending_.erase(it);
+  return Poll::kEvent;
+}
+
+void Subscription::SetReadyCallback(std::function<void()> callback) {
+  absl::MutexLock lock(&mu_);
+  ready_callback_ = std::move(callback);
+}
+
+void Subscription::Push(RecommendationEvent event) {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    const std::string key =
+        event.type == RecommendationEvent::Type::kSynced ? std::string() : event.recommendation.job_id;
+    auto it = pending_.find(key);
+    if (it == pending_.end()) {
+      order_.push_back(key);
+      pending_.emplace(key, std::move(event));
+    } else {
+      // Coalesce: the reader has not seen the older event, so it only needs
+      // the newest state. An ADDED it never saw stays ADDED.
+      if (it->second.type == RecommendationEvent::Type::kAdded &&
+          event.type == RecommendationEvent::Type::kModified) {
+        event.type = RecommendationEvent::Type::kAdded;
+      }
+      it->second = std::move(event);
+    }
+    if (reader_waiting_) {
+      reader_waiting_ = false;
+      notify = ready_callback_;
+    }
+  }
+  if (notify) notify();
+}
+
+void Subscription::Close() {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    if (reader_waiting_) {
+      reader_waiting_ = false;
+      notify = ready_callback_;
+    }
+  }
+  if (notify) notify();
+}
+
+// ---- RecommendationBoard ----------------------------------------------------
+
+std::vector<Recommendation> RecommendationBoard::Publish(std::vector<Recommendation> decisions) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Recommendation> stored;
+  stored.reserve(decisions.size());
+  for (Recommendation& rec : decisions) {
+    auto it = current_.find(rec.job_id);
+    if (it == current_.end()) {
+      uint64_t base = 0;
+      if (auto retired = retired_generations_.find(rec.job_id);
+          retired != retired_generations_.end()) {
+        base = retired->second;
+        retired_generations_.erase(retired);
+      }
+      rec.generation = base + 1;
+      it = current_.emplace(rec.job_id, rec).first;
+      Broadcast({RecommendationEvent::Type::kAdded, rec});
+    } else {
+      const Recommendation& old = it->second;
+      rec.generation = old.SameTarget(rec) ? old.generation : old.generation + 1;
+      const bool visible_change = !old.SameVisibleDecision(rec);
+      it->second = rec;
+      if (visible_change) Broadcast({RecommendationEvent::Type::kModified, rec});
+    }
+    stored.push_back(it->second);
+  }
+  return stored;
+}
+
+void RecommendationBoard::Remove(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = current_.find(job_id);
+  if (it == current_.end()) return;
+  retired_generations_[job_id] = it->second.generation;
+  Broadcast({RecommendationEvent::Type::kDeleted, it->second});
+  current_.erase(it);
+}
+
+std::optional<Recommendation> RecommendationBoard::Get(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = current_.find(job_id);
+  if (it == current_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<Recommendation> RecommendationBoard::List(const std::string& namespace_filter) const {
+  std::vector<Recommendation> out;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, rec] : current_) {
+      if (InNamespace(id, namespace_filter)) out.push_back(rec);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Recommendation& a, const Recommendation& b) { return a.job_id < b.job_id; });
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
+    std::string namespace_filter) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return absl::UnavailableError("the server is shutting down");
+  if (static_cast<int>(subscriptions_.size()) >= max_subscriptions_) {
+    return absl::ResourceExhaustedError(
+        "too many concurrent watchers: the limit is " + std::to_string(max_subscriptions_) +
+        " (--max_watchers)");
+  }
+  std::shared_ptr<Subscription> sub(new Subscription(std::move(namespace_filter)));
+  std::vector<const Recommendation*> initial;
+  for (const auto& [id, rec] : current_) {
+    if (InNamespace(id, sub->namespace_filter())) initial.push_back(&rec);
+  }
+  std::sort(initial.begin(), initial.end(),
+            [](const Recommendation* a, const Recommendation* b) { return a->job_id < b->job_id; });
+  for (const Recommendation* rec : initial) {
+    sub->Push({RecommendationEvent::Type::kAdded, *rec});
+  }
+  sub->Push({RecommendationEvent::Type::kSynced, {}});
+  subscriptions_.push_back(sub);
+  return sub;
+}
+
+void RecommendationBoard::Unsubscribe(const std::shared_ptr<Subscription>& subscription) {
+  {
+    absl::MutexLock lock(&mu_);
+    subscriptions_.erase(
+        std::remove(subscriptions_.begin(), subscriptions_.end(), subscription),
+        subscriptions_.end());
+  }
+  subscription->Close();
+}
+
+void RecommendationBoard::CloseAll() {
+  std::vector<std::shared_ptr<Subscription>> subs;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    subs.swap(subscriptions_);
+  }
+  for (auto& sub : subs) sub->Close();
+}
+
+int RecommendationBoard::subscription_count() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(subscriptions_.size());
+}
+
+void RecommendationBoard::Broadcast(const RecommendationEvent& event) {
+  for (const auto& sub : subscriptions_) {
+    if (InNamespace(event.recommendation.job_id, sub->namespace_filter())) sub->Push(event);
+  }
+}
+
+}  // namespace rescale

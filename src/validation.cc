@@ -1,0 +1,119 @@
+// Validation of job ids and job specs (see rescale/validation.h).
+#include "rescale/validation.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace rescale {
+namespace {
+
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+// DNS-1123 subdomain: labels of [a-z0-9-] joined by '.', at most 253 chars.
+bool IsDns1123Subdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    size_t dot = s.find('.', start);
+    std::string_view label = s.substr(start, dot == std::string_view::npos ? s.npos : dot - start);
+    if (!IsDns1123Label(label)) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
+
+}  // namespace
+
+bool IsDns1123Label(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  if (!IsLowerAlnum(s.front()) || !IsLowerAlnum(s.back())) return false;
+  for (char c : s) {
+    if (!IsLowerAlnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+absl::Status ValidateJobId(std::string_view job_id, std::string_view field) {
+  if (job_id.empty()) {
+    return Invalid(absl::StrCat(std::string(field), " is required (\"namespace/name\")"));
+  }
+  size_t slash = job_id.find('/');
+  if (slash == std::string_view::npos || job_id.find('/', slash + 1) != std::string_view::npos) {
+    return Invalid(absl::StrFormat(
+        "%s \"%s\" must be \"namespace/name\" with exactly one '/'", field, job_id));
+  }
+  std::string_view ns = job_id.substr(0, slash);
+  std::string_view name = job_id.substr(slash + 1);
+  if (!IsDns1123Label(ns)) {
+    return Invalid(absl::StrFormat(
+        "%s \"%s\": namespace \"%s\" is not a DNS-1123 label (1-63 characters of "
+        "a-z, 0-9 and '-', starting and ending with a letter or digit)",
+        field, job_id, ns));
+  }
+  if (!IsDns1123Subdomain(name)) {
+    return Invalid(absl::StrFormat(
+        "%s \"%s\": name \"%s\" is not a DNS-1123 subdomain (at most 253 characters "
+        "of a-z, 0-9, '-' and '.', each part starting and ending with a letter or digit)",
+        field, job_id, name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
+  if (absl::Status s = ValidateJobId(spec.job_id, "spec.job_id"); !s.ok()) return s;
+  if (spec.min_replicas < 1) {
+    return Invalid(absl::StrFormat("spec.min_replicas must be at least 1, got %d",
+                                   spec.min_replicas));
+  }
+  if (spec.max_replicas > limits.max_replicas) {
+    return Invalid(absl::StrFormat("spec.max_replicas %d exceeds the limit of %d",
+                                   spec.max_replicas, limits.max_replicas));
+  }
+  if (spec.min_replicas > spec.max_replicas) {
+    return Invalid(absl::StrFormat(
+        "spec.min_replicas (%d) must not exceed spec.max_replicas (%d)", spec.min_replicas,
+        spec.max_replicas));
+  }
+  if (spec.gpus_per_replica < 1 || spec.gpus_per_replica > limits.max_gpus_per_replica) {
+    return Invalid(absl::StrFormat("spec.gpus_per_replica must be in [1, %d], got %d",
+                                   limits.max_gpus_per_replica, spec.gpus_per_replica));
+  }
+  if (!std::isfinite(spec.restart_cost_seconds) || spec.restart_cost_seconds < 0 ||
+      spec.restart_cost_seconds > limits.max_restart_cost_seconds) {
+    return Invalid(absl::StrFormat("spec.restart_cost_seconds must be in [0, %g], got %g",
+                                   limits.max_restart_cost_seconds, spec.restart_cost_seconds));
+  }
+  if (spec.local_batch_size > limits.max_local_batch_size) {
+    return Invalid(absl::StrFormat("spec.local_batch_size %d exceeds the limit of %d",
+                                   spec.local_batch_size, limits.max_local_batch_size));
+  }
+  if (spec.prior.size() > limits.max_prior_points) {
+    return Invalid(absl::StrFormat("spec.prior has %d points; the limit is %d",
+                                   spec.prior.size(), limits.max_prior_points));
+  }
+  for (size_t i = 0; i < spec.prior.size(); ++i) {
+    const CurvePoint& p = spec.prior[i];
+    if (p.replicas < 1 || p.replicas > spec.max_replicas) {
+      return Invalid(absl::StrFormat("spec.prior[%d].replicas must be in [1, %d] (max_replicas), got %d",
+                                     i, spec.max_replicas, p.replicas));
+    }
+    if (!std::isfinite(p.samples_per_second) || p.samples_per_second <= 0) {
+      return Invalid(absl::StrFormat(
+          "spec.prior[%d].samples_per_second must be a positive finite number, got %g", i,
+          p.samples_per_second));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (spec.prior[j].replicas == p.replicas) {
+        return Invalid(absl::StrFormat("spec.prior[%d].replicas %d repeats spec.prior[%d]", i,
+                                       p.replicas, j));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rescale
