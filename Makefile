@@ -1,0 +1,57 @@
+# Rescale's two commands, and the rest of the developer loop.
+#
+#   make run             install missing deps, build Release, start rescaled
+#                        on 127.0.0.1:50051 (extra flags: make run ARGS="...")
+#   make test            install missing deps, build, run every test (ctest)
+#   make test-sanitize   the tests under ASan+UBSan, concurrency tests under TSan
+#   make bench           build and run rescale-bench
+#   make docker          build docker/Dockerfile (needs a container engine)
+#
+# Build trees: build/ (Release), build-asan/, build-tsan/.
+
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+ARGS ?=
+CTEST := ctest --output-on-failure -j $(JOBS)
+
+.PHONY: all deps build run test test-sanitize test-asan test-tsan bench docker clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > /dev/null
+	@cmake --build build -j $(JOBS)
+
+run: build
+	./build/rescaled $(ARGS)
+
+test: build
+	cd build && $(CTEST)
+
+test-asan: deps
+	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRESCALE_SANITIZE=address,undefined \
+		-DRESCALE_BUILD_BENCH=OFF $(CMAKE_FLAGS) > /dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST)
+
+# TSan instruments our code, not the Debian gRPC libraries, so it runs the
+# concurrency-labelled tests, whose threads live in our code.
+test-tsan: deps
+	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DRESCALE_SANITIZE=thread \
+		-DRESCALE_BUILD_BENCH=OFF $(CMAKE_FLAGS) > /dev/null
+	@cmake --build build-tsan -j $(JOBS) --target core_tests
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L concurrency
+
+test-sanitize: test-asan test-tsan
+
+bench: build
+	./build/rescale-bench $(ARGS)
+
+docker:
+	docker build -f docker/Dockerfile -t rescale:dev .
+
+clean:
+	rm -rf build build-asan build-tsan

@@ -1,0 +1,113 @@
+// Tests of server/convert: proto defaults for unset optional fields, batch
+// flattening, enum names, timestamps and the one absl -> gRPC status mapping.
+#include <catch2/catch.hpp>
+
+#include "server/convert.h"
+
+namespace v1 = rescale::v1;
+using rescale::server::FromProto;
+using rescale::server::ToGrpcStatus;
+using rescale::server::ToProto;
+
+TEST_CASE("ToGrpcStatus keeps the canonical code and the message") {
+  CHECK(ToGrpcStatus(absl::OkStatus()).ok());
+  grpc::Status s = ToGrpcStatus(absl::InvalidArgumentError("spec.min_replicas (5) ..."));
+  CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.error_message() == "spec.min_replicas (5) ...");
+  CHECK(ToGrpcStatus(absl::NotFoundError("x")).error_code() == grpc::StatusCode::NOT_FOUND);
+  CHECK(ToGrpcStatus(absl::ResourceExhaustedError("x")).error_code() ==
+        grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(ToGrpcStatus(absl::AlreadyExistsError("x")).error_code() ==
+        grpc::StatusCode::ALREADY_EXISTS);
+  CHECK(ToGrpcStatus(absl::UnavailableError("x")).error_code() == grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_CASE("unset optional spec fields take the documented defaults") {
+  v1::JobSpec proto;
+  proto.set_job_id("ns/job");
+  rescale::JobSpec spec = FromProto(proto);
+  CHECK(spec.gpus_per_replica == 1);
+  CHECK(spec.preemptible);
+  CHECK(spec.restart_cost_seconds == 60);
+
+  proto.set_gpus_per_replica(4);
+  proto.set_preemptible(false);
+  proto.set_restart_cost_seconds(0);  // explicit zero is not "unset"
+  spec = FromProto(proto);
+  CHECK(spec.gpus_per_replica == 4);
+  CHECK_FALSE(spec.preemptible);
+  CHECK(spec.restart_cost_seconds == 0);
+}
+
+TEST_CASE("a spec survives the round trip through proto") {
+  rescale::JobSpec spec;
+  spec.job_id = "ns/job";
+  spec.min_replicas = 2;
+  spec.max_replicas = 16;
+  spec.gpus_per_replica = 8;
+  spec.priority = -3;
+  spec.preemptible = false;
+  spec.restart_cost_seconds = 12.5;
+  spec.local_batch_size = 64;
+  spec.policy = "static-max";
+  spec.prior = {{1, 100, 0, false, 0}, {4, 350, 0, false, 0}};
+  v1::JobSpec proto;
+  ToProto(spec, &proto);
+  CHECK(FromProto(proto) == spec);
+}
+
+TEST_CASE("batch-level job_id, pod and world_size fill the samples that leave them empty") {
+  v1::SampleBatch batch;
+  batch.set_job_id("ns/job");
+  batch.set_pod("worker-0");
+  batch.set_world_size(4);
+  batch.add_samples()->set_step_seconds(1);
+  v1::StepSample* own = batch.add_samples();
+  own->set_job_id("ns/other");
+  own->set_pod("worker-9");
+  own->set_world_size(2);
+  own->set_step(17);
+  std::vector<rescale::StepSample> samples = FromProto(batch);
+  REQUIRE(samples.size() == 2);
+  CHECK(samples[0].job_id == "ns/job");
+  CHECK(samples[0].pod == "worker-0");
+  CHECK(samples[0].world_size == 4);
+  CHECK_FALSE(samples[0].step.has_value());
+  CHECK(samples[1].job_id == "ns/other");
+  CHECK(samples[1].pod == "worker-9");
+  CHECK(samples[1].world_size == 2);
+  CHECK(samples[1].step == 17u);
+}
+
+TEST_CASE("recommendations carry enums and decision time; never is left unset") {
+  rescale::Recommendation rec;
+  rec.job_id = "ns/job";
+  rec.action = rescale::Action::kResume;
+  rec.binding_constraint = rescale::BindingConstraint::kPreempted;
+  rec.decided_at = absl::FromUnixNanos(1'700'000'000'123'456'789);
+  v1::Recommendation proto;
+  ToProto(rec, &proto);
+  CHECK(proto.action() == v1::RESUME);
+  CHECK(proto.binding_constraint() == v1::PREEMPTED);
+  CHECK(proto.decided_at().seconds() == 1'700'000'000);
+  CHECK(proto.decided_at().nanos() == 123'456'789);
+
+  rescale::JobStatus status;  // never applied
+  v1::JobStatus status_proto;
+  ToProto(status, &status_proto);
+  CHECK_FALSE(status_proto.has_last_applied_at());
+}
+
+TEST_CASE("the cluster view reports unknown capacity and free GPUs") {
+  rescale::ClusterView view;
+  view.allocated_gpus = 6;
+  v1::Cluster proto;
+  ToProto(view, &proto);
+  CHECK_FALSE(proto.capacity_known());
+  CHECK(proto.free_gpus() == 0);
+  view.total_gpus = 10;
+  proto.Clear();
+  ToProto(view, &proto);
+  CHECK(proto.capacity_known());
+  CHECK(proto.free_gpus() == 4);
+}

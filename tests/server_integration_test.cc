@@ -1,0 +1,531 @@
+// End-to-end tests of rescaled: the real server in-process on port 0, driven
+// through a real gRPC channel. Every RPC of rescale.v1 is called, with the
+// error cases the API promises (INVALID_ARGUMENT naming fields, NOT_FOUND,
+// ALREADY_EXISTS, RESOURCE_EXHAUSTED), plus the standard health service,
+// server reflection, watch streams and shutdown.
+//
+// Synchronisation is by blocking reads of the gRPC streams themselves (a
+// Read returns when the server has written), never by sleeping.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <google/protobuf/text_format.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/dynamic_message.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "rescale/v1/rescale.grpc.pb.h"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+using rescale::server::RescaleServer;
+using rescale::server::ServerOptions;
+namespace v1 = rescale::v1;
+
+struct TestServer {
+  explicit TestServer(ServerOptions options = {}) {
+    spdlog::set_level(spdlog::level::warn);  // keep test output readable
+    options.listen = "127.0.0.1:0";
+    options.run_plan_timer = false;
+    options.clock = &clock;
+    auto started = RescaleServer::Start(options);
+    REQUIRE(started.ok());
+    server = std::move(started).value();
+    channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+    metrics = v1::MetricsService::NewStub(channel);
+    jobs = v1::JobService::NewStub(channel);
+    recs = v1::RecommendationService::NewStub(channel);
+    cluster = v1::ClusterService::NewStub(channel);
+  }
+
+  v1::Job Register(const std::string& id, uint32_t min, uint32_t max, int32_t priority = 0,
+                   uint32_t gpus_per_replica = 1) {
+    grpc::ClientContext ctx;
+    v1::RegisterJobRequest req;
+    req.mutable_spec()->set_job_id(id);
+    req.mutable_spec()->set_min_replicas(min);
+    req.mutable_spec()->set_max_replicas(max);
+    req.mutable_spec()->set_priority(priority);
+    req.mutable_spec()->set_gpus_per_replica(gpus_per_replica);
+    req.mutable_spec()->set_local_batch_size(32);
+    v1::Job job;
+    grpc::Status status = jobs->RegisterJob(&ctx, req, &job);
+    REQUIRE(status.error_message() == "");
+    REQUIRE(status.ok());
+    return job;
+  }
+
+  rescale::ManualClock clock;
+  std::unique_ptr<RescaleServer> server;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::MetricsService::Stub> metrics;
+  std::unique_ptr<v1::JobService::Stub> jobs;
+  std::unique_ptr<v1::RecommendationService::Stub> recs;
+  std::unique_ptr<v1::ClusterService::Stub> cluster;
+};
+
+v1::JobSpec Spec(const std::string& id, uint32_t min, uint32_t max) {
+  v1::JobSpec spec;
+  spec.set_job_id(id);
+  spec.set_min_replicas(min);
+  spec.set_max_replicas(max);
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("RegisterJob returns the job with defaults applied and a first recommendation") {
+  TestServer t;
+  v1::Job job = t.Register("team-a/bert", 2, 8);
+  CHECK(job.spec().job_id() == "team-a/bert");
+  CHECK(job.spec().gpus_per_replica() == 1);
+  CHECK(job.spec().preemptible());
+  CHECK(job.spec().restart_cost_seconds() == 60);
+  CHECK(job.spec().policy() == "");
+  CHECK(job.recommendation().replicas() == 2);
+  CHECK(job.recommendation().generation() == 1);
+  CHECK(job.recommendation().action() == v1::SCALE_UP);
+  CHECK(job.recommendation().binding_constraint() == v1::MIN_REPLICAS);
+  CHECK(job.recommendation().policy() == "static-min");
+  CHECK(job.status().registered_at().seconds() == absl::ToUnixSeconds(t.clock.Now()));
+}
+
+TEST_CASE("RegisterJob rejects min_replicas above max_replicas naming both fields") {
+  TestServer t;
+  grpc::ClientContext ctx;
+  v1::RegisterJobRequest req;
+  *req.mutable_spec() = Spec("team-a/bert", 5, 2);
+  v1::Job job;
+  grpc::Status status = t.jobs->RegisterJob(&ctx, req, &job);
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(status.error_message(), Catch::Contains("spec.min_replicas (5)") &&
+                                         Catch::Contains("spec.max_replicas (2)"));
+}
+
+TEST_CASE("RegisterJob rejects a job_id that is not a DNS-1123 namespace/name") {
+  TestServer t;
+  for (const char* bad : {"bert", "Team/bert", "team/-bert", "a/b/c", "/bert"}) {
+    grpc::ClientContext ctx;
+    v1::RegisterJobRequest req;
+    *req.mutable_spec() = Spec(bad, 1, 2);
+    v1::Job job;
+    grpc::Status status = t.jobs->RegisterJob(&ctx, req, &job);
+    INFO(bad);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("spec.job_id"));
+  }
+}
+
+TEST_CASE("RegisterJob of a registered job is ALREADY_EXISTS and UpdateJob changes its spec") {
+  TestServer t;
+  t.Register("ns/job", 1, 4);
+  {
+    grpc::ClientContext ctx;
+    v1::RegisterJobRequest req;
+    *req.mutable_spec() = Spec("ns/job", 1, 4);
+    v1::Job job;
+    CHECK(t.jobs->RegisterJob(&ctx, req, &job).error_code() == grpc::StatusCode::ALREADY_EXISTS);
+  }
+  grpc::ClientContext ctx;
+  v1::UpdateJobRequest req;
+  *req.mutable_spec() = Spec("ns/job", 3, 6);
+  req.mutable_spec()->set_policy("static-max");
+  v1::Job job;
+  REQUIRE(t.jobs->UpdateJob(&ctx, req, &job).ok());
+  CHECK(job.spec().min_replicas() == 3);
+  CHECK(job.recommendation().replicas() == 6);
+  CHECK(job.recommendation().generation() == 2);
+  CHECK(job.recommendation().binding_constraint() == v1::MAX_REPLICAS);
+}
+
+TEST_CASE("unknown jobs are NOT_FOUND for every per-job RPC") {
+  TestServer t;
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id("ns/missing");
+    v1::Job job;
+    grpc::Status status = t.jobs->GetJob(&ctx, req, &job);
+    CHECK(status.error_code() == grpc::StatusCode::NOT_FOUND);
+    CHECK_THAT(status.error_message(), Catch::Contains("ns/missing"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::UpdateJobRequest req;
+    *req.mutable_spec() = Spec("ns/missing", 1, 2);
+    v1::Job job;
+    CHECK(t.jobs->UpdateJob(&ctx, req, &job).error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DeregisterJobRequest req;
+    req.set_job_id("ns/missing");
+    v1::DeregisterJobResponse resp;
+    CHECK(t.jobs->DeregisterJob(&ctx, req, &resp).error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetRecommendationRequest req;
+    req.set_job_id("ns/missing");
+    v1::Recommendation rec;
+    CHECK(t.recs->GetRecommendation(&ctx, req, &rec).error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ReportAppliedRequest req;
+    req.set_job_id("ns/missing");
+    v1::ReportAppliedResponse resp;
+    CHECK(t.recs->ReportApplied(&ctx, req, &resp).error_code() == grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+TEST_CASE("ListJobs filters by namespace and DeregisterJob removes the job") {
+  TestServer t;
+  t.Register("a/one", 1, 2);
+  t.Register("a/two", 1, 2);
+  t.Register("b/three", 1, 2);
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    req.set_namespace_("a");
+    v1::ListJobsResponse resp;
+    REQUIRE(t.jobs->ListJobs(&ctx, req, &resp).ok());
+    REQUIRE(resp.jobs_size() == 2);
+    CHECK(resp.jobs(0).spec().job_id() == "a/one");
+    CHECK(resp.jobs(1).spec().job_id() == "a/two");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DeregisterJobRequest req;
+    req.set_job_id("a/one");
+    v1::DeregisterJobResponse resp;
+    REQUIRE(t.jobs->DeregisterJob(&ctx, req, &resp).ok());
+  }
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse resp;
+  REQUIRE(t.jobs->ListJobs(&ctx, v1::ListJobsRequest(), &resp).ok());
+  CHECK(resp.jobs_size() == 2);
+  v1::ListRecommendationsResponse recs;
+  grpc::ClientContext ctx2;
+  REQUIRE(t.recs->ListRecommendations(&ctx2, v1::ListRecommendationsRequest(), &recs).ok());
+  REQUIRE(recs.recommendations_size() == 2);
+  CHECK(recs.recommendations(0).job_id() == "a/two");
+}
+
+TEST_CASE("ReportSamples accepts the valid samples of a batch and explains each rejection") {
+  TestServer t;
+  t.Register("ns/job", 1, 4);
+  v1::SampleBatch batch;
+  batch.set_job_id("ns/job");
+  batch.set_pod("job-worker-0");
+  batch.set_world_size(2);
+  batch.add_samples()->set_step_seconds(0.5);
+  batch.add_samples()->set_step_seconds(-1);  // rejected
+  v1::StepSample* too_big = batch.add_samples();
+  too_big->set_step_seconds(0.5);
+  too_big->set_world_size(9);  // above max_replicas: rejected
+  batch.add_samples()->set_step_seconds(0.25);
+
+  grpc::ClientContext ctx;
+  v1::IngestSummary summary;
+  REQUIRE(t.metrics->ReportSamples(&ctx, batch, &summary).ok());
+  CHECK(summary.accepted() == 2);
+  CHECK(summary.rejected() == 2);
+  REQUIRE(summary.rejections_size() == 2);
+  CHECK(summary.rejections(0).index() == 1);
+  CHECK_THAT(summary.rejections(0).reason(), Catch::Contains("step_seconds"));
+  CHECK(summary.rejections(1).index() == 2);
+  CHECK_THAT(summary.rejections(1).reason(), Catch::Contains("max_replicas 4"));
+
+  grpc::ClientContext get_ctx;
+  v1::GetJobRequest get;
+  get.set_job_id("ns/job");
+  v1::Job job;
+  REQUIRE(t.jobs->GetJob(&get_ctx, get, &job).ok());
+  CHECK(job.status().samples_accepted() == 2);
+  REQUIRE(job.curve().points_size() == 1);
+  CHECK(job.curve().points(0).replicas() == 2);
+  // Mean step 0.375 s, 32 samples per pod-step, 2 pods.
+  CHECK(job.curve().points(0).samples_per_second() == Approx(2 * 32 / 0.375));
+}
+
+TEST_CASE("ReportSamples refuses a batch over --max_batch_samples naming the limit") {
+  ServerOptions options;
+  options.max_batch_samples = 3;
+  TestServer t(options);
+  t.Register("ns/job", 1, 4);
+  v1::SampleBatch batch;
+  batch.set_job_id("ns/job");
+  for (int i = 0; i < 4; ++i) batch.add_samples()->set_step_seconds(1);
+  grpc::ClientContext ctx;
+  v1::IngestSummary summary;
+  grpc::Status status = t.metrics->ReportSamples(&ctx, batch, &summary);
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(status.error_message(), Catch::Contains("limit is 3"));
+}
+
+TEST_CASE("StreamSamples ingests every batch and answers one summary with stream-wide indices") {
+  TestServer t;
+  t.Register("ns/job", 1, 4);
+  grpc::ClientContext ctx;
+  v1::IngestSummary summary;
+  auto writer = t.metrics->StreamSamples(&ctx, &summary);
+  for (int b = 0; b < 3; ++b) {
+    v1::SampleBatch batch;
+    batch.set_job_id("ns/job");
+    batch.set_pod("pod-" + std::to_string(b));
+    batch.set_world_size(1);
+    for (int i = 0; i < 10; ++i) batch.add_samples()->set_step_seconds(b == 2 && i == 5 ? 0 : 0.1);
+    REQUIRE(writer->Write(batch));
+  }
+  writer->WritesDone();
+  REQUIRE(writer->Finish().ok());
+  CHECK(summary.accepted() == 29);
+  CHECK(summary.rejected() == 1);
+  REQUIRE(summary.rejections_size() == 1);
+  CHECK(summary.rejections(0).index() == 25);
+}
+
+TEST_CASE("ReportApplied records the applied state and turns the action to HOLD") {
+  TestServer t;
+  v1::Job job = t.Register("ns/job", 2, 4);
+  grpc::ClientContext ctx;
+  v1::ReportAppliedRequest req;
+  req.set_job_id("ns/job");
+  req.set_replicas(2);
+  req.set_generation(job.recommendation().generation());
+  v1::ReportAppliedResponse resp;
+  REQUIRE(t.recs->ReportApplied(&ctx, req, &resp).ok());
+  CHECK(resp.status().current_replicas() == 2);
+  CHECK(resp.status().last_applied_generation() == 1);
+
+  grpc::ClientContext get_ctx;
+  v1::GetRecommendationRequest get;
+  get.set_job_id("ns/job");
+  v1::Recommendation rec;
+  REQUIRE(t.recs->GetRecommendation(&get_ctx, get, &rec).ok());
+  CHECK(rec.action() == v1::HOLD);
+  CHECK(rec.generation() == 1);
+
+  grpc::ClientContext bad_ctx;
+  req.set_generation(7);
+  grpc::Status status = t.recs->ReportApplied(&bad_ctx, req, &resp);
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(status.error_message(), Catch::Contains("generation 7"));
+}
+
+TEST_CASE("SetCapacity below demand queues the lower-priority job with a reason") {
+  TestServer t;
+  t.Register("ns/high", 2, 4, /*priority=*/10, /*gpus_per_replica=*/2);
+  t.Register("ns/low", 4, 8, /*priority=*/0, /*gpus_per_replica=*/2);
+  grpc::ClientContext ctx;
+  v1::SetCapacityRequest req;
+  req.set_total_gpus(8);
+  v1::Cluster cluster;
+  REQUIRE(t.cluster->SetCapacity(&ctx, req, &cluster).ok());
+  CHECK(cluster.capacity_known());
+  CHECK(cluster.total_gpus() == 8);
+  CHECK(cluster.allocated_gpus() == 4);
+  CHECK(cluster.free_gpus() == 4);
+  CHECK(cluster.waiting_jobs() == 1);
+  REQUIRE(cluster.allocations_size() == 1);
+  CHECK(cluster.allocations(0).job_id() == "ns/high");
+
+  grpc::ClientContext get_ctx;
+  v1::GetRecommendationRequest get;
+  get.set_job_id("ns/low");
+  v1::Recommendation rec;
+  REQUIRE(t.recs->GetRecommendation(&get_ctx, get, &rec).ok());
+  CHECK(rec.replicas() == 0);
+  CHECK(rec.suspend());
+  CHECK(rec.queue_position() == 1);
+  CHECK(rec.binding_constraint() == v1::CAPACITY);
+  CHECK(rec.reason() == "needs 8 GPUs; 4 free; 4 held by jobs of higher or equal priority");
+
+  grpc::ClientContext get_cluster_ctx;
+  v1::Cluster again;
+  REQUIRE(t.cluster->GetCluster(&get_cluster_ctx, v1::GetClusterRequest(), &again).ok());
+  CHECK(again.allocated_gpus() == 4);
+}
+
+TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change") {
+  TestServer t;
+  t.Register("ns/a", 1, 2);
+  grpc::ClientContext ctx;
+  auto reader = t.recs->WatchRecommendations(&ctx, v1::WatchRecommendationsRequest());
+  v1::RecommendationEvent event;
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::ADDED);
+  CHECK(event.recommendation().job_id() == "ns/a");
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::SYNCED);
+
+  t.Register("ns/b", 1, 2);
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::ADDED);
+  CHECK(event.recommendation().job_id() == "ns/b");
+
+  {
+    grpc::ClientContext set_ctx;
+    v1::SetCapacityRequest set;
+    set.set_total_gpus(1);
+    v1::Cluster cluster;
+    REQUIRE(t.cluster->SetCapacity(&set_ctx, set, &cluster).ok());
+  }
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::MODIFIED);
+  CHECK(event.recommendation().job_id() == "ns/b");
+  CHECK(event.recommendation().replicas() == 0);
+  CHECK(event.recommendation().generation() == 2);
+
+  {
+    grpc::ClientContext del_ctx;
+    v1::DeregisterJobRequest del;
+    del.set_job_id("ns/a");
+    v1::DeregisterJobResponse resp;
+    REQUIRE(t.jobs->DeregisterJob(&del_ctx, del, &resp).ok());
+  }
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::DELETED);
+  CHECK(event.recommendation().job_id() == "ns/a");
+  // ns/b now fits and starts.
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::MODIFIED);
+  CHECK(event.recommendation().job_id() == "ns/b");
+  CHECK(event.recommendation().replicas() == 1);
+
+  ctx.TryCancel();
+  while (reader->Read(&event)) {
+  }
+  CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
+}
+
+TEST_CASE("WatchRecommendations beyond --max_watchers is RESOURCE_EXHAUSTED") {
+  ServerOptions options;
+  options.max_watchers = 1;
+  TestServer t(options);
+  grpc::ClientContext first_ctx;
+  auto first = t.recs->WatchRecommendations(&first_ctx, v1::WatchRecommendationsRequest());
+  v1::RecommendationEvent event;
+  REQUIRE(first->Read(&event));  // SYNCED: the first watcher is registered
+  grpc::ClientContext second_ctx;
+  auto second = t.recs->WatchRecommendations(&second_ctx, v1::WatchRecommendationsRequest());
+  CHECK_FALSE(second->Read(&event));
+  grpc::Status status = second->Finish();
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(status.error_message(), Catch::Contains("--max_watchers"));
+  first_ctx.TryCancel();
+  while (first->Read(&event)) {
+  }
+  first->Finish();
+}
+
+TEST_CASE("shutdown ends watch streams with UNAVAILABLE and health stops serving") {
+  TestServer t;
+  grpc::ClientContext ctx;
+  auto reader = t.recs->WatchRecommendations(&ctx, v1::WatchRecommendationsRequest());
+  v1::RecommendationEvent event;
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::SYNCED);
+  t.server->Shutdown(absl::Seconds(5));
+  CHECK_FALSE(reader->Read(&event));
+  grpc::Status status = reader->Finish();
+  CHECK(status.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK_THAT(status.error_message(), Catch::Contains("shutting down"));
+}
+
+TEST_CASE("the standard health service answers SERVING for the server and each service") {
+  TestServer t;
+  auto health = grpc::health::v1::Health::NewStub(t.channel);
+  for (const char* service : {"", "rescale.v1.JobService", "rescale.v1.MetricsService",
+                              "rescale.v1.RecommendationService", "rescale.v1.ClusterService"}) {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    INFO(service);
+    REQUIRE(health->Check(&ctx, req, &resp).ok());
+    CHECK(resp.status() == grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+}
+
+TEST_CASE("server reflection lists the four rescale.v1 services") {
+  TestServer t;
+  // grpc++_reflection registers the reflection messages in the generated
+  // pool; a dynamic message speaks the protocol without vendoring its .proto.
+  const google::protobuf::DescriptorPool* pool = google::protobuf::DescriptorPool::generated_pool();
+  const auto* request_type =
+      pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionRequest");
+  const auto* response_type =
+      pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionResponse");
+  REQUIRE(request_type != nullptr);
+  REQUIRE(response_type != nullptr);
+  google::protobuf::DynamicMessageFactory factory(pool);
+  std::unique_ptr<google::protobuf::Message> request(factory.GetPrototype(request_type)->New());
+  std::unique_ptr<google::protobuf::Message> response(factory.GetPrototype(response_type)->New());
+  REQUIRE(google::protobuf::TextFormat::ParseFromString("list_services: \"\"", request.get()));
+
+  grpc::GenericStub stub(t.channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  auto call = stub.PrepareCall(
+      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  auto await = [&](intptr_t expected) {
+    REQUIRE(cq.Next(&tag, &ok));
+    CHECK(reinterpret_cast<intptr_t>(tag) == expected);
+    return ok;
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  REQUIRE(await(1));
+  grpc::ByteBuffer out;
+  bool own = false;
+  REQUIRE(grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(
+              *request, &out, &own)
+              .ok());
+  call->Write(out, reinterpret_cast<void*>(2));
+  REQUIRE(await(2));
+  call->WritesDone(reinterpret_cast<void*>(3));
+  REQUIRE(await(3));
+  grpc::ByteBuffer in;
+  call->Read(&in, reinterpret_cast<void*>(4));
+  REQUIRE(await(4));
+  REQUIRE(grpc::GenericDeserialize<grpc::ProtoBufferReader, google::protobuf::Message>(
+              &in, response.get())
+              .ok());
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  await(5);
+  CHECK(status.ok());
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+
+  const std::string text = response->DebugString();
+  for (const char* service : {"rescale.v1.MetricsService", "rescale.v1.JobService",
+                              "rescale.v1.RecommendationService", "rescale.v1.ClusterService",
+                              "grpc.health.v1.Health"}) {
+    INFO(text);
+    CHECK_THAT(text, Catch::Contains(std::string("name: \"") + service + "\""));
+  }
+}
+
+TEST_CASE("Start reports a clear error for an address it cannot bind") {
+  ServerOptions options;
+  options.listen = "256.0.0.1:1";
+  options.run_plan_timer = false;
+  auto started = RescaleServer::Start(options);
+  REQUIRE_FALSE(started.ok());
+  CHECK_THAT(std::string(started.status().message()), Catch::Contains("256.0.0.1:1"));
+}
