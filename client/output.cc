@@ -1,0 +1,658 @@
+// Text formats of rescalectl: tables, the describe view, the watch table,
+// json/yaml rendering of messages, and YAML→JSON for manifests. See
+// output.h for what each function promises.
+#include "client/output.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstdint>
+#include <regex>
+#include <stdexcept>
+#include <utility>
+
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace rescale::cli {
+namespace {
+
+constexpr std::string_view kNone = "<none>";
+
+// ------------------------------------------------------ scalar inference --
+
+// YAML 1.2 core schema for plain scalars. Deliberately not YAML 1.1: `yes`,
+// `on` and `NO` stay strings, so a namespace called "no" is not a bool.
+bool IsYamlNull(std::string_view s) {
+  return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
+}
+
+std::optional<bool> AsYamlBool(std::string_view s) {
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  return std::nullopt;
+}
+
+// An integer literal as JSON: signed when it fits int64, unsigned when only
+// uint64 holds it. Larger literals stay strings; protobuf's JSON parser then
+// reports the range error against the field, which is the useful message.
+std::optional<nlohmann::json> AsYamlInteger(std::string_view s) {
+  static const std::regex kDecimal("[-+]?[0-9]+");
+  static const std::regex kOctal("0o[0-7]+");
+  static const std::regex kHex("0x[0-9a-fA-F]+");
+  const std::string text(s);
+  int base = 10;
+  std::string_view digits = s;
+  if (std::regex_match(text, kOctal)) {
+    base = 8;
+    digits.remove_prefix(2);
+  } else if (std::regex_match(text, kHex)) {
+    base = 16;
+    digits.remove_prefix(2);
+  } else if (!std::regex_match(text, kDecimal)) {
+    return std::nullopt;
+  }
+  // from_chars accepts '-' but not '+'.
+  if (!digits.empty() && digits.front() == '+') digits.remove_prefix(1);
+  const char* end = digits.data() + digits.size();
+  int64_t signed_value = 0;
+  if (auto [ptr, ec] = std::from_chars(digits.data(), end, signed_value, base);
+      ec == std::errc() && ptr == end) {
+    return nlohmann::json(signed_value);
+  }
+  uint64_t unsigned_value = 0;
+  if (auto [ptr, ec] = std::from_chars(digits.data(), end, unsigned_value, base);
+      ec == std::errc() && ptr == end) {
+    return nlohmann::json(unsigned_value);
+  }
+  return nlohmann::json(std::string(s));
+}
+
+std::optional<nlohmann::json> AsYamlFloat(std::string_view s) {
+  static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+  static const std::regex kInfinity(R"([-+]?\.(inf|Inf|INF))");
+  static const std::regex kNotANumber(R"(\.(nan|NaN|NAN))");
+  const std::string text(s);
+  // JSON has no infinity or NaN; proto JSON spells them as these strings.
+  if (std::regex_match(text, kInfinity)) {
+    return nlohmann::json(text.front() == '-' ? "-Infinity" : "Infinity");
+  }
+  if (std::regex_match(text, kNotANumber)) return nlohmann::json("NaN");
+  if (!std::regex_match(text, kFloat)) return std::nullopt;
+  return nlohmann::json(std::strtod(text.c_str(), nullptr));
+}
+
+nlohmann::json InferPlainScalar(const std::string& s) {
+  if (IsYamlNull(s)) return nullptr;
+  if (auto b = AsYamlBool(s)) return *b;
+  if (auto i = AsYamlInteger(s)) return *i;
+  if (auto f = AsYamlFloat(s)) return *f;
+  return s;
+}
+
+// Whether a plain scalar with this text would read back as something other
+// than this string, so that the emitter has to quote it.
+bool NeedsQuotesToStayString(const std::string& s) {
+  // ".inf" infers to the string "Infinity": a string, but not this one.
+  const nlohmann::json read_back = InferPlainScalar(s);
+  return !read_back.is_string() || read_back != s;
+}
+
+// ------------------------------------------------------------- emitting --
+
+void EmitJson(YAML::Emitter& emitter, const nlohmann::ordered_json& value) {
+  switch (value.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      emitter << YAML::Null;
+      break;
+    case nlohmann::ordered_json::value_t::boolean:
+      emitter << value.get<bool>();
+      break;
+    case nlohmann::ordered_json::value_t::number_integer:
+      emitter << value.get<int64_t>();
+      break;
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      emitter << value.get<uint64_t>();
+      break;
+    case nlohmann::ordered_json::value_t::number_float:
+      // nlohmann prints the shortest text that reads back to the same
+      // double; yaml-cpp's own double output pads to a fixed precision.
+      emitter << value.dump();
+      break;
+    case nlohmann::ordered_json::value_t::string: {
+      const auto& s = value.get_ref<const std::string&>();
+      if (NeedsQuotesToStayString(s)) emitter << YAML::DoubleQuoted;
+      emitter << s;
+      break;
+    }
+    case nlohmann::ordered_json::value_t::array:
+      if (value.empty()) emitter << YAML::Flow;
+      emitter << YAML::BeginSeq;
+      for (const auto& element : value) EmitJson(emitter, element);
+      emitter << YAML::EndSeq;
+      break;
+    case nlohmann::ordered_json::value_t::object:
+      if (value.empty()) emitter << YAML::Flow;
+      emitter << YAML::BeginMap;
+      for (const auto& [key, element] : value.items()) {
+        emitter << YAML::Key;
+        if (NeedsQuotesToStayString(key)) emitter << YAML::DoubleQuoted;
+        emitter << key << YAML::Value;
+        EmitJson(emitter, element);
+      }
+      emitter << YAML::EndMap;
+      break;
+    default:  // binary and discarded never come out of a JSON parse.
+      emitter << YAML::Null;
+      break;
+  }
+}
+
+// ------------------------------------------------------------ timestamps --
+
+bool IsSet(const google::protobuf::Timestamp& ts) {
+  return ts.seconds() != 0 || ts.nanos() != 0;
+}
+
+absl::Time ToAbslTime(const google::protobuf::Timestamp& ts) {
+  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+}
+
+// "2024-05-01T12:00:00Z (5m ago)", or `unset_text`.
+std::string FormatTimestamp(const google::protobuf::Timestamp& ts, absl::Time now,
+                            std::string_view unset_text) {
+  if (!IsSet(ts)) return std::string(unset_text);
+  const absl::Time t = ToAbslTime(ts);
+  return absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()),
+                      " (", HumanDuration(now - t), " ago)");
+}
+
+// printf-style formatting of one double (absl::StrFormat would add a link
+// dependency for two call sites).
+std::string FormatDouble(const char* format, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
+}
+
+std::string Rate(double samples_per_second) { return FormatDouble("%.1f", samples_per_second); }
+
+std::string OrNone(const std::string& s) { return s.empty() ? std::string(kNone) : s; }
+
+std::string YesNo(bool b) { return b ? "true" : "false"; }
+
+// Strips `prefix` from an enum value name; the zero value reads "<none>".
+std::string EnumDisplay(const std::string& name, std::string_view prefix) {
+  if (name.empty() || absl::EndsWith(name, "_UNSPECIFIED")) return std::string(kNone);
+  if (name.compare(0, prefix.size(), prefix) == 0) return name.substr(prefix.size());
+  return name;
+}
+
+// "Key:" rows with values aligned, as in kubectl describe.
+class KeyValueSection {
+ public:
+  void Add(std::string key, std::string value) {
+    rows_.emplace_back(std::move(key), std::move(value));
+  }
+  std::string Render(std::string_view indent) const {
+    size_t key_width = 0;
+    for (const auto& [key, value] : rows_) key_width = std::max(key_width, key.size() + 1);
+    std::string text;
+    for (const auto& [key, value] : rows_) {
+      absl::StrAppend(&text, std::string(indent), key, ":", std::string(key_width - key.size() - 1, ' '),
+                      "  ", value, "\n");
+    }
+    return text;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> rows_;
+};
+
+std::string CurvePointsTable(const google::protobuf::RepeatedPtrField<v1::CurvePoint>& points,
+                             bool with_observation, std::string_view indent = "  ") {
+  std::vector<std::string> headers = {"REPLICAS", "SAMPLES/S", "UNCERTAINTY"};
+  if (with_observation) {
+    headers.push_back("SOURCE");
+    headers.push_back("SAMPLES");
+  }
+  Table table(std::move(headers));
+  for (const auto& point : points) {
+    std::vector<std::string> row = {absl::StrCat(point.replicas()),
+                                    Rate(point.samples_per_second()),
+                                    absl::StrCat("±", Rate(point.uncertainty()))};
+    if (with_observation) {
+      row.push_back(point.observed() ? "observed" : "predicted");
+      row.push_back(point.observed() ? absl::StrCat(point.sample_count()) : "-");
+    }
+    table.AddRow(std::move(row));
+  }
+  return table.Render(indent);
+}
+
+}  // namespace
+
+std::optional<OutputFormat> ParseOutputFormat(std::string_view name) {
+  if (name == "table") return OutputFormat::kTable;
+  if (name == "json") return OutputFormat::kJson;
+  if (name == "yaml") return OutputFormat::kYaml;
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------- json / yaml --
+
+std::string MessageToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = false;
+  options.always_print_primitive_fields = true;
+  options.always_print_enums_as_ints = false;
+  options.preserve_proto_field_names = false;
+  std::string json;
+  // Printing a well-formed message cannot fail (no Any with unknown types in
+  // this API); an empty object is the safe fallback if it ever does.
+  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) return "{}";
+  if (!pretty) return json;
+  // protobuf indents by one space; re-indent by two (as kubectl and jq do),
+  // keeping field order. Numbers keep their text: nlohmann prints doubles in
+  // the shortest form that reads back exactly.
+  return nlohmann::ordered_json::parse(json).dump(
+      2, ' ', /*ensure_ascii=*/false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string JsonToYaml(const nlohmann::ordered_json& value) {
+  YAML::Emitter emitter;
+  emitter.SetIndent(2);
+  emitter << YAML::Block;
+  EmitJson(emitter, value);
+  return emitter.c_str();
+}
+
+std::string MessageToYaml(const google::protobuf::Message& message) {
+  return JsonToYaml(nlohmann::ordered_json::parse(MessageToJson(message, /*pretty=*/false)));
+}
+
+void PrintMessage(const google::protobuf::Message& message, OutputFormat format,
+                  std::ostream& out, bool document_marker) {
+  if (format == OutputFormat::kYaml) {
+    if (document_marker) out << "---\n";
+    out << MessageToYaml(message) << "\n";
+  } else {
+    out << MessageToJson(message, /*pretty=*/true) << "\n";
+  }
+}
+
+nlohmann::json YamlToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      return nullptr;
+    case YAML::NodeType::Scalar: {
+      // "!" marks a quoted scalar (and the non-specific tag); quoting is how
+      // a manifest says "this is a string", so no inference.
+      const std::string& tag = node.Tag();
+      if (tag == "!" || tag == "tag:yaml.org,2002:str") return node.Scalar();
+      return InferPlainScalar(node.Scalar());
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::json array = nlohmann::json::array();
+      for (const auto& element : node) array.push_back(YamlToJson(element));
+      return array;
+    }
+    case YAML::NodeType::Map: {
+      nlohmann::json object = nlohmann::json::object();
+      for (const auto& entry : node) {
+        const YAML::Node& key = entry.first;
+        if (!key.IsScalar()) {
+          throw std::invalid_argument(
+              absl::StrCat("line ", key.Mark().line + 1, ": map keys must be plain strings"));
+        }
+        // yaml-cpp keeps duplicate keys; JSON would silently keep the last,
+        // hiding a copy-paste mistake.
+        if (object.contains(key.Scalar())) {
+          throw std::invalid_argument(
+              absl::StrCat("line ", key.Mark().line + 1, ": duplicate key \"", key.Scalar(), "\""));
+        }
+        object[key.Scalar()] = YamlToJson(entry.second);
+      }
+      return object;
+    }
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- tables --
+
+Table::Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+
+void Table::AddRow(std::vector<std::string> cells) {
+  cells.resize(headers_.size());
+  rows_.push_back(std::move(cells));
+}
+
+std::string Table::Render(std::string_view indent) const {
+  std::vector<size_t> widths(headers_.size());
+  for (size_t c = 0; c < headers_.size(); ++c) {
+    widths[c] = headers_[c].size();
+    for (const auto& row : rows_) widths[c] = std::max(widths[c], row[c].size());
+  }
+  auto render_line = [&](const std::vector<std::string>& cells) {
+    std::string line(indent);
+    for (size_t c = 0; c < cells.size(); ++c) {
+      line += cells[c];
+      if (c + 1 < cells.size()) line += std::string(widths[c] - cells[c].size() + 2, ' ');
+    }
+    // A trailing empty cell would leave blanks at the end of the line.
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    return line + "\n";
+  };
+  std::string text = render_line(headers_);
+  for (const auto& row : rows_) text += render_line(row);
+  return text;
+}
+
+std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
+                            absl::Time now) {
+  Table table({"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY", "POLICY",
+               "CURRENT", "RECOMMENDED", "ACTION", "AGE"});
+  for (const auto& job : jobs) {
+    const auto& spec = job.spec();
+    const auto& status = job.status();
+    auto [ns, name] = SplitJobId(spec.job_id());
+    // An empty spec policy means "the server's default"; the recommendation
+    // names the policy that actually decided.
+    std::string policy = spec.policy();
+    if (policy.empty()) policy = job.recommendation().policy();
+    if (policy.empty()) policy = "<default>";
+    const bool has_recommendation = job.has_recommendation();
+    table.AddRow({
+        ns,
+        name,
+        absl::StrCat(spec.min_replicas()),
+        absl::StrCat(spec.max_replicas()),
+        absl::StrCat(spec.has_gpus_per_replica() ? spec.gpus_per_replica() : 1),
+        absl::StrCat(spec.priority()),
+        policy,
+        status.suspended() ? "suspended" : absl::StrCat(status.current_replicas()),
+        has_recommendation ? absl::StrCat(job.recommendation().replicas()) : std::string(kNone),
+        has_recommendation ? ActionName(job.recommendation().action()) : std::string(kNone),
+        IsSet(status.registered_at())
+            ? HumanDuration(now - ToAbslTime(status.registered_at()))
+            : std::string("<unknown>"),
+    });
+  }
+  return table.Render();
+}
+
+std::string FormatRecommendationsTable(
+    const google::protobuf::RepeatedPtrField<v1::Recommendation>& recommendations) {
+  Table table({"NAMESPACE", "NAME", "REPLICAS", "ACTION", "GENERATION", "CONSTRAINT", "QUEUE",
+               "REASON"});
+  for (const auto& rec : recommendations) {
+    auto [ns, name] = SplitJobId(rec.job_id());
+    table.AddRow({
+        ns,
+        name,
+        absl::StrCat(rec.replicas()),
+        ActionName(rec.action()),
+        absl::StrCat(rec.generation()),
+        ConstraintName(rec.binding_constraint()),
+        // 0 means "running", which a dash says more plainly than a zero.
+        rec.queue_position() == 0 ? "-" : absl::StrCat(rec.queue_position()),
+        OrNone(rec.reason()),
+    });
+  }
+  return table.Render();
+}
+
+std::string DescribeJob(const v1::Job& job, absl::Time now) {
+  const auto& spec = job.spec();
+  const auto& status = job.status();
+  auto [ns, name] = SplitJobId(spec.job_id());
+  std::string text;
+
+  KeyValueSection identity;
+  identity.Add("Name", name);
+  identity.Add("Namespace", OrNone(ns));
+  identity.Add("Job ID", spec.job_id());
+  text += identity.Render("");
+
+  // Unset optional fields show the server-side default they stand for.
+  KeyValueSection spec_section;
+  spec_section.Add("Min Replicas", absl::StrCat(spec.min_replicas()));
+  spec_section.Add("Max Replicas", absl::StrCat(spec.max_replicas()));
+  spec_section.Add("GPUs Per Replica", spec.has_gpus_per_replica()
+                                           ? absl::StrCat(spec.gpus_per_replica())
+                                           : "1 (default)");
+  spec_section.Add("Priority", absl::StrCat(spec.priority()));
+  spec_section.Add("Preemptible",
+                   spec.has_preemptible() ? YesNo(spec.preemptible()) : "true (default)");
+  spec_section.Add("Restart Cost", spec.has_restart_cost_seconds()
+                                       ? FormatDouble("%gs", spec.restart_cost_seconds())
+                                       : "60s (default)");
+  spec_section.Add("Local Batch Size", absl::StrCat(spec.local_batch_size()));
+  spec_section.Add("Policy", spec.policy().empty() ? "<server default>" : spec.policy());
+  spec_section.Add("Prior Points", spec.prior().empty() ? std::string(kNone)
+                                                        : absl::StrCat(spec.prior_size()));
+  text += "Spec:\n" + spec_section.Render("  ");
+  if (!spec.prior().empty()) {
+    text += CurvePointsTable(spec.prior(), /*with_observation=*/false, "    ");
+  }
+
+  KeyValueSection status_section;
+  status_section.Add("Current Replicas", absl::StrCat(status.current_replicas()));
+  status_section.Add("Suspended", YesNo(status.suspended()));
+  status_section.Add("Last Applied Generation", absl::StrCat(status.last_applied_generation()));
+  status_section.Add("Last Applied At", FormatTimestamp(status.last_applied_at(), now, "<never>"));
+  status_section.Add("Registered At", FormatTimestamp(status.registered_at(), now, "<unknown>"));
+  status_section.Add("Samples Accepted", absl::StrCat(status.samples_accepted()));
+  text += "Status:\n" + status_section.Render("  ");
+
+  text += "Pods:\n";
+  if (job.pods().empty()) {
+    text += "  <none>\n";
+  } else {
+    Table pods({"POD", "WORLD SIZE", "STEP TIME", "SAMPLES", "LAST SEEN", "STRAGGLER"});
+    for (const auto& pod : job.pods()) {
+      pods.AddRow({
+          pod.pod(),
+          absl::StrCat(pod.world_size()),
+          FormatDouble("%.3fs", pod.recent_step_seconds()),
+          absl::StrCat(pod.sample_count()),
+          IsSet(pod.last_seen()) ? HumanDuration(now - ToAbslTime(pod.last_seen())) + " ago"
+                                 : std::string("<never>"),
+          pod.straggler() ? "yes" : "no",
+      });
+    }
+    text += pods.Render("  ");
+  }
+
+  text += "Throughput Curve:\n";
+  if (job.curve().points().empty()) {
+    text += "  <none>\n";
+  } else {
+    text += CurvePointsTable(job.curve().points(), /*with_observation=*/true);
+  }
+
+  text += "Recommendation:\n";
+  if (!job.has_recommendation()) {
+    text += "  <none>\n";
+  } else {
+    const auto& rec = job.recommendation();
+    KeyValueSection rec_section;
+    rec_section.Add("Replicas", absl::StrCat(rec.replicas()));
+    rec_section.Add("Suspend", YesNo(rec.suspend()));
+    rec_section.Add("Action", ActionName(rec.action()));
+    rec_section.Add("Generation", absl::StrCat(rec.generation()));
+    rec_section.Add("Binding Constraint", ConstraintName(rec.binding_constraint()));
+    rec_section.Add("Queue Position",
+                    rec.queue_position() == 0 ? "- (running)" : absl::StrCat(rec.queue_position()));
+    rec_section.Add("GPUs", absl::StrCat(rec.gpus()));
+    rec_section.Add("Current Samples/s", Rate(rec.current_samples_per_second()));
+    rec_section.Add("Predicted Samples/s", Rate(rec.predicted_samples_per_second()));
+    rec_section.Add("Policy", OrNone(rec.policy()));
+    rec_section.Add("Decided At", FormatTimestamp(rec.decided_at(), now, "<never>"));
+    rec_section.Add("Reason", OrNone(rec.reason()));
+    text += rec_section.Render("  ");
+  }
+  return text;
+}
+
+std::string FormatCluster(const v1::Cluster& cluster) {
+  // Until capacity is set the planner hands out GPUs without bound, so the
+  // total and the free count are not numbers yet.
+  const std::string unbounded = "unbounded";
+  Table totals({"TOTAL", "ALLOCATED", "FREE", "WAITING"});
+  totals.AddRow({
+      cluster.capacity_known() ? absl::StrCat(cluster.total_gpus()) : unbounded,
+      absl::StrCat(cluster.allocated_gpus()),
+      cluster.capacity_known() ? absl::StrCat(cluster.free_gpus()) : unbounded,
+      absl::StrCat(cluster.waiting_jobs()),
+  });
+  std::string text = totals.Render();
+  if (!cluster.allocations().empty()) {
+    Table allocations({"NAMESPACE", "NAME", "REPLICAS", "GPUS", "PRIORITY"});
+    for (const auto& allocation : cluster.allocations()) {
+      auto [ns, name] = SplitJobId(allocation.job_id());
+      allocations.AddRow({ns, name, absl::StrCat(allocation.replicas()),
+                          absl::StrCat(allocation.gpus()), absl::StrCat(allocation.priority())});
+    }
+    text += "\n" + allocations.Render();
+  }
+  return text;
+}
+
+// --------------------------------------------------------------- watch --
+
+namespace {
+struct WatchColumn {
+  const char* header;
+  size_t min_width;
+};
+// Widths fit the common case (short namespaces, names up to ~24 chars);
+// REASON is last and unpadded.
+constexpr WatchColumn kWatchColumns[] = {
+    {"EVENT", 8},   {"NAMESPACE", 12},  {"NAME", 24},  {"REPLICAS", 8}, {"ACTION", 10},
+    {"GENERATION", 10}, {"CONSTRAINT", 17}, {"QUEUE", 5}, {"REASON", 0},
+};
+}  // namespace
+
+void WatchTablePrinter::PrintRow(const std::vector<std::string>& cells) {
+  std::string line;
+  for (size_t c = 0; c < cells.size(); ++c) {
+    line += cells[c];
+    if (c + 1 < cells.size()) {
+      const size_t width = std::max(kWatchColumns[c].min_width, cells[c].size());
+      line += std::string(width - cells[c].size() + 2, ' ');
+    }
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  // Flush per row: someone is watching this live, possibly through a pipe.
+  out_ << line << std::endl;
+}
+
+void WatchTablePrinter::PrintEvent(const v1::RecommendationEvent& event) {
+  if (!header_printed_) {
+    std::vector<std::string> headers;
+    for (const auto& column : kWatchColumns) headers.emplace_back(column.header);
+    PrintRow(headers);
+    header_printed_ = true;
+  }
+  if (event.type() == v1::RecommendationEvent::SYNCED) {
+    // The end-of-initial-list marker carries no recommendation.
+    PrintRow({EventTypeName(event.type())});
+    return;
+  }
+  const auto& rec = event.recommendation();
+  auto [ns, name] = SplitJobId(rec.job_id());
+  PrintRow({
+      EventTypeName(event.type()),
+      ns,
+      name,
+      absl::StrCat(rec.replicas()),
+      ActionName(rec.action()),
+      absl::StrCat(rec.generation()),
+      ConstraintName(rec.binding_constraint()),
+      rec.queue_position() == 0 ? "-" : absl::StrCat(rec.queue_position()),
+      OrNone(rec.reason()),
+  });
+}
+
+// ------------------------------------------------------------- pieces --
+
+std::string ActionName(v1::Action action) {
+  return EnumDisplay(v1::Action_Name(action), "ACTION_");
+}
+
+std::string ConstraintName(v1::BindingConstraint constraint) {
+  return EnumDisplay(v1::BindingConstraint_Name(constraint), "BINDING_CONSTRAINT_");
+}
+
+std::string EventTypeName(v1::RecommendationEvent::Type type) {
+  return EnumDisplay(v1::RecommendationEvent::Type_Name(type), "TYPE_");
+}
+
+std::string HumanDuration(absl::Duration duration) {
+  // Same thresholds as kubectl (k8s.io/apimachinery/pkg/util/duration), so
+  // ages read the way operators are used to.
+  const int64_t seconds = absl::ToInt64Seconds(duration);
+  if (seconds < -1) return "<invalid>";
+  if (seconds < 0) return "0s";
+  if (seconds < 60 * 2) return absl::StrCat(seconds, "s");
+  const int64_t minutes = seconds / 60;
+  if (minutes < 10) {
+    const int64_t s = seconds % 60;
+    return s == 0 ? absl::StrCat(minutes, "m") : absl::StrCat(minutes, "m", s, "s");
+  }
+  if (minutes < 60 * 3) return absl::StrCat(minutes, "m");
+  const int64_t hours = minutes / 60;
+  if (hours < 8) {
+    const int64_t m = minutes % 60;
+    return m == 0 ? absl::StrCat(hours, "h") : absl::StrCat(hours, "h", m, "m");
+  }
+  if (hours < 48) return absl::StrCat(hours, "h");
+  if (hours < 24 * 8) {
+    const int64_t h = hours % 24;
+    return h == 0 ? absl::StrCat(hours / 24, "d") : absl::StrCat(hours / 24, "d", h, "h");
+  }
+  if (hours < 24 * 365 * 2) return absl::StrCat(hours / 24, "d");
+  if (hours < 24 * 365 * 8) {
+    const int64_t d = (hours / 24) % 365;
+    return d == 0 ? absl::StrCat(hours / 24 / 365, "y")
+                  : absl::StrCat(hours / 24 / 365, "y", d, "d");
+  }
+  return absl::StrCat(hours / 24 / 365, "y");
+}
+
+std::string StatusCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "Cancelled";
+    case grpc::StatusCode::UNKNOWN: return "Unknown";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "InvalidArgument";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DeadlineExceeded";
+    case grpc::StatusCode::NOT_FOUND: return "NotFound";
+    case grpc::StatusCode::ALREADY_EXISTS: return "AlreadyExists";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PermissionDenied";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "ResourceExhausted";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FailedPrecondition";
+    case grpc::StatusCode::ABORTED: return "Aborted";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OutOfRange";
+    case grpc::StatusCode::UNIMPLEMENTED: return "Unimplemented";
+    case grpc::StatusCode::INTERNAL: return "Internal";
+    case grpc::StatusCode::UNAVAILABLE: return "Unavailable";
+    case grpc::StatusCode::DATA_LOSS: return "DataLoss";
+    case grpc::StatusCode::UNAUTHENTICATED: return "Unauthenticated";
+    default: return absl::StrCat("Code", static_cast<int>(code));
+  }
+}
+
+std::pair<std::string, std::string> SplitJobId(std::string_view job_id) {
+  const size_t slash = job_id.find('/');
+  if (slash == std::string_view::npos) return {"", std::string(job_id)};
+  return {std::string(job_id.substr(0, slash)), std::string(job_id.substr(slash + 1))};
+}
+
+}  // namespace rescale::cli

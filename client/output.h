@@ -1,0 +1,134 @@
+// Text formats of rescalectl: everything that turns API messages into what a
+// person or a script reads, and turns YAML/JSON manifests into proto JSON.
+//
+// Output side: kubectl-like tables (upper-case headers, columns aligned with
+// two spaces), the multi-section `describe job` view, the streaming watch
+// table, and the json/yaml renderings of any message (proto JSON, then JSON
+// converted to block YAML). Input side: YAML nodes become JSON with the
+// type inference YAML 1.2's core schema gives plain scalars, so a manifest
+// can be handed to protobuf's JSON parser. None of this talks to a server.
+#ifndef RESCALE_CLIENT_OUTPUT_H_
+#define RESCALE_CLIENT_OUTPUT_H_
+
+#include <cstddef>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <google/protobuf/message.h>
+#include <google/protobuf/repeated_ptr_field.h>
+#include <grpcpp/support/status.h>
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "absl/time/time.h"
+#include "rescale/v1/rescale.pb.h"
+
+namespace rescale::cli {
+
+enum class OutputFormat { kTable, kJson, kYaml };
+
+// "table", "json" or "yaml"; nullopt for anything else.
+std::optional<OutputFormat> ParseOutputFormat(std::string_view name);
+
+// ---------------------------------------------------------- json / yaml --
+
+// Proto JSON with lowerCamel names and every primitive field printed (so a
+// script sees `currentReplicas: 0` rather than a missing key). `pretty`
+// indents; otherwise the object is one line (for streamed events).
+std::string MessageToJson(const google::protobuf::Message& message, bool pretty);
+
+// Block-style YAML of any JSON value, keys in the JSON's order. Strings that
+// a YAML reader would take for another type ("3", "true", "null") are quoted
+// so the document reads back to the same JSON.
+std::string JsonToYaml(const nlohmann::ordered_json& value);
+
+// MessageToJson then JsonToYaml.
+std::string MessageToYaml(const google::protobuf::Message& message);
+
+// Writes `message` as pretty JSON or as YAML, ending with a newline. In YAML,
+// `document_marker` starts it with "---" so several messages form a stream.
+void PrintMessage(const google::protobuf::Message& message, OutputFormat format,
+                  std::ostream& out, bool document_marker = false);
+
+// A YAML node as JSON. Plain (untagged, unquoted) scalars get the type YAML
+// 1.2's core schema gives them: true/false → bool, integers → number,
+// floats → number (.inf/.nan → the strings "Infinity"/"NaN" proto JSON uses),
+// null/~/empty → null, anything else → string. Quoted scalars and `!!str`
+// stay strings. Throws std::invalid_argument naming the line for things JSON
+// cannot hold (non-scalar map keys).
+nlohmann::json YamlToJson(const YAML::Node& node);
+
+// ---------------------------------------------------------------- tables --
+
+// Rows of cells printed as aligned columns: each column as wide as its
+// widest cell, two spaces between columns, no trailing blanks.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers);
+  void AddRow(std::vector<std::string> cells);
+  size_t row_count() const { return rows_.size(); }
+  // `indent` prefixes every line (for tables nested in `describe`).
+  std::string Render(std::string_view indent = "") const;
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// get jobs / get job: NAMESPACE NAME MIN MAX GPUS/REPLICA PRIORITY POLICY
+// CURRENT RECOMMENDED ACTION AGE. `now` computes AGE.
+std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
+                            absl::Time now);
+
+// get recommendations / get recommendation: NAMESPACE NAME REPLICAS ACTION
+// GENERATION CONSTRAINT QUEUE REASON.
+std::string FormatRecommendationsTable(
+    const google::protobuf::RepeatedPtrField<v1::Recommendation>& recommendations);
+
+// describe job: Spec, Status, Pods, Throughput Curve and Recommendation
+// sections.
+std::string DescribeJob(const v1::Job& job, absl::Time now);
+
+// capacity get: the totals, then one row per job allocation.
+std::string FormatCluster(const v1::Cluster& cluster);
+
+// The watch table: rows arrive one at a time, so column widths cannot come
+// from the data. Each column has a minimum width that fits typical values;
+// a longer value just pushes the rest of its own row right.
+class WatchTablePrinter {
+ public:
+  explicit WatchTablePrinter(std::ostream& out) : out_(out) {}
+  // Prints the header before the first row.
+  void PrintEvent(const v1::RecommendationEvent& event);
+
+ private:
+  void PrintRow(const std::vector<std::string>& cells);
+
+  std::ostream& out_;
+  bool header_printed_ = false;
+};
+
+// ------------------------------------------------------------- pieces --
+
+// Enum value names as tables show them: the value name with a leading
+// `prefix` removed ("SCALE_UP"), "<none>" for the *_UNSPECIFIED zero value.
+std::string ActionName(v1::Action action);
+std::string ConstraintName(v1::BindingConstraint constraint);
+std::string EventTypeName(v1::RecommendationEvent::Type type);
+
+// kubectl's compact ages: "42s", "3m12s", "5h", "2d4h", "400d".
+std::string HumanDuration(absl::Duration duration);
+
+// The kubectl-style name of a gRPC status code: "InvalidArgument",
+// "NotFound", "Unavailable".
+std::string StatusCodeName(grpc::StatusCode code);
+
+// "namespace/name" split at the first '/'; no '/' → {"", job_id}.
+std::pair<std::string, std::string> SplitJobId(std::string_view job_id);
+
+}  // namespace rescale::cli
+
+#endif  // RESCALE_CLIENT_OUTPUT_H_

@@ -1,0 +1,722 @@
+// rescalectl's command tree and what each command does: CLI11 parsing,
+// reading job manifests, one gRPC call (or stream) per command, and handing
+// the result to output.h for printing.
+//
+// Layout: a Session carries what every command needs (streams, output
+// format, channel, deadline); each command is a function of a Session and
+// its own flags; RunCli builds the CLI11 tree, parses, connects and runs the
+// one command that was named.
+#include "client/rescalectl_cli.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include <CLI/CLI.hpp>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/output.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "rescale/v1/rescale.grpc.pb.h"
+
+namespace rescale::cli {
+namespace {
+
+constexpr char kDefaultServer[] = "127.0.0.1:50051";
+// kubectl prints "<kind>.<group>/<name> created"; this is our equivalent.
+constexpr char kJobResourcePrefix[] = "job.rescale.io/";
+
+struct GlobalFlags {
+  std::string server = kDefaultServer;
+  std::string output = "table";
+  double timeout_seconds = 10;
+  bool tls = false;
+  std::string ca_file;
+};
+
+// What every command needs once the command line is parsed.
+class Session {
+ public:
+  Session(std::shared_ptr<grpc::Channel> channel, OutputFormat format, double timeout_seconds,
+          std::istream& in, std::ostream& out, std::ostream& err)
+      : channel_(std::move(channel)),
+        format_(format),
+        timeout_seconds_(timeout_seconds),
+        in_(in),
+        out_(out),
+        err_(err) {}
+
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  OutputFormat format() const { return format_; }
+  bool table() const { return format_ == OutputFormat::kTable; }
+  std::istream& in() { return in_; }
+  std::ostream& out() { return out_; }
+  std::ostream& err() { return err_; }
+
+  // Unary calls get --timeout as their deadline (0 = none).
+  void ApplyDeadline(grpc::ClientContext& context) const {
+    if (timeout_seconds_ <= 0) return;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                             std::chrono::duration<double>(timeout_seconds_)));
+  }
+
+  // kubectl's shape: "Error from server (NotFound): <message>". `context`
+  // says which of several calls failed (register with many documents).
+  int ServerError(const grpc::Status& status, const std::string& context = "") {
+    err_ << "Error from server (" << StatusCodeName(status.error_code()) << "): " << context
+         << status.error_message() << "\n";
+    return 1;
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  OutputFormat format_;
+  double timeout_seconds_;
+  std::istream& in_;
+  std::ostream& out_;
+  std::ostream& err_;
+};
+
+using Command = std::function<int(Session&)>;
+
+// ---------------------------------------------------------- manifests --
+
+// One JobSpec read from a manifest, with where it came from for messages.
+struct SpecDocument {
+  v1::JobSpec spec;
+  std::string origin;  // e.g. `"jobs.yaml" document 2 (line 14)`
+};
+
+// Reads a whole file, or `in` for "-". Errors name the file.
+std::optional<std::string> ReadManifest(const std::string& path, std::istream& in,
+                                        std::ostream& err) {
+  std::ostringstream content;
+  if (path == "-") {
+    content << in.rdbuf();
+    return content.str();
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    err << "error: cannot read \"" << path << "\": " << std::strerror(errno) << "\n";
+    return std::nullopt;
+  }
+  content << file.rdbuf();
+  if (file.bad()) {
+    err << "error: cannot read \"" << path << "\": " << std::strerror(errno) << "\n";
+    return std::nullopt;
+  }
+  return content.str();
+}
+
+// A document is either a bare JobSpec or a kubectl-style wrapper
+// {apiVersion, kind, metadata, spec}. In the wrapper, metadata.name (and
+// metadata.namespace, default "default") supply the job id when the spec
+// has none. Sets `error` instead when the document is neither.
+struct UnwrappedSpec {
+  nlohmann::json spec;
+  std::string error;
+};
+
+UnwrappedSpec UnwrapSpec(nlohmann::json document) {
+  if (!document.is_object()) return {nullptr, "expected a mapping (a JobSpec)"};
+  if (!document.contains("spec")) return {std::move(document), ""};
+  if (!document["spec"].is_object()) return {nullptr, "\"spec\" must be a mapping"};
+  for (const auto& [key, value] : document.items()) {
+    if (key != "apiVersion" && key != "kind" && key != "metadata" && key != "spec") {
+      return {nullptr, absl::StrCat("unknown top-level key \"", key,
+                                    "\" (a wrapped document has apiVersion, kind, metadata, "
+                                    "spec)")};
+    }
+  }
+  nlohmann::json spec = document["spec"];
+  const bool spec_has_id = spec.contains("jobId") || spec.contains("job_id");
+  if (document.contains("metadata") && document["metadata"].is_object() && !spec_has_id) {
+    const auto& metadata = document["metadata"];
+    if (metadata.contains("name") && metadata["name"].is_string()) {
+      std::string ns = "default";
+      if (metadata.contains("namespace") && metadata["namespace"].is_string()) {
+        ns = metadata["namespace"].get<std::string>();
+      }
+      spec["jobId"] = ns + "/" + metadata["name"].get<std::string>();
+    }
+  }
+  return {std::move(spec), ""};
+}
+
+// Parses every document of every file before any RPC, so a typo in the
+// third document does not leave the first two registered.
+std::optional<std::vector<SpecDocument>> ReadJobSpecs(const std::vector<std::string>& paths,
+                                                      std::istream& in, std::ostream& err) {
+  std::vector<SpecDocument> specs;
+  for (const std::string& path : paths) {
+    const std::string display_name = path == "-" ? "<stdin>" : path;
+    std::optional<std::string> content = ReadManifest(path, in, err);
+    if (!content) return std::nullopt;
+
+    // JSON is (for manifests) a subset of YAML, so one parser serves both.
+    std::vector<YAML::Node> documents;
+    try {
+      documents = YAML::LoadAll(*content);
+    } catch (const YAML::Exception& e) {
+      err << "error: parsing \"" << display_name << "\": line " << e.mark.line + 1
+          << ", column " << e.mark.column + 1 << ": " << e.msg << "\n";
+      return std::nullopt;
+    }
+
+    size_t specs_in_file = 0;
+    for (size_t index = 0; index < documents.size(); ++index) {
+      const YAML::Node& document = documents[index];
+      // "---" at the end of a file, or between two, makes an empty document.
+      if (document.IsNull()) continue;
+      const std::string origin = absl::StrCat("\"", display_name, "\" document ", index + 1,
+                                              " (line ", document.Mark().line + 1, ")");
+      nlohmann::json json;
+      try {
+        json = YamlToJson(document);
+      } catch (const std::invalid_argument& e) {
+        err << "error: " << origin << ": " << e.what() << "\n";
+        return std::nullopt;
+      }
+      UnwrappedSpec unwrapped = UnwrapSpec(std::move(json));
+      if (!unwrapped.error.empty()) {
+        err << "error: " << origin << ": " << unwrapped.error << "\n";
+        return std::nullopt;
+      }
+      SpecDocument spec_document;
+      spec_document.origin = origin;
+      google::protobuf::util::JsonParseOptions options;
+      // A misspelled field must fail loudly, not be dropped.
+      options.ignore_unknown_fields = false;
+      const auto status = google::protobuf::util::JsonStringToMessage(
+          unwrapped.spec.dump(), &spec_document.spec, options);
+      if (!status.ok()) {
+        err << "error: " << origin << ": invalid JobSpec: " << status.message() << "\n";
+        return std::nullopt;
+      }
+      specs.push_back(std::move(spec_document));
+      ++specs_in_file;
+    }
+    if (specs_in_file == 0) {
+      err << "error: \"" << display_name << "\" contains no job specs\n";
+      return std::nullopt;
+    }
+  }
+  return specs;
+}
+
+// ----------------------------------------------------------- commands --
+
+int RegisterOrUpdate(Session& session, const std::vector<std::string>& files, bool update) {
+  std::optional<std::vector<SpecDocument>> specs = ReadJobSpecs(files, session.in(), session.err());
+  if (!specs) return 1;
+  auto stub = v1::JobService::NewStub(session.channel());
+  const char* verb = update ? "updated" : "registered";
+  int exit_code = 0;
+  // Like kubectl apply: every document gets its call; any failure fails the
+  // whole command.
+  for (const SpecDocument& document : *specs) {
+    grpc::ClientContext context;
+    session.ApplyDeadline(context);
+    v1::Job job;
+    grpc::Status status;
+    if (update) {
+      v1::UpdateJobRequest request;
+      *request.mutable_spec() = document.spec;
+      status = stub->UpdateJob(&context, request, &job);
+    } else {
+      v1::RegisterJobRequest request;
+      *request.mutable_spec() = document.spec;
+      status = stub->RegisterJob(&context, request, &job);
+    }
+    if (!status.ok()) {
+      exit_code = session.ServerError(
+          status, absl::StrCat("error when ", update ? "updating " : "registering ",
+                               document.origin, ": "));
+      continue;
+    }
+    if (session.table()) {
+      const std::string& job_id =
+          job.spec().job_id().empty() ? document.spec.job_id() : job.spec().job_id();
+      session.out() << kJobResourcePrefix << job_id << " " << verb << "\n";
+    } else {
+      PrintMessage(job, session.format(), session.out(), /*document_marker=*/specs->size() > 1);
+    }
+  }
+  return exit_code;
+}
+
+int GetJobs(Session& session, const std::string& ns) {
+  auto stub = v1::JobService::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  v1::ListJobsRequest request;
+  request.set_namespace_(ns);
+  v1::ListJobsResponse response;
+  if (auto status = stub->ListJobs(&context, request, &response); !status.ok()) {
+    return session.ServerError(status);
+  }
+  if (!session.table()) {
+    PrintMessage(response, session.format(), session.out());
+  } else if (response.jobs().empty()) {
+    // Like kubectl: the note goes to stderr so `| wc -l` still counts rows.
+    session.err() << "No jobs found" << (ns.empty() ? "" : " in namespace " + ns) << ".\n";
+  } else {
+    session.out() << FormatJobsTable(response.jobs(), absl::Now());
+  }
+  return 0;
+}
+
+std::optional<v1::Job> FetchJob(Session& session, const std::string& job_id) {
+  auto stub = v1::JobService::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job job;
+  if (auto status = stub->GetJob(&context, request, &job); !status.ok()) {
+    session.ServerError(status);
+    return std::nullopt;
+  }
+  return job;
+}
+
+int GetJob(Session& session, const std::string& job_id) {
+  std::optional<v1::Job> job = FetchJob(session, job_id);
+  if (!job) return 1;
+  if (!session.table()) {
+    PrintMessage(*job, session.format(), session.out());
+    return 0;
+  }
+  google::protobuf::RepeatedPtrField<v1::Job> rows;
+  *rows.Add() = *job;
+  session.out() << FormatJobsTable(rows, absl::Now());
+  return 0;
+}
+
+int DescribeJobCommand(Session& session, const std::string& job_id) {
+  std::optional<v1::Job> job = FetchJob(session, job_id);
+  if (!job) return 1;
+  if (session.table()) {
+    session.out() << DescribeJob(*job, absl::Now());
+  } else {
+    PrintMessage(*job, session.format(), session.out());
+  }
+  return 0;
+}
+
+int GetRecommendations(Session& session, const std::string& ns) {
+  auto stub = v1::RecommendationService::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  v1::ListRecommendationsRequest request;
+  request.set_namespace_(ns);
+  v1::ListRecommendationsResponse response;
+  if (auto status = stub->ListRecommendations(&context, request, &response); !status.ok()) {
+    return session.ServerError(status);
+  }
+  if (!session.table()) {
+    PrintMessage(response, session.format(), session.out());
+  } else if (response.recommendations().empty()) {
+    session.err() << "No recommendations found" << (ns.empty() ? "" : " in namespace " + ns)
+                  << ".\n";
+  } else {
+    session.out() << FormatRecommendationsTable(response.recommendations());
+  }
+  return 0;
+}
+
+int GetRecommendation(Session& session, const std::string& job_id) {
+  auto stub = v1::RecommendationService::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  v1::GetRecommendationRequest request;
+  request.set_job_id(job_id);
+  v1::Recommendation recommendation;
+  if (auto status = stub->GetRecommendation(&context, request, &recommendation); !status.ok()) {
+    return session.ServerError(status);
+  }
+  if (!session.table()) {
+    PrintMessage(recommendation, session.format(), session.out());
+    return 0;
+  }
+  google::protobuf::RepeatedPtrField<v1::Recommendation> rows;
+  *rows.Add() = recommendation;
+  session.out() << FormatRecommendationsTable(rows);
+  return 0;
+}
+
+int Deregister(Session& session, const std::string& job_id) {
+  auto stub = v1::JobService::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  v1::DeregisterJobRequest request;
+  request.set_job_id(job_id);
+  v1::DeregisterJobResponse response;
+  if (auto status = stub->DeregisterJob(&context, request, &response); !status.ok()) {
+    return session.ServerError(status);
+  }
+  // The response is empty, so every format prints the confirmation.
+  session.out() << kJobResourcePrefix << job_id << " deregistered\n";
+  return 0;
+}
+
+int Watch(Session& session, const std::string& ns, int64_t max_events) {
+  auto stub = v1::RecommendationService::NewStub(session.channel());
+  // No deadline: a watch runs until the server ends it, --count is reached,
+  // or the user interrupts. An unreachable server still fails at once
+  // (calls are fail-fast, not wait-for-ready).
+  grpc::ClientContext context;
+  v1::WatchRecommendationsRequest request;
+  request.set_namespace_(ns);
+  std::unique_ptr<grpc::ClientReader<v1::RecommendationEvent>> reader =
+      stub->WatchRecommendations(&context, request);
+
+  WatchTablePrinter table(session.out());
+  v1::RecommendationEvent event;
+  int64_t printed = 0;
+  while (reader->Read(&event)) {
+    switch (session.format()) {
+      case OutputFormat::kTable:
+        table.PrintEvent(event);
+        break;
+      case OutputFormat::kJson:
+        // One object per line, so `| jq -c` and line-based tools work.
+        session.out() << MessageToJson(event, /*pretty=*/false) << std::endl;
+        break;
+      case OutputFormat::kYaml:
+        session.out() << "---\n" << MessageToYaml(event) << std::endl;
+        break;
+    }
+    if (max_events > 0 && ++printed >= max_events) {
+      // We ended the stream on purpose: the CANCELLED that Finish reports
+      // is ours, not an error.
+      context.TryCancel();
+      reader->Finish();
+      return 0;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return session.ServerError(status);
+  return 0;
+}
+
+int SetCapacity(Session& session, uint32_t total_gpus) {
+  auto stub = v1::ClusterService::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  v1::SetCapacityRequest request;
+  request.set_total_gpus(total_gpus);
+  v1::Cluster cluster;
+  if (auto status = stub->SetCapacity(&context, request, &cluster); !status.ok()) {
+    return session.ServerError(status);
+  }
+  if (session.table()) {
+    session.out() << "cluster capacity set to " << cluster.total_gpus() << " GPUs\n";
+  } else {
+    PrintMessage(cluster, session.format(), session.out());
+  }
+  return 0;
+}
+
+int GetCapacity(Session& session) {
+  auto stub = v1::ClusterService::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  v1::Cluster cluster;
+  if (auto status = stub->GetCluster(&context, v1::GetClusterRequest(), &cluster); !status.ok()) {
+    return session.ServerError(status);
+  }
+  if (session.table()) {
+    session.out() << FormatCluster(cluster);
+  } else {
+    PrintMessage(cluster, session.format(), session.out());
+  }
+  return 0;
+}
+
+int Health(Session& session) {
+  auto stub = grpc::health::v1::Health::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("");  // "" = the server as a whole.
+  grpc::health::v1::HealthCheckResponse response;
+  if (auto status = stub->Check(&context, request, &response); !status.ok()) {
+    return session.ServerError(status);
+  }
+  if (session.table()) {
+    session.out() << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
+                  << "\n";
+  } else {
+    PrintMessage(response, session.format(), session.out());
+  }
+  // The exit code is the answer for Docker HEALTHCHECK and scripts.
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+}
+
+struct ApplyStatusFlags {
+  std::string job_id;
+  uint32_t replicas = 0;
+  bool suspended = false;
+  uint64_t generation = 0;
+};
+
+int ApplyStatus(Session& session, const ApplyStatusFlags& flags) {
+  auto stub = v1::RecommendationService::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  v1::ReportAppliedRequest request;
+  request.set_job_id(flags.job_id);
+  request.set_replicas(flags.replicas);
+  request.set_suspended(flags.suspended);
+  request.set_generation(flags.generation);
+  v1::ReportAppliedResponse response;
+  if (auto status = stub->ReportApplied(&context, request, &response); !status.ok()) {
+    return session.ServerError(status);
+  }
+  if (session.table()) {
+    const auto& status = response.status();
+    session.out() << kJobResourcePrefix << flags.job_id << " applied (replicas="
+                  << status.current_replicas() << ", suspended="
+                  << (status.suspended() ? "true" : "false")
+                  << ", generation=" << status.last_applied_generation() << ")\n";
+  } else {
+    PrintMessage(response, session.format(), session.out());
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------ plumbing --
+
+// TLS when --tls or --ca-file is given (the CA file replaces the system
+// roots), plaintext otherwise.
+std::shared_ptr<grpc::Channel> Connect(const GlobalFlags& flags, std::ostream& err) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (flags.tls || !flags.ca_file.empty()) {
+    grpc::SslCredentialsOptions ssl_options;
+    if (!flags.ca_file.empty()) {
+      std::ifstream file(flags.ca_file, std::ios::binary);
+      std::ostringstream pem;
+      if (!file || !(pem << file.rdbuf())) {
+        err << "error: cannot read --ca-file \"" << flags.ca_file << "\": "
+            << std::strerror(errno) << "\n";
+        return nullptr;
+      }
+      ssl_options.pem_root_certs = pem.str();
+    }
+    credentials = grpc::SslCredentials(ssl_options);
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  return grpc::CreateChannel(flags.server, credentials);
+}
+
+// Subcommand help only lists the subcommand's own flags; this reminds the
+// reader that the global ones work there too.
+constexpr char kGlobalFlagsFooter[] =
+    "Global flags (--server, -o/--output, --timeout, --tls, --ca-file) may also follow\n"
+    "the command; see `rescalectl --help`.";
+
+constexpr char kManifestHelp[] =
+    "FILE holds one or more YAML documents (separated by ---) or JSON, each a JobSpec\n"
+    "with proto JSON field names (minReplicas or min_replicas), or a wrapper\n"
+    "{apiVersion, kind, metadata: {name, namespace}, spec: JobSpec}. Every document is\n"
+    "checked before any is sent; unknown fields are errors. Example:\n"
+    "  jobId: default/bert\n"
+    "  minReplicas: 1\n"
+    "  maxReplicas: 8\n"
+    "  localBatchSize: 32";
+
+// Every command names its job the same way.
+CLI::Option* AddJobIdArgument(CLI::App* command, std::string* job_id) {
+  return command->add_option("NS/NAME", *job_id, "The job's id, e.g. default/bert")
+      ->type_name("")
+      ->required();
+}
+
+}  // namespace
+
+int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  return RunCli(args, std::cin, out, err);
+}
+
+int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream& out,
+           std::ostream& err) {
+  CLI::App app("rescalectl controls Rescale, the elastic-scaling service for distributed "
+               "training jobs.",
+               "rescalectl");
+  // Fallthrough lets an option a subcommand does not know (say -o) reach
+  // its parent, which is how `get jobs -o json` works with -o defined once.
+  app.fallthrough();
+  app.require_subcommand(1);
+
+  GlobalFlags global;
+  app.add_option("--server", global.server, "Address of rescaled, host:port")
+      ->envname("RESCALE_SERVER")
+      ->capture_default_str();
+  app.add_option("-o,--output", global.output, "Output format")
+      ->check(CLI::IsMember({"table", "json", "yaml"}))
+      ->capture_default_str();
+  app.add_option("--timeout", global.timeout_seconds,
+                 "Deadline of each call in seconds; 0 = none (watch never has one)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--tls", global.tls, "Connect with TLS, trusting the system's root CAs");
+  app.add_option("--ca-file", global.ca_file,
+                 "PEM file of CAs to trust instead of the system's; implies --tls")
+      ->check(CLI::ExistingFile);
+
+  // The command that was named on the command line. Leaf subcommands fill
+  // it from their parse callback; groups (get, describe, capacity) only
+  // require a subcommand.
+  Command selected;
+  auto leaf = [&](CLI::App* parent, const std::string& name, const std::string& description,
+                  Command command, const std::string& details = "") {
+    CLI::App* sub = parent->add_subcommand(name, description);
+    sub->footer(details.empty() ? std::string(kGlobalFlagsFooter)
+                                : details + "\n\n" + kGlobalFlagsFooter);
+    sub->callback([&selected, command = std::move(command)] { selected = command; });
+    return sub;
+  };
+  auto group = [&](const std::string& name, const std::string& description) {
+    CLI::App* sub = app.add_subcommand(name, description);
+    sub->require_subcommand(1);
+    sub->footer(kGlobalFlagsFooter);
+    return sub;
+  };
+
+  // ---- get / describe
+  CLI::App* get = group("get", "Show jobs or recommendations");
+  std::string jobs_namespace;
+  CLI::App* get_jobs = leaf(get, "jobs", "List registered jobs",
+                            [&](Session& s) { return GetJobs(s, jobs_namespace); });
+  get_jobs->add_option("-n,--namespace", jobs_namespace, "Only jobs in this namespace");
+
+  std::string recs_namespace;
+  CLI::App* get_recs =
+      leaf(get, "recommendations", "List every job's current recommendation",
+           [&](Session& s) { return GetRecommendations(s, recs_namespace); });
+  get_recs->alias("recs");
+  get_recs->add_option("-n,--namespace", recs_namespace, "Only jobs in this namespace");
+
+  std::string get_job_id;
+  AddJobIdArgument(leaf(get, "job", "Show one job",
+                        [&](Session& s) { return GetJob(s, get_job_id); }),
+                   &get_job_id);
+
+  std::string get_rec_id;
+  CLI::App* get_rec = leaf(get, "recommendation", "Show one job's recommendation",
+                           [&](Session& s) { return GetRecommendation(s, get_rec_id); });
+  get_rec->alias("rec");
+  AddJobIdArgument(get_rec, &get_rec_id);
+
+  CLI::App* describe = group("describe", "Show a job in detail");
+  std::string describe_job_id;
+  AddJobIdArgument(
+      leaf(describe, "job",
+           "Show a job's spec, status, throughput curve and recommendation with its reason",
+           [&](Session& s) { return DescribeJobCommand(s, describe_job_id); }),
+      &describe_job_id);
+
+  // ---- register / update / deregister
+  std::vector<std::string> register_files;
+  leaf(&app, "register", "Register jobs from a YAML or JSON manifest",
+       [&](Session& s) { return RegisterOrUpdate(s, register_files, /*update=*/false); },
+       kManifestHelp)
+      ->add_option("-f,--filename", register_files, "Manifest file; - reads stdin")
+      ->type_name("FILE")
+      ->required();
+
+  std::vector<std::string> update_files;
+  leaf(&app, "update", "Replace the specs of registered jobs from a manifest",
+       [&](Session& s) { return RegisterOrUpdate(s, update_files, /*update=*/true); },
+       kManifestHelp)
+      ->add_option("-f,--filename", update_files, "Manifest file; - reads stdin")
+      ->type_name("FILE")
+      ->required();
+
+  std::string deregister_job_id;
+  AddJobIdArgument(leaf(&app, "deregister", "Remove a job",
+                        [&](Session& s) { return Deregister(s, deregister_job_id); }),
+                   &deregister_job_id);
+
+  // ---- watch
+  std::string watch_namespace;
+  int64_t watch_count = 0;
+  CLI::App* watch =
+      leaf(&app, "watch", "Stream recommendation changes",
+           [&](Session& s) { return Watch(s, watch_namespace, watch_count); },
+           "Prints every job's current recommendation (ADDED), one SYNCED marker, then each\n"
+           "change (ADDED, MODIFIED, DELETED) until the server ends the stream or --count\n"
+           "events have been printed. -o json prints one object per line; -o yaml one\n"
+           "document per event.");
+  watch->add_option("-n,--namespace", watch_namespace, "Only jobs in this namespace");
+  watch->add_option("--count", watch_count, "Stop after this many events (0 = never)")
+      ->check(CLI::NonNegativeNumber);
+
+  // ---- capacity
+  CLI::App* capacity = group("capacity", "Show or set the cluster's GPU capacity");
+  uint32_t capacity_gpus = 0;
+  leaf(capacity, "set", "Set the GPUs the planner may hand out",
+       [&](Session& s) { return SetCapacity(s, capacity_gpus); })
+      ->add_option("gpus", capacity_gpus, "Total GPUs")
+      ->type_name("N")
+      ->required();
+  leaf(capacity, "get", "Show total, allocated and free GPUs and each job's allocation",
+       [&](Session& s) { return GetCapacity(s); });
+
+  // ---- health / apply-status
+  leaf(&app, "health", "Check the server's health (exit 0 only when SERVING)",
+       [&](Session& s) { return Health(s); });
+
+  ApplyStatusFlags apply_flags;
+  CLI::App* apply_status =
+      leaf(&app, "apply-status",
+           "Report the replicas a job runs now (what an operator does after scaling)",
+           [&](Session& s) { return ApplyStatus(s, apply_flags); });
+  AddJobIdArgument(apply_status, &apply_flags.job_id);
+  apply_status->add_option("--replicas", apply_flags.replicas, "Replicas now running")
+      ->required();
+  apply_status->add_flag("--suspended", apply_flags.suspended, "The job is suspended");
+  apply_status->add_option("--generation", apply_flags.generation,
+                           "Generation of the recommendation applied; 0 = out of band")
+      ->capture_default_str();
+
+  // CLI11 wants the arguments without the program name, in reverse order.
+  std::vector<std::string> reversed_args(args.rbegin(), args.rend());
+  if (!reversed_args.empty()) reversed_args.pop_back();
+  try {
+    app.parse(std::move(reversed_args));
+  } catch (const CLI::ParseError& e) {
+    // --help arrives here too, with exit code 0; CLI11 prints it to `out`.
+    const int code = app.exit(e, out, err);
+    return code == 0 ? 0 : 2;
+  }
+  if (!selected) {  // Unreachable with require_subcommand, but cheap.
+    err << app.help();
+    return 2;
+  }
+
+  const OutputFormat format = ParseOutputFormat(global.output).value_or(OutputFormat::kTable);
+  std::shared_ptr<grpc::Channel> channel = Connect(global, err);
+  if (!channel) return 1;
+  Session session(std::move(channel), format, global.timeout_seconds, in, out, err);
+  return selected(session);
+}
+
+}  // namespace rescale::cli

@@ -1,0 +1,12 @@
+// rescalectl's entry point: all behaviour lives in RunCli (rescalectl_cli.h)
+// so that tests can run the same code in-process.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/rescalectl_cli.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  return rescale::cli::RunCli(args, std::cout, std::cerr);
+}

@@ -1,0 +1,769 @@
+// Tests of rescalectl: RunCli driven in-process against the real server
+// (started on port 0), checking what a user or a script would see: exit
+// codes, the kubectl-style confirmations and errors, and that table, json
+// and yaml output carry the values that went in through a manifest.
+//
+// Manifests are written to uniquely named files under the system temp
+// directory. Nothing sleeps: every command returns when its RPC does, and
+// `watch --count N` returns after N events.
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include "absl/time/time.h"
+#include "client/output.h"
+#include "client/rescalectl_cli.h"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+using rescale::server::RescaleServer;
+using rescale::server::ServerOptions;
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs rescalectl with `args` (no program name), feeding `stdin_text` to
+// `-f -`.
+CliResult RunRaw(const std::vector<std::string>& args, const std::string& stdin_text = "") {
+  std::vector<std::string> argv = {"rescalectl"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::istringstream in(stdin_text);
+  std::ostringstream out;
+  std::ostringstream err;
+  CliResult result;
+  result.exit_code = rescale::cli::RunCli(argv, in, out, err);
+  result.out = out.str();
+  result.err = err.str();
+  return result;
+}
+
+// A server for one test, and rescalectl pointed at it.
+class CliServer {
+ public:
+  explicit CliServer(ServerOptions options = {}) {
+    spdlog::set_level(spdlog::level::warn);
+    options.listen = "127.0.0.1:0";
+    options.run_plan_timer = false;
+    auto started = RescaleServer::Start(options);
+    REQUIRE(started.ok());
+    server_ = std::move(started).value();
+  }
+
+  std::string address() const { return server_->address(); }
+
+  CliResult Run(std::initializer_list<std::string> args, const std::string& stdin_text = "") {
+    std::vector<std::string> argv = {"--server", address()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunRaw(argv, stdin_text);
+  }
+
+ private:
+  std::unique_ptr<RescaleServer> server_;
+};
+
+// A file (a manifest, a certificate) under the temp directory with a name no
+// other test (or concurrent test process) uses; removed when the test ends.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& content, const std::string& extension = ".yaml") {
+    static std::atomic<int> counter{0};
+    std::random_device random;
+    path_ = std::filesystem::temp_directory_path() /
+            ("rescalectl_test_" + std::to_string(::getpid()) + "_" +
+             std::to_string(counter++) + "_" + std::to_string(random()) + extension);
+    std::ofstream file(path_);
+    file << content;
+    REQUIRE(file.good());
+  }
+  ~TempFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::vector<std::string> SplitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> SplitWords(const std::string& line) {
+  std::vector<std::string> words;
+  std::istringstream stream(line);
+  for (std::string word; stream >> word;) words.push_back(word);
+  return words;
+}
+
+// A table as header → cell maps, one per row. Only valid for columns whose
+// cells have no spaces, which is every column but REASON.
+std::vector<std::map<std::string, std::string>> ParseTable(const std::string& text) {
+  std::vector<std::string> lines = SplitLines(text);
+  REQUIRE_FALSE(lines.empty());
+  const std::vector<std::string> headers = SplitWords(lines[0]);
+  std::vector<std::map<std::string, std::string>> rows;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> cells = SplitWords(lines[i]);
+    std::map<std::string, std::string> row;
+    for (size_t c = 0; c < headers.size() && c < cells.size(); ++c) row[headers[c]] = cells[c];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// A job exercising every JobSpec field kind: quoted and plain scalars, a
+// snake_case key next to lowerCamel ones, an optional bool set to false,
+// a float, a negative int and a list of points.
+constexpr char kBertManifest[] = R"(jobId: "default/bert"
+minReplicas: 1
+maxReplicas: 8
+gpusPerReplica: 2
+priority: 5
+preemptible: false
+restartCostSeconds: 30.5
+local_batch_size: 32
+prior:
+  - replicas: 1
+    samplesPerSecond: 100
+  - replicas: 2
+    samplesPerSecond: 190.5
+)";
+
+constexpr char kTwoJobsManifest[] = R"(# A bare JobSpec, then a kubectl-style wrapper.
+jobId: default/bert
+minReplicas: 1
+maxReplicas: 4
+localBatchSize: 32
+---
+apiVersion: rescale.io/v1
+kind: ElasticJob
+metadata:
+  name: gpt
+  namespace: research
+spec:
+  minReplicas: 2
+  maxReplicas: 6
+  priority: -1
+  localBatchSize: 16
+---
+)";
+
+}  // namespace
+
+TEST_CASE("register reads a YAML manifest and get job shows the same values in every format",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kBertManifest);
+
+  CliResult registered = server.Run({"register", "-f", manifest.path()});
+  INFO(registered.err);
+  REQUIRE(registered.exit_code == 0);
+  CHECK(registered.out == "job.rescale.io/default/bert registered\n");
+
+  SECTION("table") {
+    CliResult got = server.Run({"get", "job", "default/bert"});
+    REQUIRE(got.exit_code == 0);
+    const std::vector<std::string> lines = SplitLines(got.out);
+    REQUIRE(lines.size() == 2);
+    CHECK(SplitWords(lines[0]) ==
+          std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY",
+                                   "POLICY", "CURRENT", "RECOMMENDED", "ACTION", "AGE"});
+    auto rows = ParseTable(got.out);
+    CHECK(rows[0]["NAMESPACE"] == "default");
+    CHECK(rows[0]["NAME"] == "bert");
+    CHECK(rows[0]["MIN"] == "1");
+    CHECK(rows[0]["MAX"] == "8");
+    CHECK(rows[0]["GPUS/REPLICA"] == "2");
+    CHECK(rows[0]["PRIORITY"] == "5");
+    // Enum values print bare, without a type prefix.
+    CHECK(rows[0]["ACTION"].find("ACTION_") == std::string::npos);
+  }
+
+  SECTION("json, with -o after the command") {
+    CliResult got = server.Run({"get", "job", "default/bert", "-o", "json"});
+    REQUIRE(got.exit_code == 0);
+    const nlohmann::json job = nlohmann::json::parse(got.out);
+    const auto& spec = job.at("spec");
+    CHECK(spec.at("jobId") == "default/bert");
+    CHECK(spec.at("minReplicas") == 1);
+    CHECK(spec.at("maxReplicas") == 8);
+    CHECK(spec.at("gpusPerReplica") == 2);
+    CHECK(spec.at("priority") == 5);
+    CHECK(spec.at("preemptible") == false);
+    CHECK(spec.at("restartCostSeconds") == 30.5);
+    CHECK(spec.at("localBatchSize") == 32);
+    REQUIRE(spec.at("prior").size() == 2);
+    CHECK(spec.at("prior")[1].at("replicas") == 2);
+    CHECK(spec.at("prior")[1].at("samplesPerSecond") == 190.5);
+    // Primitive fields are printed even at their zero value.
+    CHECK(job.at("status").contains("currentReplicas"));
+  }
+
+  SECTION("yaml, with -o before the command") {
+    CliResult got = server.Run({"-o", "yaml", "get", "job", "default/bert"});
+    REQUIRE(got.exit_code == 0);
+    const YAML::Node job = YAML::Load(got.out);
+    const YAML::Node spec = job["spec"];
+    CHECK(spec["jobId"].as<std::string>() == "default/bert");
+    CHECK(spec["minReplicas"].as<int>() == 1);
+    CHECK(spec["maxReplicas"].as<int>() == 8);
+    CHECK(spec["gpusPerReplica"].as<int>() == 2);
+    CHECK(spec["priority"].as<int>() == 5);
+    CHECK(spec["preemptible"].as<bool>() == false);
+    CHECK(spec["restartCostSeconds"].as<double>() == 30.5);
+    CHECK(spec["localBatchSize"].as<int>() == 32);
+    REQUIRE(spec["prior"].size() == 2);
+    CHECK(spec["prior"][1]["samplesPerSecond"].as<double>() == 190.5);
+  }
+
+  SECTION("the yaml output is itself a manifest the json view agrees with") {
+    // yaml → (YamlToJson) → json must equal what -o json printed: quoting
+    // keeps strings like uint64 "0" from turning into numbers.
+    CliResult as_yaml = server.Run({"get", "job", "default/bert", "-o", "yaml"});
+    CliResult as_json = server.Run({"get", "job", "default/bert", "-o", "json"});
+    REQUIRE(as_yaml.exit_code == 0);
+    REQUIRE(as_json.exit_code == 0);
+    CHECK(rescale::cli::YamlToJson(YAML::Load(as_yaml.out)) == nlohmann::json::parse(as_json.out));
+  }
+}
+
+TEST_CASE("describe job shows spec, status, curve and the recommendation with its reason",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kBertManifest);
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+
+  CliResult described = server.Run({"describe", "job", "default/bert"});
+  INFO(described.out << described.err);
+  REQUIRE(described.exit_code == 0);
+  for (const char* section : {"Name:", "Namespace:", "Spec:", "Status:", "Throughput Curve:",
+                              "Recommendation:", "Reason:", "Min Replicas:", "Max Replicas:"}) {
+    CHECK(described.out.find(section) != std::string::npos);
+  }
+
+  CliResult as_json = server.Run({"describe", "job", "default/bert", "-o", "json"});
+  REQUIRE(as_json.exit_code == 0);
+  CHECK(nlohmann::json::parse(as_json.out).at("spec").at("jobId") == "default/bert");
+}
+
+TEST_CASE("register sends one call per YAML document and accepts a wrapped spec",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kTwoJobsManifest);
+
+  CliResult registered = server.Run({"register", "-f", manifest.path()});
+  INFO(registered.err);
+  REQUIRE(registered.exit_code == 0);
+  CHECK(registered.out ==
+        "job.rescale.io/default/bert registered\njob.rescale.io/research/gpt registered\n");
+
+  SECTION("get jobs lists both, in a table and as a ListJobsResponse") {
+    CliResult table = server.Run({"get", "jobs"});
+    REQUIRE(table.exit_code == 0);
+    auto rows = ParseTable(table.out);
+    REQUIRE(rows.size() == 2);
+    std::set<std::string> names = {rows[0]["NAME"], rows[1]["NAME"]};
+    CHECK(names == std::set<std::string>{"bert", "gpt"});
+
+    CliResult json = server.Run({"get", "jobs", "-o", "json"});
+    REQUIRE(json.exit_code == 0);
+    CHECK(nlohmann::json::parse(json.out).at("jobs").size() == 2);
+  }
+
+  SECTION("get jobs --namespace keeps only that namespace; the wrapper's metadata named it") {
+    CliResult table = server.Run({"get", "jobs", "--namespace", "research"});
+    REQUIRE(table.exit_code == 0);
+    auto rows = ParseTable(table.out);
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0]["NAMESPACE"] == "research");
+    CHECK(rows[0]["NAME"] == "gpt");
+    CHECK(rows[0]["PRIORITY"] == "-1");
+  }
+
+  SECTION("an empty namespace prints nothing on stdout and a note on stderr") {
+    CliResult table = server.Run({"get", "jobs", "-n", "nobody"});
+    CHECK(table.exit_code == 0);
+    CHECK(table.out.empty());
+    CHECK(table.err.find("No jobs found") != std::string::npos);
+  }
+
+  SECTION("get recommendations lists one row per job with enum names unprefixed") {
+    CliResult table = server.Run({"get", "recs"});
+    REQUIRE(table.exit_code == 0);
+    const std::vector<std::string> lines = SplitLines(table.out);
+    REQUIRE(lines.size() == 3);
+    CHECK(SplitWords(lines[0]) ==
+          std::vector<std::string>{"NAMESPACE", "NAME", "REPLICAS", "ACTION", "GENERATION",
+                                   "CONSTRAINT", "QUEUE", "REASON"});
+    for (auto& row : ParseTable(table.out)) {
+      CHECK(row["ACTION"].find("ACTION_") == std::string::npos);
+      CHECK(row["CONSTRAINT"].find("BINDING_CONSTRAINT_") == std::string::npos);
+    }
+
+    CliResult one = server.Run({"get", "recommendation", "research/gpt", "-o", "json"});
+    REQUIRE(one.exit_code == 0);
+    CHECK(nlohmann::json::parse(one.out).at("jobId") == "research/gpt");
+  }
+}
+
+TEST_CASE("register reads the manifest from stdin with -f -", "[rescalectl]") {
+  CliServer server;
+  CliResult registered = server.Run({"register", "-f", "-"},
+                                    R"({"jobId": "default/bert", "minReplicas": 1,
+                                        "maxReplicas": 2, "localBatchSize": 8})");
+  INFO(registered.err);
+  REQUIRE(registered.exit_code == 0);
+  CHECK(registered.out == "job.rescale.io/default/bert registered\n");
+}
+
+TEST_CASE("register of an existing job fails with AlreadyExists naming the document",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kBertManifest);
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+
+  CliResult again = server.Run({"register", "-f", manifest.path()});
+  CHECK(again.exit_code == 1);
+  CHECK(again.err.find("Error from server (AlreadyExists)") != std::string::npos);
+  CHECK(again.err.find(manifest.path()) != std::string::npos);
+}
+
+TEST_CASE("update replaces the spec of a registered job", "[rescalectl]") {
+  CliServer server;
+  TempFile original(kBertManifest);
+  REQUIRE(server.Run({"register", "-f", original.path()}).exit_code == 0);
+
+  TempFile changed(R"({"spec": {"jobId": "default/bert", "minReplicas": 2,
+                                    "maxReplicas": 16, "localBatchSize": 64}})",
+                       ".json");
+  CliResult updated = server.Run({"update", "-f", changed.path()});
+  INFO(updated.err);
+  REQUIRE(updated.exit_code == 0);
+  CHECK(updated.out == "job.rescale.io/default/bert updated\n");
+
+  CliResult got = server.Run({"get", "job", "default/bert", "-o", "json"});
+  REQUIRE(got.exit_code == 0);
+  const nlohmann::json spec = nlohmann::json::parse(got.out).at("spec");
+  CHECK(spec.at("minReplicas") == 2);
+  CHECK(spec.at("maxReplicas") == 16);
+  CHECK(spec.at("localBatchSize") == 64);
+
+  SECTION("updating a job that is not registered fails with NotFound") {
+    TempFile unknown("jobId: default/nobody\nminReplicas: 1\nmaxReplicas: 2\n");
+    CliResult failed = server.Run({"update", "-f", unknown.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("Error from server (NotFound)") != std::string::npos);
+  }
+}
+
+TEST_CASE("deregister removes the job and a later get fails with NotFound", "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kBertManifest);
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+
+  CliResult removed = server.Run({"deregister", "default/bert"});
+  INFO(removed.err);
+  REQUIRE(removed.exit_code == 0);
+  CHECK(removed.out == "job.rescale.io/default/bert deregistered\n");
+
+  CliResult got = server.Run({"get", "job", "default/bert"});
+  CHECK(got.exit_code == 1);
+  CHECK(got.out.empty());
+  CHECK(got.err.rfind("Error from server (NotFound): ", 0) == 0);
+}
+
+TEST_CASE("a spec with min_replicas above max_replicas is rejected naming both fields",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest("jobId: default/bad\nminReplicas: 5\nmaxReplicas: 2\n");
+  CliResult failed = server.Run({"register", "-f", manifest.path()});
+  CHECK(failed.exit_code == 1);
+  CHECK(failed.err.find("Error from server (InvalidArgument)") != std::string::npos);
+  CHECK(failed.err.find("min_replicas") != std::string::npos);
+  CHECK(failed.err.find("max_replicas") != std::string::npos);
+}
+
+TEST_CASE("manifest mistakes fail before any call, naming the file and the problem",
+          "[rescalectl]") {
+  CliServer server;
+
+  SECTION("an unknown field names the field, and no earlier document is registered") {
+    TempFile manifest(
+        "jobId: default/good\nminReplicas: 1\nmaxReplicas: 2\n---\n"
+        "jobId: default/typo\nminReplicas: 1\nmaxReplica: 2\n");
+    CliResult failed = server.Run({"register", "-f", manifest.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("maxReplica") != std::string::npos);
+    CHECK(failed.err.find(manifest.path()) != std::string::npos);
+    CHECK(failed.err.find("document 2") != std::string::npos);
+
+    CliResult listed = server.Run({"get", "jobs", "-o", "json"});
+    REQUIRE(listed.exit_code == 0);
+    CHECK(nlohmann::json::parse(listed.out).at("jobs").empty());
+  }
+
+  SECTION("a YAML syntax error names the file and the line") {
+    TempFile manifest("jobId: default/bert\nprior: [1, 2\nminReplicas: 1\n");
+    CliResult failed = server.Run({"register", "-f", manifest.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find(manifest.path()) != std::string::npos);
+    CHECK(failed.err.find("line ") != std::string::npos);
+  }
+
+  SECTION("a quoted number stays a string and the type error names the field") {
+    TempFile manifest("jobId: default/bert\nminReplicas: \"one\"\nmaxReplicas: 2\n");
+    CliResult failed = server.Run({"register", "-f", manifest.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("min_replicas") != std::string::npos);
+  }
+
+  SECTION("a missing file is named") {
+    CliResult failed = server.Run({"register", "-f", "/nonexistent/rescale/jobs.yaml"});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("/nonexistent/rescale/jobs.yaml") != std::string::npos);
+  }
+}
+
+TEST_CASE("capacity set then capacity get shows total, allocated and free GPUs",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kBertManifest);  // needs at least 1 replica × 2 GPUs
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+
+  CliResult set = server.Run({"capacity", "set", "8"});
+  INFO(set.err);
+  REQUIRE(set.exit_code == 0);
+  CHECK(set.out == "cluster capacity set to 8 GPUs\n");
+
+  CliResult table = server.Run({"capacity", "get"});
+  REQUIRE(table.exit_code == 0);
+  const std::vector<std::string> lines = SplitLines(table.out);
+  REQUIRE(lines.size() >= 2);
+  const std::vector<std::string> headers = SplitWords(lines[0]);
+  REQUIRE(headers.size() >= 3);
+  CHECK(std::vector<std::string>(headers.begin(), headers.begin() + 3) ==
+        std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE"});
+  CHECK(SplitWords(lines[1])[0] == "8");
+
+  CliResult json = server.Run({"capacity", "get", "-o", "json"});
+  REQUIRE(json.exit_code == 0);
+  const nlohmann::json cluster = nlohmann::json::parse(json.out);
+  CHECK(cluster.at("totalGpus") == 8);
+  CHECK(cluster.at("capacityKnown") == true);
+  CHECK(cluster.at("allocatedGpus").get<int>() + cluster.at("freeGpus").get<int>() == 8);
+  // Table mode lists the per-job allocations the json holds.
+  for (const auto& allocation : cluster.at("allocations")) {
+    const std::string job_id = allocation.at("jobId");
+    CHECK(table.out.find(job_id.substr(job_id.find('/') + 1)) != std::string::npos);
+  }
+}
+
+TEST_CASE("apply-status reports the applied replicas and get job shows them", "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kBertManifest);
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+
+  CliResult rec = server.Run({"get", "recommendation", "default/bert", "-o", "json"});
+  REQUIRE(rec.exit_code == 0);
+  const nlohmann::json recommendation = nlohmann::json::parse(rec.out);
+  // uint64 travels as a JSON string in proto JSON.
+  const std::string generation = recommendation.at("generation");
+  const std::string replicas = std::to_string(recommendation.at("replicas").get<int>());
+
+  CliResult applied = server.Run(
+      {"apply-status", "default/bert", "--replicas", replicas, "--generation", generation});
+  INFO(applied.err);
+  REQUIRE(applied.exit_code == 0);
+  CHECK(applied.out.rfind("job.rescale.io/default/bert applied", 0) == 0);
+
+  CliResult got = server.Run({"get", "job", "default/bert", "-o", "json"});
+  REQUIRE(got.exit_code == 0);
+  const nlohmann::json status = nlohmann::json::parse(got.out).at("status");
+  CHECK(status.at("currentReplicas") == std::stoi(replicas));
+  CHECK(status.at("lastAppliedGeneration") == generation);
+}
+
+TEST_CASE("health prints SERVING and exits 0", "[rescalectl]") {
+  CliServer server;
+  CliResult health = server.Run({"health"});
+  INFO(health.err);
+  CHECK(health.exit_code == 0);
+  CHECK(health.out == "SERVING\n");
+}
+
+TEST_CASE("watch --count prints each job's initial state, then SYNCED, then exits 0",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kTwoJobsManifest);
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+
+  SECTION("json: one object per line") {
+    CliResult watched = server.Run({"watch", "--count", "3", "-o", "json"});
+    INFO(watched.err);
+    REQUIRE(watched.exit_code == 0);
+    const std::vector<std::string> lines = SplitLines(watched.out);
+    REQUIRE(lines.size() == 3);
+    std::set<std::string> added;
+    for (int i = 0; i < 2; ++i) {
+      const nlohmann::json event = nlohmann::json::parse(lines[i]);
+      CHECK(event.at("type") == "ADDED");
+      added.insert(event.at("recommendation").at("jobId").get<std::string>());
+    }
+    CHECK(added == std::set<std::string>{"default/bert", "research/gpt"});
+    CHECK(nlohmann::json::parse(lines[2]).at("type") == "SYNCED");
+  }
+
+  SECTION("table: a header with an EVENT column, then one row per event") {
+    CliResult watched = server.Run({"watch", "--count", "3"});
+    REQUIRE(watched.exit_code == 0);
+    const std::vector<std::string> lines = SplitLines(watched.out);
+    REQUIRE(lines.size() == 4);
+    CHECK(SplitWords(lines[0])[0] == "EVENT");
+    CHECK(SplitWords(lines[1])[0] == "ADDED");
+    CHECK(SplitWords(lines[2])[0] == "ADDED");
+    CHECK(SplitWords(lines[3]) == std::vector<std::string>{"SYNCED"});
+  }
+
+  SECTION("yaml: one document per event") {
+    CliResult watched = server.Run({"watch", "--count", "3", "-o", "yaml"});
+    REQUIRE(watched.exit_code == 0);
+    const std::vector<YAML::Node> documents = YAML::LoadAll(watched.out);
+    REQUIRE(documents.size() == 3);
+    CHECK(documents[2]["type"].as<std::string>() == "SYNCED");
+  }
+
+  SECTION("--namespace keeps only that namespace's jobs") {
+    CliResult watched = server.Run({"watch", "-n", "research", "--count", "2", "-o", "json"});
+    REQUIRE(watched.exit_code == 0);
+    const std::vector<std::string> lines = SplitLines(watched.out);
+    REQUIRE(lines.size() == 2);
+    CHECK(nlohmann::json::parse(lines[0]).at("recommendation").at("jobId") == "research/gpt");
+    CHECK(nlohmann::json::parse(lines[1]).at("type") == "SYNCED");
+  }
+}
+
+TEST_CASE("watch prints a job registered while it runs", "[rescalectl]") {
+  CliServer server;
+  TempFile first("jobId: default/first\nminReplicas: 1\nmaxReplicas: 2\n");
+  TempFile second("jobId: default/second\nminReplicas: 1\nmaxReplicas: 2\n");
+  REQUIRE(server.Run({"register", "-f", first.path()}).exit_code == 0);
+
+  // Whether `second` lands before or after the watch subscribes, the watch
+  // sees it exactly once as ADDED: in the initial list or as a change.
+  CliResult watched;
+  std::thread watcher([&] { watched = server.Run({"watch", "--count", "3", "-o", "json"}); });
+  CliResult registered = server.Run({"register", "-f", second.path()});
+  watcher.join();
+  REQUIRE(registered.exit_code == 0);
+  INFO(watched.err);
+  REQUIRE(watched.exit_code == 0);
+
+  std::multiset<std::string> events;
+  for (const std::string& line : SplitLines(watched.out)) {
+    const nlohmann::json event = nlohmann::json::parse(line);
+    std::string summary = event.at("type").get<std::string>();
+    if (event.contains("recommendation")) {
+      summary += " " + event.at("recommendation").at("jobId").get<std::string>();
+    }
+    events.insert(summary);
+  }
+  CHECK(events == std::multiset<std::string>{"ADDED default/first", "ADDED default/second",
+                                             "SYNCED"});
+}
+
+// Self-signed for localhost and 127.0.0.1, valid 2000-2100, test use only.
+constexpr char kTestCertificate[] = R"(-----BEGIN CERTIFICATE-----
+MIIBaDCCAQ2gAwIBAgIBATAKBggqhkjOPQQDAjAUMRIwEAYDVQQDDAlsb2NhbGhv
+c3QwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMBQxEjAQBgNVBAMM
+CWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABH0mgLAlzVxXwcuC
++9NHYUJTBmf47DX9NVoHj92K0ZSbajmvGPIiUvLC0lUOkJBF60jvSuWKxl6lK/Q2
+1aWpComjTjBMMBoGA1UdEQQTMBGCCWxvY2FsaG9zdIcEfwAAATAPBgNVHRMBAf8E
+BTADAQH/MB0GA1UdDgQWBBRByvbaKpaamG1/9cGdhKn2bhOlxzAKBggqhkjOPQQD
+AgNJADBGAiEAoFTIRqoj2ySdeht/wuPQLdAtCoH6eB73uYNQXQ83qgYCIQCGApK5
+HqN2rbdaQiyFHS+WjTBtEdYGL6OQs5u1i0U6Xw==
+-----END CERTIFICATE-----
+)";
+constexpr char kTestPrivateKey[] = R"(-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgh3dea56dMqyZEDpy
+HExSqbIX5z1sgtc6f1149+f0Q4yhRANCAAR9JoCwJc1cV8HLgvvTR2FCUwZn+Ow1
+/TVaB4/ditGUm2o5rxjyIlLywtJVDpCQRetI70rlisZepSv0NtWlqQqJ
+-----END PRIVATE KEY-----
+)";
+
+TEST_CASE("a --ca-file client connects over TLS to a server with that certificate", "[rescalectl]") {
+  TempFile certificate(kTestCertificate, ".pem");
+  TempFile private_key(kTestPrivateKey, ".pem");
+  ServerOptions options;
+  options.tls_cert_file = certificate.path();
+  options.tls_key_file = private_key.path();
+  CliServer server(options);
+
+  CliResult health = server.Run({"--ca-file", certificate.path(), "health"});
+  INFO(health.err);
+  CHECK(health.exit_code == 0);
+  CHECK(health.out == "SERVING\n");
+
+  // Without TLS the handshake never happens: a connection error, not a hang.
+  CliResult plaintext = server.Run({"--timeout", "5", "health"});
+  CHECK(plaintext.exit_code == 1);
+  CHECK(plaintext.err.find("Error from server (Unavailable)") != std::string::npos);
+}
+
+TEST_CASE("a server that cannot be reached is reported as Unavailable with exit code 1",
+          "[rescalectl]") {
+  // Port 1 is privileged and nothing in a test environment listens there.
+  CliResult failed = RunRaw({"--server", "127.0.0.1:1", "--timeout", "5", "get", "jobs"});
+  CHECK(failed.exit_code == 1);
+  CHECK(failed.err.find("Error from server (Unavailable)") != std::string::npos);
+}
+
+TEST_CASE("every command prints its help with --help and exits 0", "[rescalectl]") {
+  const std::vector<std::vector<std::string>> commands = {
+      {},
+      {"get"},
+      {"get", "jobs"},
+      {"get", "recommendations"},
+      {"get", "job"},
+      {"get", "recommendation"},
+      {"describe"},
+      {"describe", "job"},
+      {"register"},
+      {"update"},
+      {"deregister"},
+      {"watch"},
+      {"capacity"},
+      {"capacity", "set"},
+      {"capacity", "get"},
+      {"health"},
+      {"apply-status"},
+  };
+  for (const auto& command : commands) {
+    std::vector<std::string> args = command;
+    args.push_back("--help");
+    std::string path = "rescalectl";
+    for (const auto& word : command) path += " " + word;
+    INFO(path);
+    CliResult help = RunRaw(args);
+    CHECK(help.exit_code == 0);
+    CHECK(help.out.find("Usage: " + path) != std::string::npos);
+    CHECK(help.err.empty());
+  }
+}
+
+TEST_CASE("usage errors print CLI11's message and exit 2", "[rescalectl]") {
+  SECTION("no command") { CHECK(RunRaw({}).exit_code == 2); }
+  SECTION("a group without its subcommand") { CHECK(RunRaw({"get"}).exit_code == 2); }
+  SECTION("a missing job id") {
+    CliResult failed = RunRaw({"get", "job"});
+    CHECK(failed.exit_code == 2);
+    CHECK(failed.err.find("NS/NAME") != std::string::npos);
+  }
+  SECTION("an unknown output format") {
+    CliResult failed = RunRaw({"get", "jobs", "-o", "xml"});
+    CHECK(failed.exit_code == 2);
+    CHECK(failed.err.find("xml") != std::string::npos);
+  }
+  SECTION("register without -f") { CHECK(RunRaw({"register"}).exit_code == 2); }
+  SECTION("a negative capacity") { CHECK(RunRaw({"capacity", "set", "--", "-1"}).exit_code == 2); }
+}
+
+TEST_CASE("plain YAML scalars get YAML 1.2 types and quoted ones stay strings",
+          "[rescalectl][output]") {
+  const nlohmann::json json = rescale::cli::YamlToJson(YAML::Load(R"(
+int: 42
+negative: -7
+hex: 0x1F
+float: 2.5
+exponent: 1e3
+yes_is_a_string: yes
+bool: true
+null_tilde: ~
+null_word: null
+empty:
+quoted_int: "42"
+quoted_bool: 'true'
+tagged: !!str 12
+infinity: .inf
+big: 18446744073709551615
+list: [1, "1", x]
+)"));
+  CHECK(json.at("int") == 42);
+  CHECK(json.at("negative") == -7);
+  CHECK(json.at("hex") == 31);
+  CHECK(json.at("float") == 2.5);
+  CHECK(json.at("exponent") == 1000.0);
+  CHECK(json.at("yes_is_a_string") == "yes");
+  CHECK(json.at("bool") == true);
+  CHECK(json.at("null_tilde").is_null());
+  CHECK(json.at("null_word").is_null());
+  CHECK(json.at("empty").is_null());
+  CHECK(json.at("quoted_int") == "42");
+  CHECK(json.at("quoted_bool") == "true");
+  CHECK(json.at("tagged") == "12");
+  CHECK(json.at("infinity") == "Infinity");
+  CHECK(json.at("big") == 18446744073709551615ull);
+  CHECK(json.at("list") == nlohmann::json::array({1, "1", "x"}));
+}
+
+TEST_CASE("describe shows each pod with its step time and flags stragglers",
+          "[rescalectl][output]") {
+  rescale::v1::Job job;
+  job.mutable_spec()->set_job_id("default/bert");
+  job.mutable_spec()->set_min_replicas(1);
+  job.mutable_spec()->set_max_replicas(4);
+  const absl::Time now = absl::FromUnixSeconds(1'700'000'000);
+  auto add_pod = [&](const std::string& name, double step_seconds, bool straggler) {
+    rescale::v1::PodStatus* pod = job.add_pods();
+    pod->set_pod(name);
+    pod->set_world_size(2);
+    pod->set_recent_step_seconds(step_seconds);
+    pod->set_sample_count(40);
+    pod->mutable_last_seen()->set_seconds(absl::ToUnixSeconds(now) - 30);
+    pod->set_straggler(straggler);
+  };
+  add_pod("bert-0", 0.5, false);
+  add_pod("bert-1", 1.25, true);
+
+  const std::string text = rescale::cli::DescribeJob(job, now);
+  INFO(text);
+  CHECK(text.find("Pods:\n  POD     WORLD SIZE  STEP TIME  SAMPLES  LAST SEEN  STRAGGLER\n"
+                  "  bert-0  2           0.500s     40       30s ago    no\n"
+                  "  bert-1  2           1.250s     40       30s ago    yes\n") != std::string::npos);
+  // Sections with nothing to show say so instead of disappearing.
+  CHECK(text.find("Throughput Curve:\n  <none>\n") != std::string::npos);
+  CHECK(text.find("Recommendation:\n  <none>\n") != std::string::npos);
+}
+
+TEST_CASE("tables align columns with two spaces and no trailing blanks", "[rescalectl][output]") {
+  rescale::cli::Table table({"NAME", "REPLICAS", "REASON"});
+  table.AddRow({"bert", "4", "capacity"});
+  table.AddRow({"a-much-longer-name", "12", ""});
+  CHECK(table.Render() ==
+        "NAME                REPLICAS  REASON\n"
+        "bert                4         capacity\n"
+        "a-much-longer-name  12\n");
+}
