@@ -15,29 +15,30 @@ bool InNamespace(const std::string& job_id, const std::string& filter) {
 // ---- Subscription -----------------------------------------------------------
 
 Subscription::Poll Subscription::Next(RecommendationEvent* event) {
-  absl::MutexLock lock(&mu_);
-  if (order_.empty()) {
-    if (closed_) return Poll::kClosed;
-    reader_waiting_ = true;
-    return Poll::kEmpty;
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!order_.empty()) {
+    std::string key = std::move(order_.front());
+    order_.pop_front();
+    auto it = pending_.find(key);
+    if (it == pending_.end()) continue;  // dropped: added and deleted unseen
+    *event = std::move(it->second);
+    pending_.erase(it);
+    return Poll::kEvent;
   }
-  std::string key = std::move(order_.front());
-  order_.pop_front();
-  auto it = pending_.find(key);
-  *event = std::move(it->second);
-  pending_.erase(it);
-  return Poll::kEvent;
+  if (closed_) return Poll::kClosed;
+  reader_waiting_ = true;
+  return Poll::kEmpty;
 }
 
 void Subscription::SetReadyCallback(std::function<void()> callback) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ready_callback_ = std::move(callback);
 }
 
 void Subscription::Push(RecommendationEvent event) {
   std::function<void()> notify;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     const std::string key =
         event.type == RecommendationEvent::Type::kSynced ? std::string() : event.recommendation.job_id;
@@ -45,6 +46,12 @@ void Subscription::Push(RecommendationEvent event) {
     if (it == pending_.end()) {
       order_.push_back(key);
       pending_.emplace(key, std::move(event));
+    } else if (it->second.type == RecommendationEvent::Type::kAdded &&
+               event.type == RecommendationEvent::Type::kDeleted) {
+      // The reader never saw the job: it needs neither event. Its key stays
+      // in order_ and Next() skips it.
+      pending_.erase(it);
+      return;
     } else {
       // Coalesce: the reader has not seen the older event, so it only needs
       // the newest state. An ADDED it never saw stays ADDED.
@@ -65,7 +72,7 @@ void Subscription::Push(RecommendationEvent event) {
 void Subscription::Close() {
   std::function<void()> notify;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     closed_ = true;
     if (reader_waiting_) {
@@ -79,7 +86,7 @@ void Subscription::Close() {
 // ---- RecommendationBoard ----------------------------------------------------
 
 std::vector<Recommendation> RecommendationBoard::Publish(std::vector<Recommendation> decisions) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<Recommendation> stored;
   stored.reserve(decisions.size());
   for (Recommendation& rec : decisions) {
@@ -107,7 +114,7 @@ std::vector<Recommendation> RecommendationBoard::Publish(std::vector<Recommendat
 }
 
 void RecommendationBoard::Remove(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = current_.find(job_id);
   if (it == current_.end()) return;
   retired_generations_[job_id] = it->second.generation;
@@ -116,7 +123,7 @@ void RecommendationBoard::Remove(const std::string& job_id) {
 }
 
 std::optional<Recommendation> RecommendationBoard::Get(const std::string& job_id) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = current_.find(job_id);
   if (it == current_.end()) return std::nullopt;
   return it->second;
@@ -125,7 +132,7 @@ std::optional<Recommendation> RecommendationBoard::Get(const std::string& job_id
 std::vector<Recommendation> RecommendationBoard::List(const std::string& namespace_filter) const {
   std::vector<Recommendation> out;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, rec] : current_) {
       if (InNamespace(id, namespace_filter)) out.push_back(rec);
     }
@@ -137,7 +144,7 @@ std::vector<Recommendation> RecommendationBoard::List(const std::string& namespa
 
 absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
     std::string namespace_filter) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::UnavailableError("the server is shutting down");
   if (static_cast<int>(subscriptions_.size()) >= max_subscriptions_) {
     return absl::ResourceExhaustedError(
@@ -161,7 +168,7 @@ absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
 
 void RecommendationBoard::Unsubscribe(const std::shared_ptr<Subscription>& subscription) {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     subscriptions_.erase(
         std::remove(subscriptions_.begin(), subscriptions_.end(), subscription),
         subscriptions_.end());
@@ -172,7 +179,7 @@ void RecommendationBoard::Unsubscribe(const std::shared_ptr<Subscription>& subsc
 void RecommendationBoard::CloseAll() {
   std::vector<std::shared_ptr<Subscription>> subs;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
     subs.swap(subscriptions_);
   }
@@ -180,7 +187,7 @@ void RecommendationBoard::CloseAll() {
 }
 
 int RecommendationBoard::subscription_count() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(subscriptions_.size());
 }
 

@@ -55,6 +55,18 @@ std::vector<PlanDecision> StaticPlanner::Plan(const PlanInput& input) const {
   const bool bounded = input.capacity_gpus.has_value();
   const uint64_t capacity = bounded ? *input.capacity_gpus : 0;
   uint64_t allocated = 0;
+  // GPUs kept by running non-preemptible jobs of lower priority than the job
+  // being admitted: the reason must not blame higher-priority work for them.
+  auto pinned_below = [&](int32_t priority) {
+    uint64_t gpus = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const JobSpec& other = input.jobs[j].spec;
+      if (out[j].replicas > 0 && !other.preemptible && running(j) && other.priority < priority) {
+        gpus += uint64_t{out[j].replicas} * other.gpus_per_replica;
+      }
+    }
+    return gpus;
+  };
   uint32_t queue = 0;
   for (size_t i : order) {
     const JobSpec& spec = input.jobs[i].spec;
@@ -77,8 +89,17 @@ std::vector<PlanDecision> StaticPlanner::Plan(const PlanInput& input) const {
                                  need, spec.min_replicas, capacity);
     } else {
       d.binding = running(i) ? BindingConstraint::kPreempted : BindingConstraint::kCapacity;
-      d.reason = absl::StrFormat("needs %d GPUs; %d free; %d held by jobs of higher or equal priority",
-                                 need, free_gpus, allocated);
+      const uint64_t pinned = pinned_below(spec.priority);
+      if (pinned == 0) {
+        d.reason = absl::StrFormat(
+            "needs %d GPUs; %d free; %d held by jobs of higher or equal priority", need, free_gpus,
+            allocated);
+      } else {
+        d.reason = absl::StrFormat(
+            "needs %d GPUs; %d free; %d held by jobs of higher or equal priority and %d by "
+            "non-preemptible jobs of lower priority",
+            need, free_gpus, allocated - pinned, pinned);
+      }
     }
   }
 

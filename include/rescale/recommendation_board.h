@@ -10,8 +10,8 @@
 //
 // Thread safety: all methods are thread-safe. Lock order: board -> (reader's
 // own lock) -> subscription. A ready callback runs without the subscription's
-// lock (so it may call Next) but possibly with the board's lock held, so it
-// must not call into the board.
+// lock (so it may call Next); when a publish triggers it, it runs with the
+// board's lock held, so it must not call into the board.
 #ifndef RESCALE_RECOMMENDATION_BOARD_H_
 #define RESCALE_RECOMMENDATION_BOARD_H_
 
@@ -27,7 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "rescale/types.h"
 
 namespace rescale {
@@ -62,7 +62,7 @@ class Subscription {
   void Close();
 
   const std::string namespace_filter_;
-  absl::Mutex mu_;
+  std::mutex mu_;
   // Job ids in delivery order; "" stands for the SYNCED marker.
   std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, RecommendationEvent> pending_ ABSL_GUARDED_BY(mu_);
@@ -101,7 +101,7 @@ class RecommendationBoard {
   void Broadcast(const RecommendationEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int max_subscriptions_;
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   absl::flat_hash_map<std::string, Recommendation> current_ ABSL_GUARDED_BY(mu_);
   // Generation of deregistered jobs is kept so a re-registered job never
   // reuses a generation a controller has already applied.

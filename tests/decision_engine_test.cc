@@ -1,0 +1,494 @@
+// Tests of rescale::DecisionEngine driven by a ManualClock: job registration
+// (validation, duplicates, unknown policies, the job limit), the
+// recommendation published at once (generation, action, decided_at),
+// ReportApplied (HOLD without a new generation, rejected generations and
+// replica counts), capacity changes that make lower-priority jobs wait or be
+// preempted, the cluster view, deregistration (NOT_FOUND, DELETED to
+// watchers), samples flowing into the job's curve, namespace filtering,
+// UpdateJob, and that the replan timer starts and stops without hanging.
+#include "rescale/decision_engine.h"
+
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "rescale/clock.h"
+
+namespace rescale {
+namespace {
+
+using Catch::Matchers::Contains;
+
+JobSpec Spec(const std::string& id, uint32_t min = 2, uint32_t max = 8, int32_t priority = 0) {
+  JobSpec spec;
+  spec.job_id = id;
+  spec.min_replicas = min;
+  spec.max_replicas = max;
+  spec.priority = priority;
+  spec.local_batch_size = 32;
+  return spec;
+}
+
+JobView MustRegister(DecisionEngine& engine, JobSpec spec) {
+  absl::StatusOr<JobView> view = engine.RegisterJob(std::move(spec));
+  INFO(view.status().ToString());
+  REQUIRE(view.ok());
+  return *view;
+}
+
+Recommendation MustRecommendation(const DecisionEngine& engine, const std::string& id) {
+  absl::StatusOr<Recommendation> rec = engine.GetRecommendation(id);
+  INFO(rec.status().ToString());
+  REQUIRE(rec.ok());
+  return *rec;
+}
+
+TEST_CASE("engine registers a job and publishes generation 1 with SCALE_UP at the clock's time") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  JobView view = MustRegister(engine, Spec("team-a/resnet", 2, 8));
+  CHECK(view.spec.job_id == "team-a/resnet");
+  CHECK(view.status.registered_at == clock.Now());
+  CHECK(view.status.current_replicas == 0);
+  CHECK(view.curve.empty());
+  REQUIRE(view.recommendation.has_value());
+  const Recommendation& rec = *view.recommendation;
+  CHECK(rec.job_id == "team-a/resnet");
+  CHECK(rec.generation == 1);
+  CHECK(rec.replicas == 2);
+  CHECK_FALSE(rec.suspend);
+  CHECK(rec.action == Action::kScaleUp);
+  CHECK(rec.decided_at == clock.Now());
+  CHECK(rec.policy == "static-min");  // the default policy
+  CHECK(rec.gpus == 2);
+  CHECK(rec.queue_position == 0);
+  CHECK(rec.binding_constraint == BindingConstraint::kMinReplicas);
+
+  Recommendation same = MustRecommendation(engine, "team-a/resnet");
+  CHECK(same.generation == 1);
+  CHECK(same.replicas == 2);
+}
+
+TEST_CASE("engine rejects an invalid spec with INVALID_ARGUMENT naming the field") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  JobSpec spec = Spec("team-a/resnet", 5, 2);
+  absl::StatusOr<JobView> view = engine.RegisterJob(spec);
+  REQUIRE(view.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(view.status().message()), Contains("spec.min_replicas (5)"));
+
+  view = engine.RegisterJob(Spec("NoSlash"));
+  REQUIRE(view.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(view.status().message()), Contains("spec.job_id"));
+  CHECK(engine.ListJobs().empty());
+  CHECK(engine.ListRecommendations().empty());
+}
+
+TEST_CASE("engine rejects registering a known job with ALREADY_EXISTS") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a"));
+  absl::StatusOr<JobView> again = engine.RegisterJob(Spec("ns/a", 1, 4));
+  REQUIRE(again.status().code() == absl::StatusCode::kAlreadyExists);
+  CHECK_THAT(std::string(again.status().message()), Contains("ns/a"));
+  // The original spec is untouched.
+  absl::StatusOr<JobView> view = engine.GetJob("ns/a");
+  REQUIRE(view.ok());
+  CHECK(view->spec.min_replicas == 2);
+}
+
+TEST_CASE("engine rejects an unknown policy listing the known ones") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  JobSpec spec = Spec("ns/a");
+  spec.policy = "magic";
+  absl::StatusOr<JobView> view = engine.RegisterJob(spec);
+  REQUIRE(view.status().code() == absl::StatusCode::kInvalidArgument);
+  const std::string message(view.status().message());
+  CHECK_THAT(message, Contains("spec.policy \"magic\""));
+  CHECK_THAT(message, Contains("static-min"));
+  CHECK_THAT(message, Contains("static-max"));
+  CHECK(DecisionEngine::KnownPolicies() == std::vector<std::string>{"static-min", "static-max"});
+}
+
+TEST_CASE("engine refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
+  ManualClock clock;
+  EngineOptions options;
+  options.max_jobs = 2;
+  DecisionEngine engine(options, &clock);
+  MustRegister(engine, Spec("ns/a"));
+  MustRegister(engine, Spec("ns/b"));
+  absl::StatusOr<JobView> third = engine.RegisterJob(Spec("ns/c"));
+  REQUIRE(third.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(third.status().message()), Contains("ns/c"));
+  // Freeing a slot lets the next one in.
+  REQUIRE(engine.DeregisterJob("ns/a").ok());
+  CHECK(engine.RegisterJob(Spec("ns/c")).ok());
+}
+
+TEST_CASE("engine turns the action to HOLD once the recommendation is applied, keeping the generation") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a", 3, 8));
+  clock.Advance(absl::Seconds(30));
+
+  absl::StatusOr<JobStatus> status = engine.ReportApplied("ns/a", 3, false, 1);
+  REQUIRE(status.ok());
+  CHECK(status->current_replicas == 3);
+  CHECK_FALSE(status->suspended);
+  CHECK(status->last_applied_generation == 1);
+  CHECK(status->last_applied_at == clock.Now());
+
+  Recommendation rec = MustRecommendation(engine, "ns/a");
+  CHECK(rec.action == Action::kHold);
+  CHECK(rec.generation == 1);
+  CHECK(rec.replicas == 3);
+  CHECK(rec.decided_at == clock.Now());
+
+  // An out-of-band report (generation 0) keeps the last applied generation.
+  status = engine.ReportApplied("ns/a", 3, false, 0);
+  REQUIRE(status.ok());
+  CHECK(status->last_applied_generation == 1);
+  absl::StatusOr<JobView> view = engine.GetJob("ns/a");
+  REQUIRE(view.ok());
+  CHECK(view->status.last_applied_generation == 1);
+  CHECK(view->status.current_replicas == 3);
+}
+
+TEST_CASE("engine asks to scale down when the cluster runs more than recommended") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a", 2, 8));
+  REQUIRE(engine.ReportApplied("ns/a", 5, false, 1).ok());
+  Recommendation rec = MustRecommendation(engine, "ns/a");
+  CHECK(rec.replicas == 2);
+  CHECK(rec.action == Action::kScaleDown);
+  CHECK(rec.generation == 1);
+}
+
+TEST_CASE("engine rejects a generation newer than the latest recommendation") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a"));
+  absl::StatusOr<JobStatus> status = engine.ReportApplied("ns/a", 2, false, 2);
+  REQUIRE(status.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(status.status().message()), Contains("generation 2"));
+  CHECK_THAT(std::string(status.status().message()), Contains("generation 1"));
+  absl::StatusOr<JobView> view = engine.GetJob("ns/a");
+  REQUIRE(view.ok());
+  CHECK(view->status.current_replicas == 0);
+  CHECK(view->status.last_applied_generation == 0);
+}
+
+TEST_CASE("engine rejects applied replicas above max_replicas") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a", 2, 8));
+  absl::StatusOr<JobStatus> status = engine.ReportApplied("ns/a", 9, false, 1);
+  REQUIRE(status.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(status.status().message()), Contains("replicas 9"));
+  CHECK_THAT(std::string(status.status().message()), Contains("max_replicas 8"));
+}
+
+TEST_CASE("engine reports NOT_FOUND or INVALID_ARGUMENT for applied state of unknown or malformed jobs") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  CHECK(engine.ReportApplied("ns/none", 1, false, 0).status().code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(engine.ReportApplied("bad", 1, false, 0).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(engine.GetJob("bad").status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("engine makes the lower-priority job wait when capacity falls below demand") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/high", 4, 4, /*priority=*/10));
+  MustRegister(engine, Spec("ns/low", 4, 4, /*priority=*/1));
+  REQUIRE(MustRecommendation(engine, "ns/low").replicas == 4);
+
+  clock.Advance(absl::Minutes(1));
+  ClusterView cluster = engine.SetCapacity(6);
+  REQUIRE(cluster.total_gpus.has_value());
+  CHECK(*cluster.total_gpus == 6);
+  CHECK(cluster.allocated_gpus == 4);
+  CHECK(cluster.waiting_jobs == 1);
+  CHECK(cluster.planned_at == clock.Now());
+  REQUIRE(cluster.allocations.size() == 1);
+  CHECK(cluster.allocations[0].job_id == "ns/high");
+  CHECK(cluster.allocations[0].replicas == 4);
+  CHECK(cluster.allocations[0].gpus == 4);
+  CHECK(cluster.allocations[0].priority == 10);
+
+  Recommendation low = MustRecommendation(engine, "ns/low");
+  CHECK(low.replicas == 0);
+  CHECK(low.suspend);
+  CHECK(low.queue_position == 1);
+  CHECK(low.gpus == 0);
+  CHECK(low.generation == 2);
+  CHECK(low.action == Action::kHold);  // it never ran
+  CHECK(low.binding_constraint == BindingConstraint::kCapacity);
+  CHECK(low.reason == "needs 4 GPUs; 2 free; 4 held by jobs of higher or equal priority");
+
+  Recommendation high = MustRecommendation(engine, "ns/high");
+  CHECK(high.replicas == 4);
+  CHECK(high.generation == 1);
+
+  ClusterView again = engine.GetCluster();
+  CHECK(again.allocated_gpus == 4);
+  CHECK(again.waiting_jobs == 1);
+  CHECK(again.allocations.size() == 1);
+}
+
+TEST_CASE("engine suspends a running lower-priority job preempted by a higher-priority one") {
+  ManualClock clock;
+  EngineOptions options;
+  options.capacity_gpus = 4;
+  DecisionEngine engine(options, &clock);
+  MustRegister(engine, Spec("ns/low", 4, 4, /*priority=*/1));
+  REQUIRE(engine.ReportApplied("ns/low", 4, false, 1).ok());
+  MustRegister(engine, Spec("ns/high", 4, 4, /*priority=*/10));
+
+  Recommendation low = MustRecommendation(engine, "ns/low");
+  CHECK(low.replicas == 0);
+  CHECK(low.suspend);
+  CHECK(low.action == Action::kSuspend);
+  CHECK(low.binding_constraint == BindingConstraint::kPreempted);
+  CHECK(low.generation == 2);
+  Recommendation high = MustRecommendation(engine, "ns/high");
+  CHECK(high.replicas == 4);
+  CHECK(high.action == Action::kScaleUp);
+
+  // Once suspended, more capacity brings it back with RESUME.
+  REQUIRE(engine.ReportApplied("ns/low", 4, true, 2).ok());
+  engine.SetCapacity(8);
+  low = MustRecommendation(engine, "ns/low");
+  CHECK(low.replicas == 4);
+  CHECK(low.action == Action::kResume);
+  CHECK(low.generation == 3);
+}
+
+TEST_CASE("engine reports an unknown capacity as unset in the cluster view") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a", 3, 8));
+  ClusterView cluster = engine.GetCluster();
+  CHECK_FALSE(cluster.total_gpus.has_value());
+  CHECK(cluster.allocated_gpus == 3);
+  CHECK(cluster.waiting_jobs == 0);
+}
+
+TEST_CASE("engine forgets a deregistered job and tells watchers DELETED") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a"));
+  absl::StatusOr<std::shared_ptr<Subscription>> sub = engine.board().Subscribe();
+  REQUIRE(sub.ok());
+  RecommendationEvent event;
+  while ((*sub)->Next(&event) == Subscription::Poll::kEvent) {
+  }
+
+  REQUIRE(engine.DeregisterJob("ns/a").ok());
+  REQUIRE((*sub)->Next(&event) == Subscription::Poll::kEvent);
+  CHECK(event.type == RecommendationEvent::Type::kDeleted);
+  CHECK(event.recommendation.job_id == "ns/a");
+
+  CHECK(engine.GetJob("ns/a").status().code() == absl::StatusCode::kNotFound);
+  CHECK(engine.GetRecommendation("ns/a").status().code() == absl::StatusCode::kNotFound);
+  CHECK(engine.DeregisterJob("ns/a").code() == absl::StatusCode::kNotFound);
+  CHECK(engine.ReportApplied("ns/a", 1, false, 0).status().code() == absl::StatusCode::kNotFound);
+  CHECK(engine.ListJobs().empty());
+  CHECK(engine.GetCluster().allocations.empty());
+
+  // Samples for it are now rejected.
+  StepSample s;
+  s.job_id = "ns/a";
+  s.pod = "p";
+  s.world_size = 1;
+  s.step_seconds = 0.5;
+  std::vector<StepSample> batch = {s};
+  CHECK(engine.Ingest(batch).rejected == 1);
+
+  // Registering it again continues its generations.
+  JobView view = MustRegister(engine, Spec("ns/a"));
+  REQUIRE(view.recommendation.has_value());
+  CHECK(view.recommendation->generation == 2);
+}
+
+TEST_CASE("engine feeds ingested samples into the job's curve and samples_accepted") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a", 2, 8));  // local_batch_size 32
+
+  std::vector<StepSample> batch;
+  for (double step : {0.4, 0.6}) {
+    StepSample s;
+    s.job_id = "ns/a";
+    s.pod = "a-worker-0";
+    s.world_size = 4;
+    s.step_seconds = step;
+    batch.push_back(s);
+  }
+  StepSample stale = batch[0];
+  stale.timestamp_unix_nanos = absl::ToUnixNanos(clock.Now() - absl::Hours(1));
+  batch.push_back(stale);
+
+  IngestResult result = engine.Ingest(batch);
+  CHECK(result.accepted == 2);
+  CHECK(result.rejected == 1);
+  REQUIRE(result.rejections.size() == 1);
+  CHECK(result.rejections[0].index == 2);
+
+  absl::StatusOr<JobView> view = engine.GetJob("ns/a");
+  REQUIRE(view.ok());
+  CHECK(view->status.samples_accepted == 2);
+  REQUIRE(view->curve.size() == 1);
+  CHECK(view->curve[0].replicas == 4);
+  CHECK(view->curve[0].observed);
+  CHECK(view->curve[0].sample_count == 2);
+  CHECK(view->curve[0].samples_per_second == Approx(4 * 32 / 0.5));
+
+  // After a replan the running job's current throughput comes from the curve.
+  REQUIRE(engine.ReportApplied("ns/a", 4, false, 1).ok());
+  Recommendation rec = MustRecommendation(engine, "ns/a");
+  CHECK(rec.current_samples_per_second == Approx(256));
+  CHECK(rec.predicted_samples_per_second == Approx(128));  // 256 * 2 / 4
+}
+
+TEST_CASE("engine lists jobs ordered by id and filtered by namespace") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("team-b/x"));
+  MustRegister(engine, Spec("team-a/z"));
+  MustRegister(engine, Spec("team-a/y"));
+  std::vector<JobView> all = engine.ListJobs();
+  REQUIRE(all.size() == 3);
+  CHECK(all[0].spec.job_id == "team-a/y");
+  CHECK(all[1].spec.job_id == "team-a/z");
+  CHECK(all[2].spec.job_id == "team-b/x");
+  std::vector<JobView> team_a = engine.ListJobs("team-a");
+  REQUIRE(team_a.size() == 2);
+  CHECK(team_a[0].spec.job_id == "team-a/y");
+  CHECK(team_a[1].spec.job_id == "team-a/z");
+  CHECK(engine.ListJobs("team-c").empty());
+  std::vector<Recommendation> recs = engine.ListRecommendations("team-b");
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0].job_id == "team-b/x");
+}
+
+TEST_CASE("engine UpdateJob of an unknown job is NOT_FOUND") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  absl::StatusOr<JobView> view = engine.UpdateJob(Spec("ns/none"));
+  REQUIRE(view.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(view.status().message()), Contains("ns/none"));
+  CHECK(engine.ListJobs().empty());
+}
+
+TEST_CASE("engine UpdateJob replans with the new spec and bumps the generation") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a", 2, 8));
+  JobSpec spec = Spec("ns/a", 2, 8);
+  spec.policy = "static-max";
+  absl::StatusOr<JobView> view = engine.UpdateJob(spec);
+  REQUIRE(view.ok());
+  CHECK(view->spec.policy == "static-max");
+  REQUIRE(view->recommendation.has_value());
+  CHECK(view->recommendation->replicas == 8);
+  CHECK(view->recommendation->generation == 2);
+  CHECK(view->recommendation->policy == "static-max");
+  // Registration time is kept.
+  CHECK(view->status.registered_at == clock.Now());
+
+  spec.min_replicas = 9;  // invalid: min > max
+  CHECK(engine.UpdateJob(spec).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("engine replan refreshes decided_at without a new generation") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a"));
+  clock.Advance(absl::Minutes(5));
+  engine.Replan();
+  Recommendation rec = MustRecommendation(engine, "ns/a");
+  CHECK(rec.decided_at == clock.Now());
+  CHECK(rec.generation == 1);
+  CHECK(engine.GetCluster().planned_at == clock.Now());
+}
+
+TEST_CASE("engine timer starts and stops without hanging") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a"));
+  engine.StartTimer(absl::Hours(1));
+  engine.StopTimer();
+  // Restarting and stopping again works, and so does a second StopTimer.
+  engine.StartTimer(absl::Hours(1));
+  engine.StopTimer();
+  engine.StopTimer();
+  CHECK(MustRecommendation(engine, "ns/a").generation == 1);
+}
+
+TEST_CASE("engine destructor stops a running timer") {
+  ManualClock clock;
+  {
+    DecisionEngine engine(EngineOptions{}, &clock);
+    engine.StartTimer(absl::Hours(1));
+  }
+  SUCCEED("destroyed without hanging");
+}
+
+}  // namespace
+
+TEST_CASE("engine with auto_register registers unknown jobs from their samples and keeps them") {
+  ManualClock clock;
+  EngineOptions options;
+  options.auto_register = true;
+  options.auto_register_max_replicas = 16;
+  DecisionEngine engine(options, &clock);
+  MustRegister(engine, Spec("ns/known"));
+  const std::string pod = "w-0";
+  std::vector<StepSample> batch(4);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i].job_id = i < 2 ? "ns/new" : (i == 2 ? "ns/known" : "Bad/Id");
+    batch[i].pod = pod;
+    batch[i].world_size = i == 1 ? 20 : 2;
+    batch[i].step_seconds = 0.5;
+    batch[i].batch_size = 8;
+  }
+  IngestResult result = engine.Ingest(batch);
+  CHECK(result.accepted == 3);
+  CHECK(result.rejected == 1);
+  REQUIRE(result.rejections.size() == 1);
+  CHECK(result.rejections[0].index == 3);  // a malformed id is not registered
+  absl::StatusOr<JobView> job = engine.GetJob("ns/new");
+  REQUIRE(job.ok());
+  CHECK(job->spec.min_replicas == 1);
+  CHECK(job->spec.max_replicas == 20);  // the largest world size it reported
+  CHECK(job->status.samples_accepted == 2);
+  CHECK(engine.GetRecommendation("ns/new").ok());
+}
+
+TEST_CASE("engine without auto_register rejects samples of unknown jobs as not registered") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  std::vector<StepSample> batch(1);
+  batch[0].job_id = "ns/ghost";
+  batch[0].pod = "w-0";
+  batch[0].world_size = 1;
+  batch[0].step_seconds = 0.5;
+  batch[0].batch_size = 8;
+  IngestResult result = engine.Ingest(batch);
+  CHECK(result.accepted == 0);
+  CHECK(result.rejected_unknown_job == 1);
+  REQUIRE(result.rejections.size() == 1);
+  CHECK_THAT(result.rejections[0].reason, Contains("not registered"));
+  CHECK(engine.GetJob("ns/ghost").status().code() == absl::StatusCode::kNotFound);
+}
+
+}  // namespace rescale
