@@ -119,6 +119,15 @@ void ToProto(const JobView& view, v1::Job* proto) {
   ToProto(view.status, proto->mutable_status());
   for (const CurvePoint& p : view.curve) ToProto(p, proto->mutable_curve()->add_points());
   if (view.recommendation) ToProto(*view.recommendation, proto->mutable_recommendation());
+  for (const PodStatus& pod : view.pods) {
+    v1::PodStatus* out = proto->add_pods();
+    out->set_pod(pod.pod);
+    out->set_world_size(pod.world_size);
+    out->set_recent_step_seconds(pod.recent_step_seconds);
+    if (IsSet(pod.last_seen)) SetTimestamp(pod.last_seen, out->mutable_last_seen());
+    out->set_sample_count(pod.sample_count);
+    out->set_straggler(pod.straggler);
+  }
 }
 
 void ToProto(const ClusterView& view, v1::Cluster* proto) {
@@ -160,18 +169,19 @@ void ToProto(const RecommendationEvent& event, v1::RecommendationEvent* proto) {
 }
 
 std::vector<StepSample> FromProto(const v1::SampleBatch& batch) {
-  std::vector<StepSample> out;
-  out.reserve(batch.samples_size());
-  for (const v1::StepSample& p : batch.samples()) {
-    StepSample s;
-    s.job_id = p.job_id().empty() ? batch.job_id() : p.job_id();
-    s.pod = p.pod().empty() ? batch.pod() : p.pod();
+  std::vector<StepSample> out(batch.samples_size());
+  const std::string_view batch_job = batch.job_id();
+  const std::string_view batch_pod = batch.pod();
+  for (int i = 0; i < batch.samples_size(); ++i) {
+    const v1::StepSample& p = batch.samples(i);
+    StepSample& s = out[i];
+    s.job_id = p.job_id().empty() ? batch_job : std::string_view(p.job_id());
+    s.pod = p.pod().empty() ? batch_pod : std::string_view(p.pod());
     s.world_size = p.world_size() == 0 ? batch.world_size() : p.world_size();
     s.step_seconds = p.step_seconds();
     s.batch_size = p.batch_size();
     s.timestamp_unix_nanos = p.timestamp_unix_nanos();
     if (p.has_step()) s.step = p.step();
-    out.push_back(std::move(s));
   }
   return out;
 }

@@ -33,7 +33,8 @@ void ToProto(const IngestResult& result, v1::IngestSummary* proto);
 void ToProto(const RecommendationEvent& event, v1::RecommendationEvent* proto);
 
 // Flattens a batch: batch-level job_id, pod and world_size fill samples that
-// leave them empty.
+// leave them empty. The samples' strings point into `batch`, which must
+// outlive them.
 std::vector<StepSample> FromProto(const v1::SampleBatch& batch);
 
 v1::Action ToProto(Action action);

@@ -37,6 +37,14 @@ ABSL_FLAG(int, max_jobs, kDefaults.max_jobs, "registered jobs at most");
 ABSL_FLAG(int, max_watchers, kDefaults.max_watchers, "concurrent WatchRecommendations streams at most");
 ABSL_FLAG(int, max_batch_samples, kDefaults.max_batch_samples, "samples in one SampleBatch at most");
 ABSL_FLAG(int, max_message_bytes, kDefaults.max_message_bytes, "largest gRPC message, bytes");
+ABSL_FLAG(bool, auto_register, kDefaults.auto_register,
+          "samples for unknown jobs register them with defaults instead of being rejected");
+ABSL_FLAG(absl::Duration, window, kDefaults.window, "span of the windowed step-time statistics");
+ABSL_FLAG(absl::Duration, pod_ttl, kDefaults.pod_ttl, "pods unseen this long are forgotten");
+ABSL_FLAG(int, max_pods_per_job, kDefaults.max_pods_per_job,
+          "pods tracked per job at most (also at most 4 x max_replicas + 16)");
+ABSL_FLAG(int, max_sizes_per_job, kDefaults.max_sizes_per_job,
+          "distinct world sizes tracked per job at most");
 ABSL_FLAG(std::string, tls_cert_file, "", "PEM server certificate chain; enables TLS with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
@@ -95,6 +103,11 @@ int main(int argc, char** argv) {
   options.max_watchers = absl::GetFlag(FLAGS_max_watchers);
   options.max_batch_samples = absl::GetFlag(FLAGS_max_batch_samples);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.auto_register = absl::GetFlag(FLAGS_auto_register);
+  options.window = absl::GetFlag(FLAGS_window);
+  options.pod_ttl = absl::GetFlag(FLAGS_pod_ttl);
+  options.max_pods_per_job = absl::GetFlag(FLAGS_max_pods_per_job);
+  options.max_sizes_per_job = absl::GetFlag(FLAGS_max_sizes_per_job);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
 

@@ -58,10 +58,14 @@ struct RescaleServer::Impl {
 
 absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOptions options) {
   if (options.max_batch_samples < 1 || options.max_watchers < 1 || options.max_jobs < 1 ||
+      options.max_pods_per_job < 1 || options.max_sizes_per_job < 1 ||
       options.max_message_bytes < 1024) {
     return absl::InvalidArgumentError(
-        "limits must be positive: --max_batch_samples, --max_watchers, --max_jobs >= 1 and "
-        "--max_message_bytes >= 1024");
+        "limits must be positive: --max_batch_samples, --max_watchers, --max_jobs, "
+        "--max_pods_per_job, --max_sizes_per_job >= 1 and --max_message_bytes >= 1024");
+  }
+  if (options.window <= absl::ZeroDuration() || options.pod_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--window and --pod_ttl must be positive");
   }
   if (options.plan_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--plan_interval must be positive");
@@ -79,6 +83,12 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   engine_options.default_policy = options.default_policy;
   engine_options.max_jobs = options.max_jobs;
   engine_options.max_watchers = options.max_watchers;
+  engine_options.auto_register = options.auto_register;
+  engine_options.store.window = options.window;
+  engine_options.store.max_sample_age = options.window;
+  engine_options.store.pod_ttl = options.pod_ttl;
+  engine_options.store.max_pods_per_job = options.max_pods_per_job;
+  engine_options.store.max_sizes_per_job = options.max_sizes_per_job;
   if (options.capacity_gpus >= 0) {
     engine_options.capacity_gpus = static_cast<uint32_t>(options.capacity_gpus);
   }

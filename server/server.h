@@ -35,6 +35,14 @@ struct ServerOptions {
   int max_message_bytes = 4 << 20;
   // Registered jobs; more get RESOURCE_EXHAUSTED.
   int max_jobs = 10000;
+  // Samples for unknown jobs register them with defaults instead of being
+  // rejected.
+  bool auto_register = false;
+  // Metrics store: statistics window, pod forgetting, memory limits.
+  absl::Duration window = absl::Minutes(10);
+  absl::Duration pod_ttl = absl::Minutes(5);
+  int max_pods_per_job = 1024;
+  int max_sizes_per_job = 64;
   // Whether a background thread replans every plan_interval. Tests turn it
   // off and trigger replans through events.
   bool run_plan_timer = true;

@@ -187,7 +187,7 @@ grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServer
   ToProto(result, summary);
   if (result.accepted == 0 && result.rejected_for_limits > 0) {
     return FinishUnary(context, absl::ResourceExhaustedError(
-                                    "no sample accepted: " + result.rejections.front().reason));
+                                    "no sample accepted: " + result.limit_reason));
   }
   return FinishUnary(context, absl::OkStatus());
 }

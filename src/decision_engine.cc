@@ -2,6 +2,7 @@
 #include "rescale/decision_engine.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -29,7 +30,11 @@ Action ActionFor(const JobStatus& status, uint32_t replicas) {
 DecisionEngine::DecisionEngine(EngineOptions options, Clock* clock)
     : options_(std::move(options)),
       clock_(clock != nullptr ? clock : Clock::Real()),
-      store_(options_.store),
+      store_([&] {
+        MetricsStoreOptions store = options_.store;
+        store.max_jobs = options_.max_jobs;
+        return store;
+      }()),
       board_(options_.max_watchers),
       capacity_gpus_(options_.capacity_gpus) {}
 
@@ -55,21 +60,38 @@ absl::StatusOr<JobSpec> DecisionEngine::Normalize(JobSpec spec) const {
   return spec;
 }
 
+// Observed throughput per size; the band is the standard error of the
+// step-time estimate carried over to throughput.
+std::vector<CurvePoint> DecisionEngine::CurveOf(const std::string& job_id, absl::Time now) const {
+  std::vector<CurvePoint> curve;
+  for (const SizeStats& s : store_.Stats(job_id, now)) {
+    const uint64_t n = s.from_window ? s.sample_count : s.lifetime_count;
+    const double relative_error =
+        n > 1 && s.step_seconds > 0 ? s.spread_seconds / s.step_seconds / std::sqrt(double(n)) : 0;
+    curve.push_back({s.world_size, s.samples_per_second, s.samples_per_second * relative_error,
+                     true, n});
+  }
+  return curve;
+}
+
 JobView DecisionEngine::ViewLocked(const JobEntry& entry) const {
   JobView view;
   view.spec = entry.spec;
   view.status = entry.status;
   view.status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
-  for (const SizeStats& s : store_.Stats(entry.spec.job_id)) {
-    view.curve.push_back({s.world_size, s.samples_per_second, 0, true, s.sample_count});
-  }
+  view.curve = CurveOf(entry.spec.job_id, clock_->Now());
   view.recommendation = board_.Get(entry.spec.job_id);
+  view.pods = store_.Pods(entry.spec.job_id);
   return view;
 }
 
 absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  return RegisterLocked(std::move(spec));
+}
+
+absl::StatusOr<JobView> DecisionEngine::RegisterLocked(JobSpec spec) {
   if (jobs_.contains(spec.job_id)) {
     return absl::AlreadyExistsError(absl::StrFormat(
         "job \"%s\" is already registered; use UpdateJob to change its spec", spec.job_id));
@@ -79,10 +101,10 @@ absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
         "cannot register \"%s\": %d jobs are registered, the limit (--max_jobs)", spec.job_id,
         options_.max_jobs));
   }
+  RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
   JobEntry entry;
   entry.spec = spec;
   entry.status.registered_at = clock_->Now();
-  store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size);
   auto it = jobs_.emplace(spec.job_id, std::move(entry)).first;
   ReplanLocked();
   return ViewLocked(it->second);
@@ -90,21 +112,21 @@ absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
 
 absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(spec.job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrFormat(
         "job \"%s\" is not registered; use RegisterJob to add it", spec.job_id));
   }
+  RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
   it->second.spec = spec;
-  store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size);
   ReplanLocked();
   return ViewLocked(it->second);
 }
 
 absl::StatusOr<JobView> DecisionEngine::GetJob(const std::string& job_id) const {
   RETURN_IF_ERROR(ValidateJobId(job_id));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
@@ -114,7 +136,7 @@ absl::StatusOr<JobView> DecisionEngine::GetJob(const std::string& job_id) const 
 
 std::vector<JobView> DecisionEngine::ListJobs(const std::string& namespace_filter) const {
   std::vector<JobView> out;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, entry] : jobs_) {
     if (InNamespace(id, namespace_filter)) out.push_back(ViewLocked(entry));
   }
@@ -123,7 +145,7 @@ std::vector<JobView> DecisionEngine::ListJobs(const std::string& namespace_filte
 
 absl::Status DecisionEngine::DeregisterJob(const std::string& job_id) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (jobs_.erase(job_id) == 0) {
     return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
   }
@@ -134,14 +156,74 @@ absl::Status DecisionEngine::DeregisterJob(const std::string& job_id) {
 }
 
 IngestResult DecisionEngine::Ingest(std::span<const StepSample> samples) {
-  return store_.Ingest(samples, clock_->Now());
+  IngestResult result = store_.Ingest(samples, clock_->Now());
+  if (options_.auto_register && result.rejected_unknown_job > 0) AutoRegister(samples, result);
+  return result;
+}
+
+void DecisionEngine::AutoRegister(std::span<const StepSample> samples, IngestResult& result) {
+  // Which jobs to register, and the largest size each reported.
+  absl::btree_map<std::string, uint32_t> wanted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const StepSample& s : samples) {
+      if (s.job_id.empty() || jobs_.contains(std::string(s.job_id))) continue;
+      uint32_t& largest = wanted[std::string(s.job_id)];
+      largest = std::max(largest, s.world_size);
+    }
+    for (auto it = wanted.begin(); it != wanted.end();) {
+      JobSpec spec;
+      spec.job_id = it->first;
+      spec.min_replicas = 1;
+      spec.max_replicas = std::max(options_.auto_register_max_replicas, it->second);
+      absl::StatusOr<JobSpec> normalized = Normalize(std::move(spec));
+      if (normalized.ok() && RegisterLocked(*std::move(normalized)).ok()) {
+        ++it;
+      } else {
+        it = wanted.erase(it);  // malformed id or limit: the rejection stands
+      }
+    }
+  }
+  if (wanted.empty()) return;
+  // Ingest the samples of the new jobs again; they were all rejected before.
+  std::vector<StepSample> retry;
+  std::vector<uint32_t> original_index;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (wanted.contains(std::string(samples[i].job_id))) {
+      retry.push_back(samples[i]);
+      original_index.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  IngestResult second = store_.Ingest(retry, clock_->Now());
+  IngestResult merged;
+  merged.accepted = result.accepted + second.accepted;
+  merged.rejected = result.rejected - retry.size();
+  merged.rejected_for_limits = result.rejected_for_limits;
+  merged.limit_reason = result.limit_reason;
+  merged.rejected_unknown_job = result.rejected_unknown_job - retry.size();
+  std::vector<SampleRejection> all;
+  for (const SampleRejection& r : result.rejections) {
+    if (!wanted.contains(std::string(samples[r.index].job_id))) all.push_back(r);
+  }
+  for (const SampleRejection& r : second.rejections) all.push_back({original_index[r.index], r.reason});
+  std::sort(all.begin(), all.end(),
+            [](const SampleRejection& a, const SampleRejection& b) { return a.index < b.index; });
+  for (SampleRejection& r : all) {
+    if (merged.rejections.size() >= IngestResult::kMaxReportedRejections) break;
+    merged.rejections.push_back(std::move(r));
+  }
+  merged.rejected += second.rejected;
+  merged.rejected_for_limits += second.rejected_for_limits;
+  if (merged.limit_reason.empty()) merged.limit_reason = second.limit_reason;
+  result = std::move(merged);
+  Replan();
 }
 
 absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_id,
                                                         uint32_t replicas, bool suspended,
                                                         uint64_t generation) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
@@ -186,14 +268,14 @@ std::vector<Recommendation> DecisionEngine::ListRecommendations(
 }
 
 ClusterView DecisionEngine::SetCapacity(uint32_t total_gpus) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   capacity_gpus_ = total_gpus;
   ReplanLocked();
   return ClusterLocked();
 }
 
 ClusterView DecisionEngine::GetCluster() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return ClusterLocked();
 }
 
@@ -215,12 +297,13 @@ ClusterView DecisionEngine::ClusterLocked() const {
 }
 
 void DecisionEngine::Replan() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ReplanLocked();
 }
 
 void DecisionEngine::ReplanLocked() {
   const absl::Time now = clock_->Now();
+  store_.Tick(now);
   PlanInput input;
   input.capacity_gpus = capacity_gpus_;
   input.now = now;
@@ -230,9 +313,7 @@ void DecisionEngine::ReplanLocked() {
     job.spec = entry.spec;
     if (job.spec.policy.empty()) job.spec.policy = options_.default_policy;
     job.status = entry.status;
-    for (const SizeStats& s : store_.Stats(id)) {
-      job.curve.push_back({s.world_size, s.samples_per_second, 0, true, s.sample_count});
-    }
+    job.curve = CurveOf(id, now);
     job.previous = board_.Get(id);
     input.jobs.push_back(std::move(job));
   }
@@ -266,27 +347,28 @@ void DecisionEngine::ReplanLocked() {
 void DecisionEngine::StartTimer(absl::Duration interval) {
   StopTimer();
   {
-    absl::MutexLock lock(&timer_mu_);
+    std::lock_guard<std::mutex> lock(timer_mu_);
     timer_stop_ = false;
   }
   timer_thread_ = std::thread([this, interval] {
-    absl::MutexLock lock(&timer_mu_);
+    std::unique_lock<std::mutex> lock(timer_mu_);
     while (true) {
       // Wakes early only when StopTimer sets timer_stop_.
-      timer_mu_.AwaitWithTimeout(absl::Condition(&timer_stop_), interval);
+      timer_cv_.wait_for(lock, absl::ToChronoNanoseconds(interval), [this] { return timer_stop_; });
       if (timer_stop_) return;
-      timer_mu_.Unlock();
+      lock.unlock();
       Replan();
-      timer_mu_.Lock();
+      lock.lock();
     }
   });
 }
 
 void DecisionEngine::StopTimer() {
   {
-    absl::MutexLock lock(&timer_mu_);
+    std::lock_guard<std::mutex> lock(timer_mu_);
     timer_stop_ = true;
   }
+  timer_cv_.notify_all();
   if (timer_thread_.joinable()) timer_thread_.join();
 }
 

@@ -43,6 +43,8 @@ void IngestResult::Merge(const IngestResult& other, uint32_t index_offset) {
   accepted += other.accepted;
   rejected += other.rejected;
   rejected_for_limits += other.rejected_for_limits;
+  rejected_unknown_job += other.rejected_unknown_job;
+  if (limit_reason.empty()) limit_reason = other.limit_reason;
   for (const SampleRejection& r : other.rejections) {
     if (rejections.size() >= kMaxReportedRejections) break;
     rejections.push_back({r.index + index_offset, r.reason});

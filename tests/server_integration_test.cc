@@ -274,6 +274,57 @@ TEST_CASE("ReportSamples refuses a batch over --max_batch_samples naming the lim
   CHECK_THAT(status.error_message(), Catch::Contains("limit is 3"));
 }
 
+TEST_CASE("ReportSamples is RESOURCE_EXHAUSTED when a limit refuses every sample") {
+  ServerOptions options;
+  options.max_pods_per_job = 1;
+  TestServer t(options);
+  t.Register("ns/job", 1, 4);
+  v1::SampleBatch first;
+  first.set_job_id("ns/job");
+  first.set_pod("w-0");
+  first.set_world_size(1);
+  first.add_samples()->set_step_seconds(0.5);
+  grpc::ClientContext ctx;
+  v1::IngestSummary summary;
+  REQUIRE(t.metrics->ReportSamples(&ctx, first, &summary).ok());
+
+  v1::SampleBatch second = first;
+  second.set_pod("w-1");  // over the one-pod limit
+  grpc::ClientContext ctx2;
+  grpc::Status status = t.metrics->ReportSamples(&ctx2, second, &summary);
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(status.error_message(), Catch::Contains("--max_pods_per_job"));
+}
+
+TEST_CASE("GetJob shows the job's pods and flags a straggler") {
+  TestServer t;
+  t.Register("ns/job", 1, 4);
+  for (int p = 0; p < 3; ++p) {
+    v1::SampleBatch batch;
+    batch.set_job_id("ns/job");
+    batch.set_pod("w-" + std::to_string(p));
+    batch.set_world_size(3);
+    for (int i = 0; i < 10; ++i) batch.add_samples()->set_step_seconds(p == 2 ? 2.0 : 1.0);
+    grpc::ClientContext ctx;
+    v1::IngestSummary summary;
+    REQUIRE(t.metrics->ReportSamples(&ctx, batch, &summary).ok());
+  }
+  grpc::ClientContext ctx;
+  v1::GetJobRequest get;
+  get.set_job_id("ns/job");
+  v1::Job job;
+  REQUIRE(t.jobs->GetJob(&ctx, get, &job).ok());
+  REQUIRE(job.pods_size() == 3);
+  CHECK(job.pods(0).pod() == "w-0");
+  CHECK(job.pods(0).recent_step_seconds() == Approx(1.0));
+  CHECK(job.pods(0).sample_count() == 10);
+  CHECK(job.pods(0).last_seen().seconds() == absl::ToUnixSeconds(t.clock.Now()));
+  CHECK_FALSE(job.pods(0).straggler());
+  CHECK(job.pods(2).straggler());
+  REQUIRE(job.curve().points_size() == 1);
+  CHECK(job.curve().points(0).sample_count() == 30);
+}
+
 TEST_CASE("StreamSamples ingests every batch and answers one summary with stream-wide indices") {
   TestServer t;
   t.Register("ns/job", 1, 4);

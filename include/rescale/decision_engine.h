@@ -9,6 +9,9 @@
 //
 // Thread safety: every public method is thread-safe and returns quickly
 // (no I/O, no waiting on other callers beyond short critical sections).
+// The core uses std::mutex rather than absl::Mutex: Debian's Abseil is not
+// built with ThreadSanitizer, which would then miss absl::Mutex's
+// synchronisation, while pthread-based std::mutex is intercepted.
 #ifndef RESCALE_DECISION_ENGINE_H_
 #define RESCALE_DECISION_ENGINE_H_
 
@@ -23,7 +26,8 @@
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include <condition_variable>
+#include <mutex>
 #include "absl/time/time.h"
 #include "rescale/clock.h"
 #include "rescale/metrics_store.h"
@@ -35,7 +39,8 @@
 namespace rescale {
 
 struct EngineOptions {
-  // Policy for specs that leave `policy` empty. Must be a known policy.
+  // Policy for specs that leave `policy` empty. Must be one of
+  // KnownPolicies() (RescaleServer::Start checks the flag).
   std::string default_policy = "static-min";
   // Registered jobs; RegisterJob beyond it is RESOURCE_EXHAUSTED.
   int max_jobs = 10'000;
@@ -43,7 +48,13 @@ struct EngineOptions {
   std::optional<uint32_t> capacity_gpus;
   // Concurrent watchers of the board.
   int max_watchers = 1024;
+  // Samples for unregistered jobs register them (min 1, max
+  // auto_register_max_replicas or the largest world_size seen, defaults for
+  // the rest) instead of being rejected.
+  bool auto_register = false;
+  uint32_t auto_register_max_replicas = 64;
   SpecLimits spec_limits;
+  // store.max_jobs is overridden by max_jobs.
   MetricsStoreOptions store;
 };
 
@@ -65,7 +76,8 @@ class DecisionEngine {
   std::vector<JobView> ListJobs(const std::string& namespace_filter = "") const;
   absl::Status DeregisterJob(const std::string& job_id);
 
-  // Samples, validated one by one (see MetricsStore::Ingest).
+  // Samples, validated one by one (see MetricsStore::Ingest). Lock-free
+  // unless auto_register has a job to register.
   IngestResult Ingest(std::span<const StepSample> samples);
 
   // What the cluster runs now. `generation` 0 = applied out of band; a
@@ -99,6 +111,10 @@ class DecisionEngine {
   };
 
   absl::StatusOr<JobSpec> Normalize(JobSpec spec) const;
+  absl::StatusOr<JobView> RegisterLocked(JobSpec spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers the unknown jobs of `samples` and ingests their samples again.
+  void AutoRegister(std::span<const StepSample> samples, IngestResult& result);
+  std::vector<CurvePoint> CurveOf(const std::string& job_id, absl::Time now) const;
   JobView ViewLocked(const JobEntry& entry) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ClusterView ClusterLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -110,12 +126,13 @@ class DecisionEngine {
   StaticPlanner static_planner_;
 
   // Serialises mutations and replans so decisions are published in order.
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   absl::btree_map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
   std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
   absl::Time planned_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
-  absl::Mutex timer_mu_;
+  std::mutex timer_mu_;
+  std::condition_variable timer_cv_;
   bool timer_stop_ ABSL_GUARDED_BY(timer_mu_) = false;
   std::thread timer_thread_;
 };

@@ -1,93 +1,187 @@
-// MetricsStore: per-job, per-size step-time statistics built from samples.
+// MetricsStore: lock-free ingest of step-time samples, and the windowed,
+// robust per-job statistics the planner reads.
 //
-// The store knows the jobs it may accept samples for (AddJob/RemoveJob) and
-// validates every sample against them, returning a reason for each one it
-// rejects. Readers get per-size aggregates: count, mean step time and the
-// derived job throughput (samples/s of the whole gang).
+// Shape. A copy-on-write table maps job ids to JobStates. A JobState holds a
+// fixed array of per-world-size cells (SizeCell) and an open-addressed table
+// of per-pod cells (PodCell). Writers find or insert cells with CAS and add
+// to them with atomic read-modify-writes; they never take a mutex. Readers
+// (planner, queries) and the administrative path (register, deregister,
+// Tick) serialise on `admin_mu_` among themselves, which writers never touch.
 //
-// Thread safety: all methods are safe to call concurrently. This first
-// version serialises on one mutex; the lock-free ingest path replaces it
-// without changing the interface.
+// Statistics. A SizeCell keeps cumulative (never reset) per-bin histograms of
+// step time: octave bins, each with count, sum and sum of squares. Tick()
+// copies the cumulative state into a ring of kSnapshots snapshots, one per
+// window/(kSnapshots-1); a windowed aggregate is the cumulative state minus
+// the newest snapshot taken at or before the window's start. Writers therefore never reset
+// anything, and no sample is lost or counted twice by a window rotation.
+// The robust central step time is the mean over the median's bin and its two
+// neighbours: a sample 10x off the median lies at least three octaves away
+// and is trimmed, so one outlier moves the estimate by at most one rank.
+//
+// Thread safety and memory ordering (the argument, per atomic):
+//  * jobs_ (the table pointer) and JobState::pods (the pod-table pointer) are
+//    loaded and stored seq_cst, and the objects they point to are freed only
+//    through EpochDomain (see epoch.h for why that is safe).
+//  * SizeCell / PodCell pointers in their tables are published with a
+//    release CAS and loaded with acquire, so a writer that finds a cell also
+//    sees its constructor's writes (world_size, pod name). Slots are filled
+//    once and never emptied in place (only whole pod tables are replaced),
+//    so "first empty slot" insertion cannot create duplicates: a writer that
+//    loses the CAS re-examines the slot the winner filled.
+//  * Statistic counters are relaxed: nothing else is published through them,
+//    each is individually exact (atomic RMW), and a reader may see one batch
+//    half-applied across counters — harmless for a statistic and exact again
+//    as soon as the batch's RMWs are done. Exactly-once accounting holds per
+//    counter: every accepted sample is added to its job's `accepted` once.
+//  * The limits in JobState (max_replicas, local_batch_size) are relaxed
+//    atomics: a sample racing with UpdateJob is validated against the old or
+//    the new limit, either of which was valid at some instant.
 #ifndef RESCALE_METRICS_STORE_H_
 #define RESCALE_METRICS_STORE_H_
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include <mutex>
 #include "absl/time/time.h"
+#include "rescale/epoch.h"
 #include "rescale/types.h"
 
 namespace rescale {
 
 struct MetricsStoreOptions {
-  // Samples older than this (relative to ingest time) are rejected.
+  // Span of the windowed statistics; older data is dropped, in steps of
+  // window / 6, as Tick() runs.
+  absl::Duration window = absl::Minutes(10);
+  // Samples stamped earlier than this before ingest are rejected.
   absl::Duration max_sample_age = absl::Minutes(10);
-  // Samples stamped further than this in the future are rejected (clock skew).
+  // Samples stamped further than this in the future are rejected (skew).
   absl::Duration max_future_skew = absl::Minutes(1);
   // Plausible step_seconds; outside is a unit error or a broken reporter.
   double min_step_seconds = 1e-6;
   double max_step_seconds = 3600;
   // Pod names longer than this are rejected (Kubernetes names are <= 253).
   size_t max_pod_name_length = 253;
+  // Pods unseen for this long are forgotten by Tick().
+  absl::Duration pod_ttl = absl::Minutes(5);
+  // Limits that bound memory. Samples beyond them are rejected with a reason.
+  int max_jobs = 10'000;
+  int max_pods_per_job = 1024;
+  int max_sizes_per_job = 64;
+  // A pod whose recent step time exceeds the gang median by this factor is
+  // reported as a straggler.
+  double straggler_ratio = 1.5;
 };
 
 // Aggregate of the samples measured at one world size.
 struct SizeStats {
   uint32_t world_size = 0;
+  // Samples inside the window, and since the size was first seen.
   uint64_t sample_count = 0;
-  double mean_step_seconds = 0;
-  // world_size x mean samples per pod-step / mean step time.
+  uint64_t lifetime_count = 0;
+  // Robust (trimmed) mean step time and the spread (standard deviation of the
+  // same trimmed samples), seconds. Over the window when it holds samples,
+  // else over the lifetime (then `from_window` is false).
+  double step_seconds = 0;
+  double spread_seconds = 0;
+  // Mean samples per pod-step.
+  double mean_batch = 0;
+  // Job throughput at this size: world_size x mean_batch / step_seconds.
   double samples_per_second = 0;
+  bool from_window = false;
   absl::Time last_sample_at = absl::InfinitePast();
 };
 
+using PodStats = PodStatus;
+
 class MetricsStore {
  public:
+  // Octaves 2^-10 s (about 1 ms) to 2^10 s; samples outside go to the end
+  // bins, whose sums stay exact.
+  static constexpr int kBins = 20;
+  static constexpr int kMinOctave = -10;
+  // Window snapshots, one per window / (kSnapshots - 1).
+  static constexpr int kSnapshots = 7;
+
   explicit MetricsStore(MetricsStoreOptions options = {});
+  ~MetricsStore();
+  MetricsStore(const MetricsStore&) = delete;
+  MetricsStore& operator=(const MetricsStore&) = delete;
 
-  // Starts (or, for a known job, updates the limits of) accepting samples for
-  // `job_id`. Data already held for the job is kept.
-  void AddJob(const std::string& job_id, uint32_t max_replicas, uint32_t local_batch_size);
-  // Forgets the job and all its data.
-  void RemoveJob(const std::string& job_id);
+  // Starts accepting samples for `job_id`, or updates its limits when known
+  // (data is kept). RESOURCE_EXHAUSTED beyond max_jobs.
+  absl::Status AddJob(std::string_view job_id, uint32_t max_replicas, uint32_t local_batch_size);
+  // Forgets the job and all its data (memory is reclaimed once no writer can
+  // still be inside it).
+  void RemoveJob(std::string_view job_id);
 
-  // Validates and stores samples; `now` stamps samples with timestamp 0 and
-  // bounds their age. Never fails as a whole: each sample is accepted or
-  // rejected with a reason naming the field and the limit.
+  // Validates and stores samples; never blocks. `now` stamps samples whose
+  // timestamp is 0 and bounds their age. Each sample is accepted or rejected
+  // with a reason naming the field and the limit.
   IngestResult Ingest(std::span<const StepSample> samples, absl::Time now);
 
+  // Rotates window snapshots, forgets pods unseen for pod_ttl and frees
+  // memory retired by earlier removals. Call periodically (the engine does,
+  // before each plan); statistics age only as Tick runs.
+  void Tick(absl::Time now);
+
   // Per-size statistics of a job, ordered by world size. Empty if unknown.
-  std::vector<SizeStats> Stats(const std::string& job_id) const;
+  std::vector<SizeStats> Stats(std::string_view job_id, absl::Time now) const;
+  // The job's live pods, ordered by name, with stragglers flagged.
+  std::vector<PodStats> Pods(std::string_view job_id) const;
   // Samples accepted for the job since AddJob (0 if unknown).
-  uint64_t SamplesAccepted(const std::string& job_id) const;
+  uint64_t SamplesAccepted(std::string_view job_id) const;
+  // Samples accepted for all jobs ever, removed ones included. Exact once
+  // concurrent Ingest calls have returned.
+  uint64_t TotalAccepted() const;
+  int job_count() const;
 
  private:
-  struct SizeAccumulator {
-    uint64_t count = 0;
-    double step_seconds_sum = 0;
-    double batch_sum = 0;
-    absl::Time last_sample_at = absl::InfinitePast();
-  };
-  struct JobData {
-    uint32_t max_replicas = 0;
-    uint32_t local_batch_size = 0;
-    uint64_t accepted = 0;
-    absl::flat_hash_map<uint32_t, SizeAccumulator> sizes;
-  };
+  struct SizeCell;
+  struct PodCell;
+  struct PodTable;
+  struct JobState;
+  struct JobTable;
+  struct Retired;
+  struct PendingSize;
+  struct PendingPod;
+  void FreeRetired(Retired& retired);
 
-  // Empty string when acceptable, else the reason.
-  std::string RejectReason(const StepSample& sample, const JobData* job,
-                           absl::Time now) const;
+  std::string RejectReason(const StepSample& sample, const JobState* job, absl::Time now) const;
+  // Null when the job already has max_sizes_per_job sizes.
+  SizeCell* FindOrAddSize(JobState& job, uint32_t world_size, int64_t now_ns);
+  // Null when the job's pod limit is reached.
+  PodCell* FindOrAddPod(JobState& job, std::string_view pod);
+
+  // Replaces the job table; the old one is retired.
+  void PublishTable(std::unique_ptr<JobTable> table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_);
+  // Rebuilds a job's pod table without pods unseen since `forget_before`,
+  // with room for `capacity` slots.
+  void RebuildPods(JobState& job, absl::Time forget_before, size_t capacity)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_);
+  void RetireLocked(Retired retired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_);
+  // Frees retired objects no reader can still reach.
+  void ReclaimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_);
+  const JobState* FindLocked(std::string_view job_id) const ABSL_SHARED_LOCKS_REQUIRED(admin_mu_);
 
   const MetricsStoreOptions options_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, JobData> jobs_ ABSL_GUARDED_BY(mu_);
+  EpochDomain& epochs_;
+
+  // The current job table; replaced (never mutated) under admin_mu_.
+  std::atomic<const JobTable*> jobs_;
+
+  mutable std::mutex admin_mu_;
+  std::vector<Retired> retired_ ABSL_GUARDED_BY(admin_mu_);
+  // `accepted` of jobs freed after removal, so TotalAccepted stays exact.
+  std::atomic<uint64_t> removed_accepted_{0};
 };
 
 }  // namespace rescale

@@ -102,18 +102,32 @@ struct Recommendation {
   }
 };
 
+// What the metrics store knows about one pod of a job.
+struct PodStatus {
+  std::string pod;
+  uint32_t world_size = 0;          // of its latest sample
+  double recent_step_seconds = 0;   // exponentially weighted, recent-biased
+  absl::Time last_seen = absl::InfinitePast();
+  uint64_t sample_count = 0;
+  bool straggler = false;           // much slower than the pods at its size
+};
+
 // Everything the API shows about one job.
 struct JobView {
   JobSpec spec;
   JobStatus status;
   std::vector<CurvePoint> curve;
   std::optional<Recommendation> recommendation;
+  std::vector<PodStatus> pods;
 };
 
-// One step measurement after batch-level defaults have been applied.
+// One step measurement after batch-level defaults have been applied. The
+// strings are views: the caller keeps them alive for the call that takes the
+// sample (the server points them into the request message, saving a copy per
+// sample on the ingest path).
 struct StepSample {
-  std::string job_id;
-  std::string pod;
+  std::string_view job_id;
+  std::string_view pod;
   uint32_t world_size = 0;
   double step_seconds = 0;
   uint32_t batch_size = 0;     // 0 = the job's local_batch_size
@@ -132,9 +146,18 @@ struct IngestResult {
   uint64_t accepted = 0;
   uint64_t rejected = 0;
   std::vector<SampleRejection> rejections;  // first kMaxReportedRejections
-  // Samples rejected because a store limit (jobs, pods, sizes) was reached.
+  // Samples rejected because a store limit (jobs, pods, sizes) was reached,
+  // and the first such reason.
   uint64_t rejected_for_limits = 0;
+  std::string limit_reason;
+  // Samples rejected because their job is not registered.
+  uint64_t rejected_unknown_job = 0;
 
+  void RejectForLimit(uint32_t index, std::string reason) {
+    ++rejected_for_limits;
+    if (limit_reason.empty()) limit_reason = reason;
+    Reject(index, std::move(reason));
+  }
   void Reject(uint32_t index, std::string reason) {
     ++rejected;
     if (rejections.size() < kMaxReportedRejections) {

@@ -1,0 +1,438 @@
+// Tests of rescale::MetricsStore: each sample of a batch is accepted or
+// rejected on its own with a reason naming the field and the limit, and the
+// valid rest of the batch is still stored; rejections carry the sample's
+// index and at most 16 are reported while `rejected` counts all. Stats give
+// the (robust) mean step time and the whole-gang throughput per world size.
+// All ingests use a fixed absl::Time so ages and skews are deterministic.
+#include "rescale/metrics_store.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace rescale {
+namespace {
+
+using Catch::Matchers::Contains;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'700'000'000);
+const std::string kJob = "ns/job";
+
+StepSample Sample(uint32_t world_size = 2, double step_seconds = 0.5, uint32_t batch = 32) {
+  StepSample s;
+  s.job_id = kJob;
+  s.pod = "job-worker-0";
+  s.world_size = world_size;
+  s.step_seconds = step_seconds;
+  s.batch_size = batch;
+  return s;
+}
+
+int64_t NanosAt(absl::Time t) { return absl::ToUnixNanos(t); }
+
+TEST_CASE("store accepts valid samples and counts them") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  std::vector<StepSample> batch = {Sample(), Sample(4, 0.6, 32)};
+  IngestResult r = store.Ingest(batch, kNow);
+  CHECK(r.accepted == 2);
+  CHECK(r.rejected == 0);
+  CHECK(r.rejections.empty());
+  CHECK(store.SamplesAccepted(kJob) == 2);
+}
+
+TEST_CASE("store rejects each bad sample with its index and reason while accepting the rest") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, /*local_batch_size=*/0).ok());
+
+  struct Bad {
+    StepSample sample;
+    std::string reason_fragment;
+  };
+  std::vector<Bad> bads;
+  {
+    StepSample s = Sample();
+    s.job_id = "ns/unknown";
+    bads.push_back({s, "job_id \"ns/unknown\" is not registered"});
+  }
+  {
+    StepSample s = Sample();
+    s.job_id = "";
+    bads.push_back({s, "job_id is empty"});
+  }
+  {
+    StepSample s = Sample();
+    s.pod = "";
+    bads.push_back({s, "pod is empty"});
+  }
+  const std::string long_pod(254, 'p');  // StepSample holds a view of it
+  {
+    StepSample s = Sample();
+    s.pod = long_pod;
+    bads.push_back({s, "pod name has 254 characters; the limit is 253"});
+  }
+  bads.push_back({Sample(2, std::nan("")), "step_seconds must be a positive finite number, got nan"});
+  bads.push_back({Sample(2, std::numeric_limits<double>::infinity()),
+                  "step_seconds must be a positive finite number, got inf"});
+  bads.push_back({Sample(2, 0), "step_seconds must be a positive finite number, got 0"});
+  bads.push_back({Sample(2, -0.5), "step_seconds must be a positive finite number, got -0.5"});
+  bads.push_back({Sample(2, 4000), "step_seconds 4000 is outside the plausible range [1e-06, 3600]"});
+  bads.push_back({Sample(2, 1e-7), "step_seconds 1e-07 is outside the plausible range [1e-06, 3600]"});
+  bads.push_back({Sample(0), "world_size must be at least 1"});
+  bads.push_back({Sample(9), "world_size 9 exceeds the job's max_replicas 8"});
+  bads.push_back({Sample(2, 0.5, 0), "batch_size is 0 and the job has no local_batch_size"});
+  {
+    StepSample s = Sample();
+    s.timestamp_unix_nanos = NanosAt(kNow + absl::Minutes(2));
+    bads.push_back({s, "timestamp_unix_nanos is 2m in the future; the limit is 1m"});
+  }
+  {
+    StepSample s = Sample();
+    s.timestamp_unix_nanos = NanosAt(kNow - absl::Minutes(11));
+    bads.push_back({s, "timestamp_unix_nanos is 11m old; the limit is 10m"});
+  }
+  REQUIRE(bads.size() <= IngestResult::kMaxReportedRejections);
+
+  // Interleave: good at even indices, bad at odd ones.
+  std::vector<StepSample> batch;
+  std::vector<uint32_t> bad_indices;
+  for (const Bad& b : bads) {
+    batch.push_back(Sample());
+    bad_indices.push_back(static_cast<uint32_t>(batch.size()));
+    batch.push_back(b.sample);
+  }
+  batch.push_back(Sample());
+
+  IngestResult r = store.Ingest(batch, kNow);
+  CHECK(r.accepted == bads.size() + 1);
+  CHECK(r.rejected == bads.size());
+  REQUIRE(r.rejections.size() == bads.size());
+  for (size_t i = 0; i < bads.size(); ++i) {
+    CAPTURE(i, r.rejections[i].reason);
+    CHECK(r.rejections[i].index == bad_indices[i]);
+    CHECK_THAT(r.rejections[i].reason, Contains(bads[i].reason_fragment));
+  }
+  CHECK(store.SamplesAccepted(kJob) == bads.size() + 1);
+  std::vector<SizeStats> stats = store.Stats(kJob, kNow);
+  REQUIRE(stats.size() == 1);
+  CHECK(stats[0].world_size == 2);
+  CHECK(stats[0].sample_count == bads.size() + 1);
+}
+
+TEST_CASE("store accepts timestamps just inside the skew and age limits") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  StepSample future = Sample();
+  future.timestamp_unix_nanos = NanosAt(kNow + absl::Minutes(1));
+  StepSample old = Sample();
+  old.timestamp_unix_nanos = NanosAt(kNow - absl::Minutes(10));
+  std::vector<StepSample> batch = {future, old};
+  IngestResult r = store.Ingest(batch, kNow);
+  CHECK(r.accepted == 2);
+  CHECK(r.rejected == 0);
+}
+
+TEST_CASE("store reports at most 16 rejections but counts every rejected sample") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  std::vector<StepSample> batch;
+  for (int i = 0; i < 40; ++i) batch.push_back(Sample(0));  // world_size 0
+  batch.push_back(Sample());
+  IngestResult r = store.Ingest(batch, kNow);
+  CHECK(r.rejected == 40);
+  CHECK(r.accepted == 1);
+  REQUIRE(r.rejections.size() == IngestResult::kMaxReportedRejections);
+  for (uint32_t i = 0; i < r.rejections.size(); ++i) CHECK(r.rejections[i].index == i);
+}
+
+// The store's central step time is a trimmed mean over the median's octave
+// and its neighbours; the samples here lie within neighbouring octaves, so
+// it equals the plain mean.
+TEST_CASE("store stats give the mean step time and world_size * batch / mean step") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  std::vector<StepSample> batch = {Sample(4, 0.5, 32), Sample(4, 1.5, 32), Sample(2, 0.25, 16),
+                                   Sample(8, 2.0, 64)};
+  REQUIRE(store.Ingest(batch, kNow).accepted == 4);
+  std::vector<SizeStats> stats = store.Stats(kJob, kNow);
+  REQUIRE(stats.size() == 3);
+  // Ordered by world size.
+  CHECK(stats[0].world_size == 2);
+  CHECK(stats[1].world_size == 4);
+  CHECK(stats[2].world_size == 8);
+
+  CHECK(stats[0].sample_count == 1);
+  CHECK(stats[0].step_seconds == Approx(0.25));
+  CHECK(stats[0].samples_per_second == Approx(2 * 16 / 0.25));
+
+  CHECK(stats[1].sample_count == 2);
+  CHECK(stats[1].step_seconds == Approx(1.0));
+  CHECK(stats[1].mean_batch == Approx(32));
+  CHECK(stats[1].samples_per_second == Approx(4 * 32 / 1.0));
+
+  CHECK(stats[2].samples_per_second == Approx(8 * 64 / 2.0));
+  // Samples without a timestamp are stamped with the ingest time.
+  CHECK(stats[1].last_sample_at == kNow);
+}
+
+TEST_CASE("store records the newest sample time per size") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  StepSample a = Sample();
+  a.timestamp_unix_nanos = NanosAt(kNow - absl::Seconds(30));
+  StepSample b = Sample();
+  b.timestamp_unix_nanos = NanosAt(kNow - absl::Seconds(90));
+  std::vector<StepSample> batch = {a, b};
+  REQUIRE(store.Ingest(batch, kNow).accepted == 2);
+  std::vector<SizeStats> stats = store.Stats(kJob, kNow);
+  REQUIRE(stats.size() == 1);
+  CHECK(stats[0].last_sample_at == kNow - absl::Seconds(30));
+}
+
+TEST_CASE("store defaults batch_size 0 to the job's local_batch_size") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, /*local_batch_size=*/64).ok());
+  std::vector<StepSample> batch = {Sample(2, 0.5, 0), Sample(2, 0.5, 0)};
+  IngestResult r = store.Ingest(batch, kNow);
+  REQUIRE(r.accepted == 2);
+  std::vector<SizeStats> stats = store.Stats(kJob, kNow);
+  REQUIRE(stats.size() == 1);
+  CHECK(stats[0].samples_per_second == Approx(2 * 64 / 0.5));
+}
+
+TEST_CASE("store forgets a removed job and rejects its samples afterwards") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  std::vector<StepSample> batch = {Sample()};
+  REQUIRE(store.Ingest(batch, kNow).accepted == 1);
+  store.RemoveJob(kJob);
+  CHECK(store.Stats(kJob, kNow).empty());
+  CHECK(store.SamplesAccepted(kJob) == 0);
+  IngestResult r = store.Ingest(batch, kNow);
+  CHECK(r.accepted == 0);
+  REQUIRE(r.rejections.size() == 1);
+  CHECK_THAT(r.rejections[0].reason, Contains("not registered"));
+
+  // Re-adding starts from nothing.
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  CHECK(store.Stats(kJob, kNow).empty());
+  CHECK(store.SamplesAccepted(kJob) == 0);
+}
+
+TEST_CASE("store AddJob on a known job keeps its data and updates max_replicas") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 4, 32).ok());
+  std::vector<StepSample> batch = {Sample(4)};
+  REQUIRE(store.Ingest(batch, kNow).accepted == 1);
+
+  std::vector<StepSample> big = {Sample(6)};
+  IngestResult before = store.Ingest(big, kNow);
+  CHECK(before.accepted == 0);
+  REQUIRE(before.rejections.size() == 1);
+  CHECK_THAT(before.rejections[0].reason, Contains("world_size 6 exceeds the job's max_replicas 4"));
+
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  CHECK(store.SamplesAccepted(kJob) == 1);
+  REQUIRE(store.Stats(kJob, kNow).size() == 1);
+
+  IngestResult after = store.Ingest(big, kNow);
+  CHECK(after.accepted == 1);
+  CHECK(store.SamplesAccepted(kJob) == 2);
+  std::vector<SizeStats> stats = store.Stats(kJob, kNow);
+  REQUIRE(stats.size() == 2);
+  CHECK(stats[0].world_size == 4);
+  CHECK(stats[1].world_size == 6);
+}
+
+TEST_CASE("store keeps jobs apart") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  REQUIRE(store.AddJob("ns/other", 8, 32).ok());
+  StepSample other = Sample(3);
+  other.job_id = "ns/other";
+  std::vector<StepSample> batch = {Sample(2), other, other};
+  REQUIRE(store.Ingest(batch, kNow).accepted == 3);
+  CHECK(store.SamplesAccepted(kJob) == 1);
+  CHECK(store.SamplesAccepted("ns/other") == 2);
+  REQUIRE(store.Stats("ns/other", kNow).size() == 1);
+  CHECK(store.Stats("ns/other", kNow)[0].world_size == 3);
+  CHECK(store.Stats("ns/unknown", kNow).empty());
+}
+
+TEST_CASE("IngestResult::Merge offsets indices and caps reported rejections") {
+  IngestResult a;
+  for (uint32_t i = 0; i < 10; ++i) a.Reject(i, "a");
+  a.accepted = 3;
+  IngestResult b;
+  for (uint32_t i = 0; i < 10; ++i) b.Reject(i, "b");
+  b.accepted = 2;
+  a.Merge(b, 100);
+  CHECK(a.accepted == 5);
+  CHECK(a.rejected == 20);
+  REQUIRE(a.rejections.size() == IngestResult::kMaxReportedRejections);
+  CHECK(a.rejections[10].index == 100);
+  CHECK(a.rejections[10].reason == "b");
+  CHECK(a.rejections[15].index == 105);
+}
+
+}  // namespace
+
+// ---- windowed robust statistics, pods, limits -------------------------------
+
+std::vector<StepSample> Repeat(int n, double step_seconds, uint32_t world_size = 2,
+                               const std::string* pod = nullptr) {
+  std::vector<StepSample> out(n, Sample(world_size, step_seconds));
+  if (pod != nullptr) {
+    for (StepSample& s : out) s.pod = *pod;
+  }
+  return out;
+}
+
+TEST_CASE("store's robust step time moves less than 1% for one 10x outlier") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  std::vector<StepSample> batch;
+  for (int i = 0; i < 50; ++i) batch.push_back(Sample(2, 0.95 + 0.002 * i));  // mean 0.999
+  store.Ingest(batch, kNow);
+  const double before = store.Stats(kJob, kNow).at(0).step_seconds;
+  CHECK(before == Approx(0.999));
+  store.Ingest(Repeat(1, 9.99), kNow);
+  const SizeStats after = store.Stats(kJob, kNow).at(0);
+  CHECK(after.sample_count == 51);
+  CHECK(std::abs(after.step_seconds - before) / before < 0.01);
+  CHECK(after.spread_seconds == Approx(0.0291).epsilon(0.02));  // sd of the 50, not the outlier
+}
+
+TEST_CASE("store drops samples older than the window as Tick runs, keeping lifetime counts") {
+  MetricsStoreOptions options;
+  options.window = absl::Minutes(6);  // snapshots every minute
+  MetricsStore store(options);
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  absl::Time now = kNow;
+  store.Ingest(Repeat(100, 1.0), now);
+  store.Tick(now);
+  for (int minute = 1; minute <= 3; ++minute) store.Tick(now + absl::Minutes(minute));
+  now += absl::Minutes(3);
+  store.Ingest(Repeat(100, 2.0), now);
+  SizeStats mixed = store.Stats(kJob, now).at(0);
+  CHECK(mixed.sample_count == 200);
+  CHECK(mixed.step_seconds > 1.0);
+  for (int minute = 4; minute <= 8; ++minute) store.Tick(kNow + absl::Minutes(minute));
+  now = kNow + absl::Minutes(8);
+  SizeStats recent = store.Stats(kJob, now).at(0);
+  CHECK(recent.from_window);
+  CHECK(recent.sample_count == 100);
+  CHECK(recent.lifetime_count == 200);
+  CHECK(recent.step_seconds == Approx(2.0));
+  CHECK(recent.samples_per_second == Approx(2 * 32 / 2.0));
+}
+
+TEST_CASE("store falls back to lifetime statistics for a size with no samples in the window") {
+  MetricsStoreOptions options;
+  options.window = absl::Minutes(6);
+  MetricsStore store(options);
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  store.Ingest(Repeat(10, 0.5, 4), kNow);
+  for (int minute = 0; minute <= 12; ++minute) store.Tick(kNow + absl::Minutes(minute));
+  SizeStats old = store.Stats(kJob, kNow + absl::Minutes(12)).at(0);
+  CHECK_FALSE(old.from_window);
+  CHECK(old.sample_count == 0);
+  CHECK(old.lifetime_count == 10);
+  CHECK(old.step_seconds == Approx(0.5));
+}
+
+TEST_CASE("store tracks pods, flags stragglers and forgets pods unseen for pod_ttl") {
+  MetricsStoreOptions options;
+  options.pod_ttl = absl::Minutes(2);
+  MetricsStore store(options);
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  const std::string pods[] = {"w-0", "w-1", "w-2", "w-3"};
+  for (int p = 0; p < 4; ++p) store.Ingest(Repeat(20, p == 3 ? 1.0 : 0.5, 4, &pods[p]), kNow);
+  std::vector<PodStats> seen = store.Pods(kJob);
+  REQUIRE(seen.size() == 4);
+  CHECK(seen[0].pod == "w-0");
+  CHECK(seen[0].recent_step_seconds == Approx(0.5));
+  CHECK(seen[0].world_size == 4);
+  CHECK(seen[0].sample_count == 20);
+  CHECK(seen[0].last_seen == kNow);
+  CHECK_FALSE(seen[0].straggler);
+  CHECK(seen[3].straggler);
+
+  // w-0 keeps reporting; the others go quiet and are forgotten.
+  store.Ingest(Repeat(1, 0.5, 4, &pods[0]), kNow + absl::Minutes(3));
+  store.Tick(kNow + absl::Minutes(3));
+  seen = store.Pods(kJob);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].pod == "w-0");
+  CHECK(seen[0].sample_count == 21);
+  // A forgotten pod that comes back starts afresh.
+  store.Ingest(Repeat(2, 0.7, 4, &pods[1]), kNow + absl::Minutes(3));
+  seen = store.Pods(kJob);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1].sample_count == 2);
+}
+
+TEST_CASE("store rejects samples beyond its size and pod limits with a reason") {
+  MetricsStoreOptions options;
+  options.max_sizes_per_job = 2;
+  options.max_pods_per_job = 3;
+  MetricsStore store(options);
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  IngestResult sizes = store.Ingest(
+      std::vector<StepSample>{Sample(1), Sample(2), Sample(3), Sample(2)}, kNow);
+  CHECK(sizes.accepted == 3);
+  CHECK(sizes.rejected_for_limits == 1);
+  REQUIRE(sizes.rejections.size() == 1);
+  CHECK(sizes.rejections[0].index == 2);
+  CHECK_THAT(sizes.rejections[0].reason, Contains("--max_sizes_per_job"));
+
+  std::vector<std::string> names;
+  for (int p = 0; p < 5; ++p) names.push_back("pod-" + std::to_string(p));
+  std::vector<StepSample> batch;
+  for (const std::string& name : names) {
+    StepSample s = Sample(1);
+    s.pod = name;
+    batch.push_back(s);
+  }
+  IngestResult pods = store.Ingest(batch, kNow);
+  // job-worker-0 from before plus pod-0 and pod-1 fill the limit of 3.
+  CHECK(pods.accepted == 2);
+  CHECK(pods.rejected_for_limits == 3);
+  CHECK_THAT(pods.limit_reason, Contains("--max_pods_per_job"));
+}
+
+TEST_CASE("store refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
+  MetricsStoreOptions options;
+  options.max_jobs = 1;
+  MetricsStore store(options);
+  REQUIRE(store.AddJob("ns/a", 8, 32).ok());
+  absl::Status status = store.AddJob("ns/b", 8, 32);
+  CHECK(status.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(status.message()), Contains("--max_jobs"));
+  CHECK(store.AddJob("ns/a", 16, 32).ok());  // updating a known job is not a new one
+}
+
+TEST_CASE("store's total counts samples of removed jobs exactly once") {
+  MetricsStore store;
+  REQUIRE(store.AddJob("ns/a", 8, 32).ok());
+  REQUIRE(store.AddJob("ns/b", 8, 32).ok());
+  std::vector<StepSample> a = Repeat(7, 0.5);
+  for (StepSample& s : a) s.job_id = "ns/a";
+  std::vector<StepSample> b = Repeat(5, 0.5);
+  for (StepSample& s : b) s.job_id = "ns/b";
+  store.Ingest(a, kNow);
+  store.Ingest(b, kNow);
+  CHECK(store.TotalAccepted() == 12);
+  store.RemoveJob("ns/a");
+  CHECK(store.TotalAccepted() == 12);
+  store.Tick(kNow);  // frees the removed job
+  CHECK(store.TotalAccepted() == 12);
+  CHECK(store.job_count() == 1);
+}
+
+}  // namespace rescale
