@@ -15,6 +15,8 @@
 //   BM_StaticPlan/<jobs>                  StaticPlanner::Plan, 10 GPUs per job
 //   BM_BoardPublish/<jobs>                RecommendationBoard::Publish of
 //                                        unchanged decisions, one watcher
+//   BM_ModelFit/<sizes>                   ThroughputModel::Fit of 1, 3 or 6
+//                                        observed sizes; time per fit
 // Counters: ns_per_sample is wall time per sample per thread; with 2 threads
 // the aggregate rate is items_per_second.
 // Run: make bench, or ./build/rescale-bench --benchmark_filter=Ingest
@@ -31,6 +33,7 @@
 #include "rescale/metrics_store.h"
 #include "rescale/planner.h"
 #include "rescale/recommendation_board.h"
+#include "rescale/throughput_model.h"
 
 // ---- allocation accounting (for BM_StoreMemory) -------------------------------
 namespace {
@@ -209,6 +212,28 @@ void BM_BoardPublish(benchmark::State& state) {
   board.Unsubscribe(watcher);
 }
 BENCHMARK(BM_BoardPublish)->Arg(100)->Arg(1000)->Unit(benchmark::kMicrosecond);
+
+// ThroughputModel::Fit over 1, 3 or 6 observed sizes of a ring all-reduce
+// law (what the decision engine refits per job per decision); time is per fit.
+void BM_ModelFit(benchmark::State& state) {
+  static constexpr uint32_t kSizes[] = {4, 1, 2, 3, 6, 8};
+  std::vector<rescale::Observation> observations;
+  for (int i = 0; i < state.range(0); ++i) {
+    const double n = kSizes[i];
+    rescale::Observation o;
+    o.replicas = kSizes[i];
+    o.step_seconds = 0.2 + 0.1 * (n - 1) / n + 0.004 * (n - 1);
+    o.spread_seconds = 0.02 * o.step_seconds;
+    o.sample_count = 50;
+    o.mean_batch = 32;
+    o.age_seconds = 10.0 * i;
+    observations.push_back(o);
+  }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(rescale::ThroughputModel::Fit(observations, {}));
+  }
+}
+BENCHMARK(BM_ModelFit)->Arg(1)->Arg(3)->Arg(6)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

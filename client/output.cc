@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <regex>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -212,25 +214,162 @@ class KeyValueSection {
   std::vector<std::pair<std::string, std::string>> rows_;
 };
 
-std::string CurvePointsTable(const google::protobuf::RepeatedPtrField<v1::CurvePoint>& points,
-                             bool with_observation, std::string_view indent = "  ") {
-  std::vector<std::string> headers = {"REPLICAS", "SAMPLES/S", "UNCERTAINTY"};
-  if (with_observation) {
-    headers.push_back("SOURCE");
-    headers.push_back("SAMPLES");
-  }
-  Table table(std::move(headers));
+// The spec's prior points: what the user profiled, before any measurement.
+std::string PriorPointsTable(const google::protobuf::RepeatedPtrField<v1::CurvePoint>& points,
+                             std::string_view indent) {
+  Table table({"REPLICAS", "SAMPLES/S", "UNCERTAINTY"});
   for (const auto& point : points) {
-    std::vector<std::string> row = {absl::StrCat(point.replicas()),
-                                    Rate(point.samples_per_second()),
-                                    absl::StrCat("±", Rate(point.uncertainty()))};
-    if (with_observation) {
-      row.push_back(point.observed() ? "observed" : "predicted");
-      row.push_back(point.observed() ? absl::StrCat(point.sample_count()) : "-");
-    }
-    table.AddRow(std::move(row));
+    table.AddRow({absl::StrCat(point.replicas()), Rate(point.samples_per_second()),
+                  absl::StrCat("±", Rate(point.uncertainty()))});
   }
   return table.Render(indent);
+}
+
+// Terminal columns a cell takes: UTF-8 continuation bytes take none, so a
+// "±" header or cell does not push its column out of line.
+size_t DisplayWidth(std::string_view text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
+void StripTrailingBlanks(std::string& line) {
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+}
+
+// ------------------------------------------------------ throughput curve --
+
+// The server sends points in order of n, but nothing in the API promises
+// it, and both the table and the plot walk the curve by n.
+std::vector<const v1::CurvePoint*> PointsByReplicas(const v1::ThroughputCurve& curve) {
+  std::vector<const v1::CurvePoint*> points;
+  for (const auto& point : curve.points()) points.push_back(&point);
+  std::stable_sort(points.begin(), points.end(),
+                   [](const auto* a, const auto* b) { return a->replicas() < b->replicas(); });
+  return points;
+}
+
+bool HasObservedRate(const v1::CurvePoint& point) {
+  return point.observed() && std::isfinite(point.observed_samples_per_second()) &&
+         point.observed_samples_per_second() > 0;
+}
+
+// The predicted rate at one replica: the n = 1 point, or, when the curve
+// starts higher, its first point scaled down linearly. 0 when unknown.
+double OneReplicaRate(const std::vector<const v1::CurvePoint*>& points) {
+  if (points.empty() || points.front()->replicas() == 0) return 0;
+  const double rate = points.front()->samples_per_second() / points.front()->replicas();
+  return std::isfinite(rate) && rate > 0 ? rate : 0;
+}
+
+// Servers from before CurvePoint.efficiency existed send 0; the proto's
+// definition of the field gives the same number from the rates.
+double EfficiencyOf(const v1::CurvePoint& point, double one_replica_rate) {
+  if (point.efficiency() > 0) return point.efficiency();
+  if (one_replica_rate <= 0 || point.replicas() == 0) return 0;
+  return point.samples_per_second() / (point.replicas() * one_replica_rate);
+}
+
+// Sizes the table marks; 0 when there is none (a suspended job runs no size).
+uint32_t RecommendedReplicas(const v1::Job& job) {
+  if (!job.has_recommendation() || job.recommendation().suspend()) return 0;
+  return job.recommendation().replicas();
+}
+
+uint32_t CurrentReplicas(const v1::Job& job) {
+  return job.status().suspended() ? 0 : job.status().current_replicas();
+}
+
+// A curve holds up to 256 sizes, too many to read. A long one keeps the
+// rows a reader compares or acts on: every observed size (the only rows
+// with an ERROR), the recommended and current sizes, the bounds, and powers
+// of two for the shape in between.
+std::vector<const v1::CurvePoint*> CurveTableRows(
+    const v1::Job& job, const std::vector<const v1::CurvePoint*>& points) {
+  if (points.size() <= static_cast<size_t>(kMaxCurveTableRows)) return points;
+  std::set<uint32_t> wanted = {job.spec().min_replicas(), job.spec().max_replicas(),
+                               points.front()->replicas(), points.back()->replicas(),
+                               RecommendedReplicas(job), CurrentReplicas(job)};
+  for (uint64_t n = 1; n <= points.back()->replicas(); n *= 2) {
+    wanted.insert(static_cast<uint32_t>(n));
+  }
+  wanted.erase(0);  // "none" above, not a size
+  std::vector<const v1::CurvePoint*> rows;
+  for (const auto* point : points) {
+    if (point->observed() || wanted.count(point->replicas()) > 0) rows.push_back(point);
+  }
+  return rows;
+}
+
+// "<- recommended", "<- current", both, or "".
+std::string SizeMarker(uint32_t replicas, uint32_t recommended, uint32_t current) {
+  std::vector<std::string> names;
+  if (replicas == recommended) names.emplace_back("recommended");
+  if (replicas == current) names.emplace_back("current");
+  if (names.empty()) return "";
+  std::string marker = "<- " + names[0];
+  for (size_t i = 1; i < names.size(); ++i) marker += ", " + names[i];
+  return marker;
+}
+
+// The prediction and its band half-width at a fractional n, linear between
+// the neighbouring points; nullopt outside [first point, last point].
+struct Prediction {
+  double rate = 0;
+  double uncertainty = 0;
+};
+std::optional<Prediction> PredictionAt(const std::vector<const v1::CurvePoint*>& points,
+                                       double n) {
+  constexpr double kSlack = 1e-9;  // column-to-n arithmetic is not exact
+  auto above = std::lower_bound(points.begin(), points.end(), n - kSlack,
+                                [](const auto* point, double x) { return point->replicas() < x; });
+  if (above == points.end()) return std::nullopt;
+  const v1::CurvePoint& hi = **above;
+  if (std::abs(hi.replicas() - n) <= kSlack) {
+    return Prediction{hi.samples_per_second(), hi.uncertainty()};
+  }
+  if (above == points.begin()) return std::nullopt;
+  const v1::CurvePoint& lo = **std::prev(above);
+  const double t = (n - lo.replicas()) / (static_cast<double>(hi.replicas()) - lo.replicas());
+  return Prediction{
+      lo.samples_per_second() + t * (hi.samples_per_second() - lo.samples_per_second()),
+      lo.uncertainty() + t * (hi.uncertainty() - lo.uncertainty())};
+}
+
+// The plot area: `height` rows of `width` cells, row 0 at the bottom.
+class Canvas {
+ public:
+  Canvas(int width, int height) : width_(width), rows_(height, std::string(width, ' ')) {}
+  void Put(int column, int row, char mark) {
+    if (column < 0 || column >= width_ || row < 0 || row >= height()) return;
+    rows_[height() - 1 - row][column] = mark;
+  }
+  int height() const { return static_cast<int>(rows_.size()); }
+  // Top row first.
+  const std::vector<std::string>& rows() const { return rows_; }
+
+ private:
+  int width_;
+  std::vector<std::string> rows_;
+};
+
+// About six ticks at round steps (1, 2, 5, 10, 20, 50, ...) between the
+// first and the last size, which are ticks themselves.
+std::vector<uint32_t> XTicks(uint32_t last) {
+  uint64_t step = 1;
+  for (uint64_t decade = 1; (last - 1) / step > 6; decade *= 10) {
+    for (uint64_t mantissa : {1, 2, 5}) {
+      step = mantissa * decade;
+      if ((last - 1) / step <= 6) break;
+    }
+  }
+  std::vector<uint32_t> ticks = {1};
+  if (last > 1) ticks.push_back(last);
+  // A tick within half a step of the last point would crowd its label.
+  for (uint64_t n = step; n < last && 2 * (last - n) >= step; n += step) {
+    if (n > 1) ticks.push_back(static_cast<uint32_t>(n));
+  }
+  return ticks;
 }
 
 }  // namespace
@@ -335,17 +474,17 @@ void Table::AddRow(std::vector<std::string> cells) {
 std::string Table::Render(std::string_view indent) const {
   std::vector<size_t> widths(headers_.size());
   for (size_t c = 0; c < headers_.size(); ++c) {
-    widths[c] = headers_[c].size();
-    for (const auto& row : rows_) widths[c] = std::max(widths[c], row[c].size());
+    widths[c] = DisplayWidth(headers_[c]);
+    for (const auto& row : rows_) widths[c] = std::max(widths[c], DisplayWidth(row[c]));
   }
   auto render_line = [&](const std::vector<std::string>& cells) {
     std::string line(indent);
     for (size_t c = 0; c < cells.size(); ++c) {
       line += cells[c];
-      if (c + 1 < cells.size()) line += std::string(widths[c] - cells[c].size() + 2, ' ');
+      if (c + 1 < cells.size()) line += std::string(widths[c] - DisplayWidth(cells[c]) + 2, ' ');
     }
     // A trailing empty cell would leave blanks at the end of the line.
-    while (!line.empty() && line.back() == ' ') line.pop_back();
+    StripTrailingBlanks(line);
     return line + "\n";
   };
   std::string text = render_line(headers_);
@@ -438,7 +577,7 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
                                                         : absl::StrCat(spec.prior_size()));
   text += "Spec:\n" + spec_section.Render("  ");
   if (!spec.prior().empty()) {
-    text += CurvePointsTable(spec.prior(), /*with_observation=*/false, "    ");
+    text += PriorPointsTable(spec.prior(), "    ");
   }
 
   KeyValueSection status_section;
@@ -468,13 +607,17 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
     }
     text += pods.Render("  ");
   }
-
-  text += "Throughput Curve:\n";
-  if (job.curve().points().empty()) {
-    text += "  <none>\n";
-  } else {
-    text += CurvePointsTable(job.curve().points(), /*with_observation=*/true);
+  // The Pods table can be long; stragglers are what someone scans it for.
+  std::vector<std::string> stragglers;
+  for (const auto& pod : job.pods()) {
+    if (pod.straggler()) stragglers.push_back(pod.pod());
   }
+  text += "Stragglers:";
+  if (stragglers.empty()) text += " none";
+  for (size_t i = 0; i < stragglers.size(); ++i) text += (i == 0 ? " " : ", ") + stragglers[i];
+  text += "\n";
+
+  text += FormatThroughputCurve(job);
 
   text += "Recommendation:\n";
   if (!job.has_recommendation()) {
@@ -497,6 +640,170 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
     rec_section.Add("Reason", OrNone(rec.reason()));
     text += rec_section.Render("  ");
   }
+  return text;
+}
+
+std::string FormatThroughputCurve(const v1::Job& job) {
+  const v1::ThroughputCurve& curve = job.curve();
+  if (curve.points().empty()) {
+    return "Throughput curve: no data yet (the job starts at min_replicas)\n";
+  }
+  std::string text = "Throughput curve:\n";
+  if (!curve.model().empty()) {
+    const bool any_observed = std::any_of(curve.points().begin(), curve.points().end(),
+                                          [](const auto& point) { return point.observed(); });
+    // The fit's RMS log error is, for errors this small, the typical
+    // relative error, which is how people read "fit error". It is measured
+    // on observed sizes only, so a prior-only fit has none to report.
+    absl::StrAppend(&text, "  Model: ", curve.model(),
+                    any_observed
+                        ? FormatDouble(" (fit error %.1f%% RMS)", 100 * curve.fit_rms_log_error())
+                        : std::string(" (no sizes observed yet)"),
+                    "\n");
+  }
+
+  const std::vector<const v1::CurvePoint*> points = PointsByReplicas(curve);
+  const std::vector<const v1::CurvePoint*> rows = CurveTableRows(job, points);
+  const double one_replica_rate = OneReplicaRate(points);
+  const uint32_t recommended = RecommendedReplicas(job);
+  const uint32_t current = CurrentReplicas(job);
+  // The last, unnamed column holds the size markers; Table trims it away on
+  // rows without one.
+  Table table({"N", "PREDICTED/S", "±", "EFFICIENCY", "OBSERVED/S", "ERROR", "SAMPLES", ""});
+  for (const v1::CurvePoint* point : rows) {
+    const double efficiency = EfficiencyOf(*point, one_replica_rate);
+    const bool has_observed = HasObservedRate(*point);
+    const double observed = point->observed_samples_per_second();
+    table.AddRow({
+        absl::StrCat(point->replicas()),
+        Rate(point->samples_per_second()),
+        Rate(point->uncertainty()),
+        efficiency > 0 ? FormatDouble("%.0f%%", 100 * efficiency) : "-",
+        has_observed ? Rate(observed) : "-",
+        // Positive: the model promises more than the job delivered.
+        has_observed
+            ? FormatDouble("%+.1f%%", 100 * (point->samples_per_second() - observed) / observed)
+            : "-",
+        point->observed() ? absl::StrCat(point->sample_count()) : "-",
+        SizeMarker(point->replicas(), recommended, current),
+    });
+  }
+  text += table.Render("  ");
+  if (rows.size() < points.size()) {
+    absl::StrAppend(&text, "  (", rows.size(), " of ", points.size(),
+                    " sizes: observed, recommended, current, min, max and powers of 2;"
+                    " -o yaml lists all)\n");
+  }
+
+  text += "\n";
+  const std::string plot = RenderCurvePlot(curve);
+  for (size_t start = 0; start < plot.size();) {
+    const size_t end = plot.find('\n', start);
+    const std::string line =
+        plot.substr(start, (end == std::string::npos ? plot.size() : end) - start);
+    if (!line.empty()) text += "  " + line;
+    text += "\n";
+    start = end == std::string::npos ? plot.size() : end + 1;
+  }
+  return text;
+}
+
+std::string RenderCurvePlot(const v1::ThroughputCurve& curve, int width, int height) {
+  if (curve.points().empty()) return "";
+  width = std::max(width, 2);
+  height = std::max(height, 2);
+  const std::vector<const v1::CurvePoint*> points = PointsByReplicas(curve);
+
+  const uint32_t last = std::max<uint32_t>(points.back()->replicas(), 1);
+  // A one-point curve still gets an axis of some length to divide by.
+  const double span = std::max(static_cast<double>(last) - 1, 1.0);
+  auto column_of = [&](double n) {
+    return static_cast<int>(std::lround((n - 1) * (width - 1) / span));
+  };
+  // A column that holds a whole n shows that size's own prediction, so a
+  // '*' and an 'o' in one column compare the same size, as the table does.
+  auto n_at_column = [&](int column) {
+    const double n = 1 + column * span / (width - 1);
+    const double whole = std::round(n);
+    return column_of(whole) == column ? whole : n;
+  };
+
+  double y_max = 0;
+  for (const v1::CurvePoint* point : points) {
+    const double top = point->samples_per_second() + point->uncertainty();
+    if (std::isfinite(top)) y_max = std::max(y_max, top);
+    if (HasObservedRate(*point)) y_max = std::max(y_max, point->observed_samples_per_second());
+  }
+  if (!(y_max > 0)) y_max = 1;  // an all-zero curve: a flat line at the bottom
+  // Row from the bottom; nullopt for what cannot be drawn (NaN, infinities).
+  auto row_of = [&](double value) -> std::optional<int> {
+    if (!std::isfinite(value)) return std::nullopt;
+    const double clamped = std::clamp(value, 0.0, y_max);
+    return std::min(height - 1, static_cast<int>(std::floor(clamped / y_max * height)));
+  };
+
+  Canvas canvas(width, height);
+  // Linear scaling from the 1-replica rate: the gap between it and the
+  // prediction is what adding workers loses. Clipped rather than rescaled,
+  // so it never squashes the curve itself.
+  if (const double one_replica_rate = OneReplicaRate(points); one_replica_rate > 0) {
+    for (int column = 0; column < width; ++column) {
+      const double linear = one_replica_rate * n_at_column(column);
+      if (linear > y_max) break;
+      if (auto row = row_of(linear)) canvas.Put(column, *row, '/');
+    }
+  }
+  for (int column = 0; column < width; ++column) {
+    const std::optional<Prediction> prediction = PredictionAt(points, n_at_column(column));
+    if (!prediction) continue;
+    const auto low = row_of(prediction->rate - prediction->uncertainty);
+    const auto high = row_of(prediction->rate + prediction->uncertainty);
+    if (low && high) {
+      for (int row = *low; row <= *high; ++row) canvas.Put(column, row, ':');
+    }
+    if (auto row = row_of(prediction->rate)) canvas.Put(column, *row, '*');
+  }
+  for (const v1::CurvePoint* point : points) {
+    if (!HasObservedRate(*point)) continue;
+    if (auto row = row_of(point->observed_samples_per_second())) {
+      canvas.Put(column_of(point->replicas()), *row, 'o');
+    }
+  }
+
+  const std::string top_label = Rate(y_max);
+  const size_t label_width = top_label.size();
+  auto pad_left = [&](const std::string& label) {
+    return std::string(label_width - label.size(), ' ') + label;
+  };
+
+  // Tick labels centred under their column and kept inside the axis; one
+  // that would touch a label already placed is dropped, and the ends are
+  // placed first so they always show.
+  std::string tick_labels(static_cast<size_t>(width) + 16, ' ');
+  std::string axis(static_cast<size_t>(width), '-');
+  for (const uint32_t tick : XTicks(last)) {
+    const std::string label = absl::StrCat(tick);
+    const int column = column_of(tick);
+    const int length = static_cast<int>(label.size());
+    const int start = std::max(0, std::min(column - (length - 1) / 2, width - length));
+    const int from = std::max(0, start - 1);
+    const int to = start + length;  // one past the label: keeps a gap
+    if (tick_labels.find_first_not_of(' ', from) < static_cast<size_t>(to + 1)) continue;
+    tick_labels.replace(static_cast<size_t>(start), label.size(), label);
+    // The corner already marks column 0; "++" would read as a glitch.
+    if (column > 0) axis[static_cast<size_t>(column)] = '+';
+  }
+  StripTrailingBlanks(tick_labels);
+
+  std::string text = "samples/s\n";
+  for (int i = 0; i < canvas.height(); ++i) {
+    std::string line = pad_left(i == 0 ? top_label : "") + " |" + canvas.rows()[i];
+    StripTrailingBlanks(line);
+    text += line + "\n";
+  }
+  text += pad_left("0") + " +" + axis + "\n";
+  text += std::string(label_width + 2, ' ') + tick_labels + "  n\n";
+  text += "* predicted  : uncertainty  o observed  / linear scaling from n=1\n";
   return text;
 }
 

@@ -88,9 +88,44 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
 std::string FormatRecommendationsTable(
     const google::protobuf::RepeatedPtrField<v1::Recommendation>& recommendations);
 
-// describe job: Spec, Status, Pods, Throughput Curve and Recommendation
-// sections.
+// describe job: Spec, Status, Pods (then a "Stragglers:" line), Throughput
+// curve (FormatThroughputCurve) and Recommendation sections.
 std::string DescribeJob(const v1::Job& job, absl::Time now);
+
+// The "Throughput curve" section of describe job. With no points: the single
+// line "Throughput curve: no data yet (the job starts at min_replicas)".
+// Otherwise the model line ("Model: <model> (fit error 4.2% RMS)", or "(no
+// sizes observed yet)" for a prior-only fit) when the curve names one, a
+// table N PREDICTED/S ± EFFICIENCY OBSERVED/S ERROR SAMPLES with the
+// recommended and current sizes marked ("<- recommended", "<- current"), and
+// RenderCurvePlot's plot. OBSERVED/S and ERROR ((predicted - observed) /
+// observed, signed) are "-" at sizes not measured. A curve of more than
+// kMaxCurveTableRows points lists only the observed sizes (always all of
+// them), the recommended and current sizes, min/max replicas, the first and
+// last points and the powers of two, and says how many it left out.
+inline constexpr int kMaxCurveTableRows = 24;
+std::string FormatThroughputCurve(const v1::Job& job);
+
+// An ASCII plot of a curve's throughput against n; "" for a curve with no
+// points. Lines, none with trailing blanks:
+//   "samples/s"                       the y axis title
+//   `height` rows "<label> |<cells>"  the plot area, `width` cells wide; the
+//                                     top row is labelled with the y max
+//   "      0 +-----+-----..."         the x axis, '+' under each x tick
+//   "         1    4    8"            x tick labels (first and last point
+//                                     always), then "  n"
+//   a legend line
+// The x axis runs from n = 1 to the last point: n sits in column
+// round((n - 1) * (width - 1) / max(last - 1, 1)). The y axis runs from 0 to
+// y max = the largest predicted + uncertainty or observed rate: a value v
+// sits in row min(height - 1, floor(v / y max * height)), counted from the
+// bottom. Drawn in this order, later marks overwriting earlier ones: '/' the
+// linear scaling from the 1-replica rate (clipped at y max), ':' the
+// uncertainty band, '*' the prediction (a column holding a whole n shows that
+// point's; others interpolate, so every column from the first point to the
+// last has one), 'o' each observed rate.
+// width and height below 2 are taken as 2.
+std::string RenderCurvePlot(const v1::ThroughputCurve& curve, int width = 60, int height = 14);
 
 // capacity get: the totals, then one row per job allocation.
 std::string FormatCluster(const v1::Cluster& cluster);

@@ -14,7 +14,9 @@ void SetTimestamp(absl::Time t, google::protobuf::Timestamp* proto) {
 }
 
 CurvePoint FromProto(const v1::CurvePoint& p) {
-  return {p.replicas(), p.samples_per_second(), p.uncertainty(), p.observed(), p.sample_count()};
+  return {p.replicas(),   p.samples_per_second(), p.uncertainty(),
+          p.observed(),   p.sample_count(),       p.efficiency(),
+          p.observed_samples_per_second()};
 }
 
 void ToProto(const CurvePoint& p, v1::CurvePoint* proto) {
@@ -23,6 +25,8 @@ void ToProto(const CurvePoint& p, v1::CurvePoint* proto) {
   proto->set_uncertainty(p.uncertainty);
   proto->set_observed(p.observed);
   proto->set_sample_count(p.sample_count);
+  proto->set_efficiency(p.efficiency);
+  proto->set_observed_samples_per_second(p.observed_samples_per_second);
 }
 
 }  // namespace
@@ -45,6 +49,7 @@ JobSpec FromProto(const v1::JobSpec& proto) {
   spec.local_batch_size = proto.local_batch_size();
   spec.policy = proto.policy();
   for (const v1::CurvePoint& p : proto.prior()) spec.prior.push_back(FromProto(p));
+  for (const auto& [key, value] : proto.parameters()) spec.parameters[key] = value;
   return spec;
 }
 
@@ -59,6 +64,7 @@ void ToProto(const JobSpec& spec, v1::JobSpec* proto) {
   proto->set_local_batch_size(spec.local_batch_size);
   proto->set_policy(spec.policy);
   for (const CurvePoint& p : spec.prior) ToProto(p, proto->add_prior());
+  for (const auto& [key, value] : spec.parameters) (*proto->mutable_parameters())[key] = value;
 }
 
 void ToProto(const JobStatus& status, v1::JobStatus* proto) {
@@ -118,6 +124,10 @@ void ToProto(const JobView& view, v1::Job* proto) {
   ToProto(view.spec, proto->mutable_spec());
   ToProto(view.status, proto->mutable_status());
   for (const CurvePoint& p : view.curve) ToProto(p, proto->mutable_curve()->add_points());
+  if (!view.curve.empty()) {
+    proto->mutable_curve()->set_model(view.curve_model);
+    proto->mutable_curve()->set_fit_rms_log_error(view.curve_fit_rms_log_error);
+  }
   if (view.recommendation) ToProto(*view.recommendation, proto->mutable_recommendation());
   for (const PodStatus& pod : view.pods) {
     v1::PodStatus* out = proto->add_pods();

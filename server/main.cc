@@ -45,6 +45,17 @@ ABSL_FLAG(int, max_pods_per_job, kDefaults.max_pods_per_job,
           "pods tracked per job at most (also at most 4 x max_replicas + 16)");
 ABSL_FLAG(int, max_sizes_per_job, kDefaults.max_sizes_per_job,
           "distinct world sizes tracked per job at most");
+ABSL_FLAG(double, min_step_seconds, kDefaults.min_step_seconds,
+          "samples with a shorter step_seconds are rejected as implausible");
+ABSL_FLAG(double, max_step_seconds, kDefaults.max_step_seconds,
+          "samples with a longer step_seconds are rejected as implausible");
+ABSL_FLAG(absl::Duration, cooldown, kDefaults.cooldown,
+          "no replica change for this long after the cluster applied one (per job: "
+          "parameters.cooldown_seconds)");
+ABSL_FLAG(absl::Duration, horizon, kDefaults.horizon,
+          "a scale-up must repay its restart cost within this span");
+ABSL_FLAG(absl::Duration, applied_debounce, kDefaults.applied_debounce,
+          "a burst of ReportApplied calls is planned once, this long after the first");
 ABSL_FLAG(std::string, tls_cert_file, "", "PEM server certificate chain; enables TLS with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
@@ -108,6 +119,11 @@ int main(int argc, char** argv) {
   options.pod_ttl = absl::GetFlag(FLAGS_pod_ttl);
   options.max_pods_per_job = absl::GetFlag(FLAGS_max_pods_per_job);
   options.max_sizes_per_job = absl::GetFlag(FLAGS_max_sizes_per_job);
+  options.min_step_seconds = absl::GetFlag(FLAGS_min_step_seconds);
+  options.max_step_seconds = absl::GetFlag(FLAGS_max_step_seconds);
+  options.cooldown = absl::GetFlag(FLAGS_cooldown);
+  options.applied_debounce = absl::GetFlag(FLAGS_applied_debounce);
+  options.horizon = absl::GetFlag(FLAGS_horizon);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
 

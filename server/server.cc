@@ -64,8 +64,16 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
         "limits must be positive: --max_batch_samples, --max_watchers, --max_jobs, "
         "--max_pods_per_job, --max_sizes_per_job >= 1 and --max_message_bytes >= 1024");
   }
-  if (options.window <= absl::ZeroDuration() || options.pod_ttl <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--window and --pod_ttl must be positive");
+  if (options.window <= absl::ZeroDuration() || options.pod_ttl <= absl::ZeroDuration() ||
+      options.horizon <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--window, --pod_ttl and --horizon must be positive");
+  }
+  if (options.cooldown < absl::ZeroDuration() || options.applied_debounce < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--cooldown and --applied_debounce must not be negative");
+  }
+  if (!(options.min_step_seconds > 0 && options.min_step_seconds < options.max_step_seconds)) {
+    return absl::InvalidArgumentError(
+        "--min_step_seconds must be positive and below --max_step_seconds");
   }
   if (options.plan_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--plan_interval must be positive");
@@ -89,6 +97,10 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   engine_options.store.pod_ttl = options.pod_ttl;
   engine_options.store.max_pods_per_job = options.max_pods_per_job;
   engine_options.store.max_sizes_per_job = options.max_sizes_per_job;
+  engine_options.store.min_step_seconds = options.min_step_seconds;
+  engine_options.store.max_step_seconds = options.max_step_seconds;
+  engine_options.policy.cooldown = options.cooldown;
+  engine_options.policy.horizon = options.horizon;
   if (options.capacity_gpus >= 0) {
     engine_options.capacity_gpus = static_cast<uint32_t>(options.capacity_gpus);
   }
@@ -133,7 +145,9 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   }
   self->impl_ = std::move(impl);
   self->engine_->Replan();
-  if (options.run_plan_timer) self->engine_->StartTimer(options.plan_interval);
+  if (options.run_plan_timer) {
+    self->engine_->StartTimer(options.plan_interval, options.applied_debounce);
+  }
   return self;
 }
 

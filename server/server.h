@@ -43,6 +43,16 @@ struct ServerOptions {
   absl::Duration pod_ttl = absl::Minutes(5);
   int max_pods_per_job = 1024;
   int max_sizes_per_job = 64;
+  // Plausible step_seconds; samples outside are rejected.
+  double min_step_seconds = 1e-6;
+  double max_step_seconds = 3600;
+  // Policies: no change for `cooldown` after an applied one; a scale-up must
+  // repay its restart cost within `horizon`.
+  absl::Duration cooldown = absl::Seconds(60);
+  absl::Duration horizon = absl::Minutes(10);
+  // A burst of ReportApplied calls is planned once, this long after the
+  // first (needs the plan timer; without it they replan inline).
+  absl::Duration applied_debounce = absl::Milliseconds(200);
   // Whether a background thread replans every plan_interval. Tests turn it
   // off and trigger replans through events.
   bool run_plan_timer = true;

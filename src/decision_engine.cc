@@ -40,9 +40,7 @@ DecisionEngine::DecisionEngine(EngineOptions options, Clock* clock)
 
 DecisionEngine::~DecisionEngine() { StopTimer(); }
 
-std::vector<std::string> DecisionEngine::KnownPolicies() {
-  return {std::string(StaticPlanner::kMinPolicy), std::string(StaticPlanner::kMaxPolicy)};
-}
+std::vector<std::string> DecisionEngine::KnownPolicies() { return PolicyNames(); }
 
 absl::StatusOr<JobSpec> DecisionEngine::Normalize(JobSpec spec) const {
   RETURN_IF_ERROR(ValidateJobSpec(spec, options_.spec_limits));
@@ -55,31 +53,61 @@ absl::StatusOr<JobSpec> DecisionEngine::Normalize(JobSpec spec) const {
           spec.policy, absl::StrJoin(known, ", "), options_.default_policy));
     }
   }
+  RETURN_IF_ERROR(ValidatePolicyParameters(
+      spec.policy.empty() ? options_.default_policy : spec.policy, spec.parameters));
   std::sort(spec.prior.begin(), spec.prior.end(),
             [](const CurvePoint& a, const CurvePoint& b) { return a.replicas < b.replicas; });
   return spec;
 }
 
-// Observed throughput per size; the band is the standard error of the
-// step-time estimate carried over to throughput.
-std::vector<CurvePoint> DecisionEngine::CurveOf(const std::string& job_id, absl::Time now) const {
-  std::vector<CurvePoint> curve;
-  for (const SizeStats& s : store_.Stats(job_id, now)) {
-    const uint64_t n = s.from_window ? s.sample_count : s.lifetime_count;
-    const double relative_error =
-        n > 1 && s.step_seconds > 0 ? s.spread_seconds / s.step_seconds / std::sqrt(double(n)) : 0;
-    curve.push_back({s.world_size, s.samples_per_second, s.samples_per_second * relative_error,
-                     true, n});
+DecisionEngine::Fitted DecisionEngine::Fit(const JobSpec& spec, absl::Time now) const {
+  Fitted fitted;
+  for (const SizeStats& s : store_.Stats(spec.job_id, now)) {
+    Observation o;
+    o.replicas = s.world_size;
+    o.step_seconds = s.step_seconds;
+    o.spread_seconds = s.spread_seconds;
+    o.sample_count = s.from_window ? s.sample_count : s.lifetime_count;
+    o.mean_batch = s.mean_batch;
+    o.age_seconds = std::max(0.0, absl::ToDoubleSeconds(now - s.last_sample_at));
+    fitted.observations.push_back(o);
   }
-  return curve;
+  ModelOptions model_options = options_.model;
+  model_options.min_samples = options_.policy.min_samples;
+  if (spec.local_batch_size > 0) model_options.default_local_batch = spec.local_batch_size;
+  fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
+  return fitted;
 }
 
-JobView DecisionEngine::ViewLocked(const JobEntry& entry) const {
+std::vector<CurvePoint> DecisionEngine::CurveOf(const JobSpec& spec, const Fitted& fitted) {
+  std::vector<CurvePoint> curve;
+  if (fitted.model.empty()) return curve;
+  constexpr uint32_t kMaxPoints = 256;
+  const uint32_t last = std::min(spec.max_replicas, kMaxPoints);
+  for (uint32_t n = 1; n <= last; ++n) {
+    CurvePoint p;
+    p.replicas = n;
+    p.samples_per_second = fitted.model.SamplesPerSecond(n);
+    p.uncertainty = fitted.model.Uncertainty(n);
+    p.efficiency = fitted.model.Efficiency(n);
+    for (const Observation& o : fitted.observations) {
+      if (o.replicas != n || o.step_seconds <= 0) continue;
+      p.observed = true;
+      p.sample_count = o.sample_count;
+      p.observed_samples_per_second = n * o.mean_batch / o.step_seconds;
+    }
+    curve.push_back(p);
+  }
+  return curve;
+}JobView DecisionEngine::ViewLocked(const JobEntry& entry) const {
   JobView view;
   view.spec = entry.spec;
   view.status = entry.status;
   view.status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
-  view.curve = CurveOf(entry.spec.job_id, clock_->Now());
+  const Fitted fitted = Fit(entry.spec, clock_->Now());
+  view.curve = CurveOf(entry.spec, fitted);
+  view.curve_model = fitted.model.Describe();
+  view.curve_fit_rms_log_error = fitted.model.rms_log_error();
   view.recommendation = board_.Get(entry.spec.job_id);
   view.pods = store_.Pods(entry.spec.job_id);
   return view;
@@ -240,6 +268,19 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
         "generation %d is newer than the job's latest recommendation (generation %d)",
         generation, latest_generation));
   }
+  const uint32_t running_before = entry.status.suspended ? 0 : entry.status.current_replicas;
+  const uint32_t running_after = suspended ? 0 : replicas;
+  if (entry.has_applied && running_after != running_before) {
+    // A change the cluster made: starts the cooldown and feeds the
+    // policies' memory (previous size, HPA scale events).
+    const absl::Time now = clock_->Now();
+    entry.last_change_at = now;
+    entry.memory.previous_replicas = running_before;
+    entry.memory.scale_events.emplace_back(
+        now, static_cast<int32_t>(running_after) - static_cast<int32_t>(running_before));
+    while (entry.memory.scale_events.size() > 64) entry.memory.scale_events.pop_front();
+  }
+  entry.has_applied = true;
   entry.status.current_replicas = replicas;
   entry.status.suspended = suspended;
   if (generation != 0) {
@@ -247,7 +288,7 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
         std::max(entry.status.last_applied_generation, generation);
   }
   entry.status.last_applied_at = clock_->Now();
-  ReplanLocked();
+  RequestReplanLocked();
   JobStatus status = entry.status;
   status.samples_accepted = store_.SamplesAccepted(job_id);
   return status;
@@ -308,14 +349,36 @@ void DecisionEngine::ReplanLocked() {
   input.capacity_gpus = capacity_gpus_;
   input.now = now;
   input.jobs.reserve(jobs_.size());
+  std::vector<PolicyMemory> memories;
+  memories.reserve(jobs_.size());
   for (const auto& [id, entry] : jobs_) {
     PlanJob job;
     job.spec = entry.spec;
     if (job.spec.policy.empty()) job.spec.policy = options_.default_policy;
     job.status = entry.status;
-    job.curve = CurveOf(id, now);
+    const Fitted fitted = Fit(job.spec, now);
+    job.curve = CurveOf(job.spec, fitted);
     job.previous = board_.Get(id);
+    const Policy* policy = FindPolicy(job.spec.policy);
+    PolicyInput policy_input;
+    policy_input.spec = &job.spec;
+    policy_input.status = &entry.status;
+    policy_input.model = &fitted.model;
+    policy_input.observed = fitted.observations;
+    policy_input.memory = &entry.memory;
+    policy_input.last_change_at = entry.last_change_at;
+    policy_input.now = now;
+    policy_input.options = ResolvePolicyOptions(options_.policy, job.spec.parameters);
+    PolicyDecision wish = policy->Decide(policy_input);
+    job.desired_replicas = wish.replicas;
+    job.desired_binding = wish.binding;
+    job.desired_reason = std::move(wish.reason);
+    memories.push_back(std::move(wish.memory));
     input.jobs.push_back(std::move(job));
+  }
+  {
+    size_t i = 0;
+    for (auto& [id, entry] : jobs_) entry.memory = std::move(memories[i++]);
   }
   std::vector<PlanDecision> decisions = static_planner_.Plan(input);
 
@@ -344,18 +407,48 @@ void DecisionEngine::ReplanLocked() {
   planned_at_ = now;
 }
 
-void DecisionEngine::StartTimer(absl::Duration interval) {
+void DecisionEngine::RequestReplanLocked() {
+  if (applied_debounce_ <= absl::ZeroDuration()) {
+    ReplanLocked();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(timer_mu_);
+    if (replan_requested_) return;  // one replan covers the whole burst
+    replan_requested_ = true;
+  }
+  timer_cv_.notify_all();
+}
+
+void DecisionEngine::StartTimer(absl::Duration interval, absl::Duration applied_debounce) {
   StopTimer();
   {
     std::lock_guard<std::mutex> lock(timer_mu_);
     timer_stop_ = false;
+    replan_requested_ = false;
   }
-  timer_thread_ = std::thread([this, interval] {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    applied_debounce_ = applied_debounce;
+  }
+  timer_thread_ = std::thread([this, interval, applied_debounce] {
     std::unique_lock<std::mutex> lock(timer_mu_);
+    auto next_tick = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(interval);
     while (true) {
-      // Wakes early only when StopTimer sets timer_stop_.
-      timer_cv_.wait_for(lock, absl::ToChronoNanoseconds(interval), [this] { return timer_stop_; });
+      // Wakes for StopTimer, a debounced request, or the periodic tick.
+      timer_cv_.wait_until(lock, next_tick, [this] { return timer_stop_ || replan_requested_; });
       if (timer_stop_) return;
+      if (replan_requested_) {
+        // Let the rest of the burst arrive, then plan once.
+        timer_cv_.wait_for(lock, absl::ToChronoNanoseconds(applied_debounce),
+                           [this] { return timer_stop_; });
+        if (timer_stop_) return;
+        replan_requested_ = false;
+      } else if (std::chrono::steady_clock::now() < next_tick) {
+        continue;  // spurious wake-up
+      } else {
+        next_tick = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(interval);
+      }
       lock.unlock();
       Replan();
       lock.lock();
@@ -370,6 +463,11 @@ void DecisionEngine::StopTimer() {
   }
   timer_cv_.notify_all();
   if (timer_thread_.joinable()) timer_thread_.join();
+  {
+    // Without the thread, nothing would run a debounced replan: go inline.
+    std::lock_guard<std::mutex> lock(mu_);
+    applied_debounce_ = absl::ZeroDuration();
+  }
 }
 
 }  // namespace rescale

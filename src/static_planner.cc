@@ -68,6 +68,13 @@ std::vector<PlanDecision> StaticPlanner::Plan(const PlanInput& input) const {
     return gpus;
   };
   uint32_t queue = 0;
+  auto desired_of = [&](size_t i) {
+    const PlanJob& job = input.jobs[i];
+    if (job.desired_replicas != 0) {
+      return std::clamp(job.desired_replicas, job.spec.min_replicas, job.spec.max_replicas);
+    }
+    return job.spec.policy == kMaxPolicy ? job.spec.max_replicas : job.spec.min_replicas;
+  };
   for (size_t i : order) {
     const JobSpec& spec = input.jobs[i].spec;
     PlanDecision& d = out[i];
@@ -75,9 +82,17 @@ std::vector<PlanDecision> StaticPlanner::Plan(const PlanInput& input) const {
     if (!bounded || allocated + need <= capacity) {
       allocated += need;
       d.replicas = spec.min_replicas;
-      d.binding = BindingConstraint::kMinReplicas;
-      d.reason = absl::StrFormat("%s runs the job at min_replicas=%d (%d GPUs)", spec.policy,
-                                 spec.min_replicas, need);
+      if (!input.jobs[i].desired_reason.empty()) {
+        d.binding = input.jobs[i].desired_binding;
+        d.reason = input.jobs[i].desired_reason;
+      } else if (spec.policy == kMaxPolicy && spec.max_replicas == spec.min_replicas) {
+        d.binding = BindingConstraint::kMaxReplicas;
+        d.reason = absl::StrFormat("%s runs the job at max_replicas=%d", spec.policy, d.replicas);
+      } else {
+        d.binding = BindingConstraint::kMinReplicas;
+        d.reason = absl::StrFormat("%s runs the job at min_replicas=%d (%d GPUs)", spec.policy,
+                                   spec.min_replicas, need);
+      }
       continue;
     }
     d.replicas = 0;
@@ -103,26 +118,33 @@ std::vector<PlanDecision> StaticPlanner::Plan(const PlanInput& input) const {
     }
   }
 
-  // static-max jobs grow, in the same order, into what is left.
+  // Admitted jobs grow toward what their policy wants, in the same order.
   for (size_t i : order) {
     const JobSpec& spec = input.jobs[i].spec;
     PlanDecision& d = out[i];
-    if (spec.policy != kMaxPolicy || d.replicas == 0) continue;
-    uint32_t extra = spec.max_replicas - spec.min_replicas;
+    const uint32_t desired = desired_of(i);
+    if (d.replicas == 0 || desired <= d.replicas) continue;
+    uint32_t extra = desired - d.replicas;
     if (bounded) {
-      uint64_t affordable = (capacity - allocated) / spec.gpus_per_replica;
+      const uint64_t affordable = (capacity - allocated) / spec.gpus_per_replica;
       extra = static_cast<uint32_t>(std::min<uint64_t>(extra, affordable));
     }
     allocated += uint64_t{extra} * spec.gpus_per_replica;
     d.replicas += extra;
-    if (d.replicas == spec.max_replicas) {
-      d.binding = BindingConstraint::kMaxReplicas;
-      d.reason = absl::StrFormat("%s runs the job at max_replicas=%d", spec.policy, d.replicas);
+    if (d.replicas == desired) {
+      if (!input.jobs[i].desired_reason.empty()) {
+        d.binding = input.jobs[i].desired_binding;
+        d.reason = input.jobs[i].desired_reason;
+      } else {
+        d.binding = BindingConstraint::kMaxReplicas;
+        d.reason = absl::StrFormat("%s runs the job at max_replicas=%d", spec.policy, d.replicas);
+      }
     } else {
       d.binding = BindingConstraint::kCapacity;
       d.reason = absl::StrFormat(
-          "capacity limits the job to %d of max_replicas=%d; %d GPUs free, %d per replica",
-          d.replicas, spec.max_replicas, capacity - allocated, spec.gpus_per_replica);
+          "capacity limits the job to %d of the %d replicas its policy wants; %d GPUs free, %d "
+          "per replica",
+          d.replicas, desired, capacity - allocated, spec.gpus_per_replica);
     }
   }
 

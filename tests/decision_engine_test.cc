@@ -10,6 +10,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <condition_variable>
+#include <mutex>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +23,12 @@
 
 namespace rescale {
 namespace {
+
+std::string testing_join(const std::vector<uint32_t>& v) {
+  std::string out;
+  for (uint32_t x : v) out += std::to_string(x) + " ";
+  return out;
+}
 
 using Catch::Matchers::Contains;
 
@@ -112,7 +121,8 @@ TEST_CASE("engine rejects an unknown policy listing the known ones") {
   CHECK_THAT(message, Contains("spec.policy \"magic\""));
   CHECK_THAT(message, Contains("static-min"));
   CHECK_THAT(message, Contains("static-max"));
-  CHECK(DecisionEngine::KnownPolicies() == std::vector<std::string>{"static-min", "static-max"});
+  CHECK(DecisionEngine::KnownPolicies() ==
+        std::vector<std::string>{"static-min", "static-max", "kubedl", "hpa", "efficiency"});
 }
 
 TEST_CASE("engine refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
@@ -325,7 +335,7 @@ TEST_CASE("engine feeds ingested samples into the job's curve and samples_accept
   MustRegister(engine, Spec("ns/a", 2, 8));  // local_batch_size 32
 
   std::vector<StepSample> batch;
-  for (double step : {0.4, 0.6}) {
+  for (double step : {0.4, 0.6, 0.4, 0.6, 0.4, 0.6}) {
     StepSample s;
     s.job_id = "ns/a";
     s.pod = "a-worker-0";
@@ -338,25 +348,33 @@ TEST_CASE("engine feeds ingested samples into the job's curve and samples_accept
   batch.push_back(stale);
 
   IngestResult result = engine.Ingest(batch);
-  CHECK(result.accepted == 2);
+  CHECK(result.accepted == 6);
   CHECK(result.rejected == 1);
   REQUIRE(result.rejections.size() == 1);
-  CHECK(result.rejections[0].index == 2);
+  CHECK(result.rejections[0].index == 6);
 
   absl::StatusOr<JobView> view = engine.GetJob("ns/a");
   REQUIRE(view.ok());
-  CHECK(view->status.samples_accepted == 2);
-  REQUIRE(view->curve.size() == 1);
-  CHECK(view->curve[0].replicas == 4);
-  CHECK(view->curve[0].observed);
-  CHECK(view->curve[0].sample_count == 2);
-  CHECK(view->curve[0].samples_per_second == Approx(4 * 32 / 0.5));
+  CHECK(view->status.samples_accepted == 6);
+  // The curve is the model's prediction for every size up to max_replicas,
+  // with the measured size marked.
+  REQUIRE(view->curve.size() == 8);
+  const CurvePoint& at4 = view->curve[3];
+  CHECK(at4.replicas == 4);
+  CHECK(at4.observed);
+  CHECK(at4.sample_count == 6);
+  CHECK(at4.observed_samples_per_second == Approx(4 * 32 / 0.5));
+  CHECK(at4.samples_per_second == Approx(256).epsilon(0.02));
+  CHECK_FALSE(view->curve[1].observed);
+  CHECK_FALSE(view->curve_model.empty());
 
-  // After a replan the running job's current throughput comes from the curve.
+  // After a replan the running job's current throughput comes from the curve;
+  // static-min predicts at 2 workers, near-linear from one measured size.
   REQUIRE(engine.ReportApplied("ns/a", 4, false, 1).ok());
   Recommendation rec = MustRecommendation(engine, "ns/a");
-  CHECK(rec.current_samples_per_second == Approx(256));
-  CHECK(rec.predicted_samples_per_second == Approx(128));  // 256 * 2 / 4
+  CHECK(rec.current_samples_per_second == Approx(256).epsilon(0.02));
+  CHECK(rec.predicted_samples_per_second > 120);
+  CHECK(rec.predicted_samples_per_second < 140);
 }
 
 TEST_CASE("engine lists jobs ordered by id and filtered by namespace") {
@@ -489,6 +507,96 @@ TEST_CASE("engine without auto_register rejects samples of unknown jobs as not r
   REQUIRE(result.rejections.size() == 1);
   CHECK_THAT(result.rejections[0].reason, Contains("not registered"));
   CHECK(engine.GetJob("ns/ghost").status().code() == absl::StatusCode::kNotFound);
+}
+
+
+// Drives the engine like a cluster would: apply each recommendation, report
+// it, let the pods measure step times from a true law, let a cooldown pass,
+// replan. The efficiency policy should climb toward the knee of the law, then
+// come back down when communication gets slower.
+TEST_CASE("engine with the efficiency policy scales a job up to its knee and back down after a regression") {
+  ManualClock clock;
+  EngineOptions options;
+  options.default_policy = "efficiency";
+  DecisionEngine engine(options, &clock);
+  JobSpec spec = Spec("ns/train", 1, 32);
+  spec.restart_cost_seconds = 10;
+  MustRegister(engine, spec);
+
+  double sync_per_worker = 0.01;  // knee near 8 workers for a 0.2 s step
+  auto run_round = [&] {
+    const Recommendation rec = MustRecommendation(engine, "ns/train");
+    REQUIRE(engine.ReportApplied("ns/train", rec.replicas, false, rec.generation).ok());
+    const std::string pod = "train-worker-0";
+    std::vector<StepSample> batch(10);
+    for (StepSample& s : batch) {
+      s.job_id = "ns/train";
+      s.pod = pod;
+      s.world_size = rec.replicas;
+      s.step_seconds = 0.2 + sync_per_worker * (rec.replicas - 1);
+    }
+    REQUIRE(engine.Ingest(batch).accepted == batch.size());
+    clock.Advance(absl::Seconds(61));  // past the 60 s cooldown
+    engine.Replan();
+    return MustRecommendation(engine, "ns/train").replicas;
+  };
+
+  uint32_t peak = 0, last = 0;
+  std::vector<uint32_t> sizes;
+  for (int round = 0; round < 12; ++round) {
+    last = run_round();
+    sizes.push_back(last);
+    peak = std::max(peak, last);
+  }
+  INFO("sizes: " << testing_join(sizes));
+  CHECK(sizes.front() > 1);      // it scaled up from min
+  CHECK(peak >= 6);              // toward the knee...
+  CHECK(peak <= 12);             // ...not far beyond it
+  CHECK(sizes[sizes.size() - 1] == sizes[sizes.size() - 2]);  // and settled
+
+  sync_per_worker = 0.08;  // communication got 8x slower
+  for (int round = 0; round < 8; ++round) last = run_round();
+  CHECK(last < peak);
+  const Recommendation rec = MustRecommendation(engine, "ns/train");
+  CHECK(rec.binding_constraint == BindingConstraint::kEfficiency);
+  CHECK_THAT(rec.reason, Contains("efficiency"));
+}
+
+
+TEST_CASE("engine with a debounce plans a burst of applied reports once, on its timer thread") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/a", 2, 8));
+  MustRegister(engine, Spec("ns/b", 2, 8));
+  auto watcher = engine.board().Subscribe().value();
+  RecommendationEvent event;
+  while (watcher->Next(&event) == Subscription::Poll::kEvent) {
+  }  // drain ADDED, ADDED, SYNCED
+  std::mutex mu;
+  std::condition_variable cv;
+  int ready = 0;
+  watcher->SetReadyCallback([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    ++ready;
+    cv.notify_all();
+  });
+
+  engine.StartTimer(absl::Hours(1), absl::Milliseconds(20));
+  REQUIRE(engine.ReportApplied("ns/a", 2, false, 1).ok());
+  REQUIRE(engine.ReportApplied("ns/b", 2, false, 1).ok());
+  // Not planned inline: both still say SCALE_UP right after reporting.
+  CHECK(MustRecommendation(engine, "ns/a").action == Action::kScaleUp);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return ready > 0; });  // the debounced replan published
+  }
+  std::vector<std::string> modified;
+  while (watcher->Next(&event) == Subscription::Poll::kEvent) modified.push_back(event.recommendation.job_id);
+  CHECK(modified == std::vector<std::string>{"ns/a", "ns/b"});
+  CHECK(MustRecommendation(engine, "ns/a").action == Action::kHold);
+  CHECK(MustRecommendation(engine, "ns/b").action == Action::kHold);
+  engine.StopTimer();
+  engine.board().Unsubscribe(watcher);
 }
 
 }  // namespace rescale

@@ -6,7 +6,10 @@
 // Manifests are written to uniquely named files under the system temp
 // directory. Nothing sleeps: every command returns when its RPC does, and
 // `watch --count N` returns after N events.
+#include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -260,7 +263,7 @@ TEST_CASE("describe job shows spec, status, curve and the recommendation with it
   CliResult described = server.Run({"describe", "job", "default/bert"});
   INFO(described.out << described.err);
   REQUIRE(described.exit_code == 0);
-  for (const char* section : {"Name:", "Namespace:", "Spec:", "Status:", "Throughput Curve:",
+  for (const char* section : {"Name:", "Namespace:", "Spec:", "Status:", "Throughput curve",
                               "Recommendation:", "Reason:", "Min Replicas:", "Max Replicas:"}) {
     CHECK(described.out.find(section) != std::string::npos);
   }
@@ -753,8 +756,10 @@ TEST_CASE("describe shows each pod with its step time and flags stragglers",
   CHECK(text.find("Pods:\n  POD     WORLD SIZE  STEP TIME  SAMPLES  LAST SEEN  STRAGGLER\n"
                   "  bert-0  2           0.500s     40       30s ago    no\n"
                   "  bert-1  2           1.250s     40       30s ago    yes\n") != std::string::npos);
+  CHECK(text.find("Stragglers: bert-1\n") != std::string::npos);
   // Sections with nothing to show say so instead of disappearing.
-  CHECK(text.find("Throughput Curve:\n  <none>\n") != std::string::npos);
+  CHECK(text.find("Throughput curve: no data yet (the job starts at min_replicas)\n") !=
+        std::string::npos);
   CHECK(text.find("Recommendation:\n  <none>\n") != std::string::npos);
 }
 
@@ -766,4 +771,360 @@ TEST_CASE("tables align columns with two spaces and no trailing blanks", "[resca
         "NAME                REPLICAS  REASON\n"
         "bert                4         capacity\n"
         "a-much-longer-name  12\n");
+}
+
+// ------------------------------------------------------ throughput curve --
+
+namespace {
+
+rescale::v1::CurvePoint* AddCurvePoint(rescale::v1::Job& job, uint32_t replicas,
+                                       double predicted, double uncertainty = 0) {
+  rescale::v1::CurvePoint* point = job.mutable_curve()->add_points();
+  point->set_replicas(replicas);
+  point->set_samples_per_second(predicted);
+  point->set_uncertainty(uncertainty);
+  return point;
+}
+
+void MarkObserved(rescale::v1::CurvePoint* point, double observed, uint64_t sample_count) {
+  point->set_observed(true);
+  point->set_observed_samples_per_second(observed);
+  point->set_sample_count(sample_count);
+}
+
+// The curve table of FormatThroughputCurve as one map per row, keyed by
+// header; a size marker ("<- recommended") lands under MARKER.
+std::vector<std::map<std::string, std::string>> CurveTableRows(const std::string& section) {
+  const std::vector<std::string> lines = SplitLines(section);
+  auto header = std::find_if(lines.begin(), lines.end(), [](const std::string& line) {
+    return SplitWords(line).size() > 1 && SplitWords(line)[0] == "N" &&
+           SplitWords(line)[1] == "PREDICTED/S";
+  });
+  REQUIRE(header != lines.end());
+  std::vector<std::string> headers = SplitWords(*header);
+  headers.push_back("MARKER");
+  std::vector<std::map<std::string, std::string>> rows;
+  for (auto line = std::next(header); line != lines.end(); ++line) {
+    const std::vector<std::string> cells = SplitWords(*line);
+    if (cells.empty() || !std::isdigit(static_cast<unsigned char>(cells[0][0]))) break;
+    std::map<std::string, std::string> row;
+    for (size_t c = 0; c < cells.size(); ++c) {
+      std::string& cell = row[headers[std::min(c, headers.size() - 1)]];
+      cell += (cell.empty() ? "" : " ") + cells[c];
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+const std::map<std::string, std::string>& RowForSize(
+    const std::vector<std::map<std::string, std::string>>& rows, uint32_t replicas) {
+  auto row = std::find_if(rows.begin(), rows.end(), [&](const auto& r) {
+    return r.at("N") == std::to_string(replicas);
+  });
+  REQUIRE(row != rows.end());
+  return *row;
+}
+
+// Terminal column where `needle` starts in `line`: "±" takes one column.
+size_t DisplayColumn(const std::string& line, const std::string& needle) {
+  const size_t byte = line.find(needle);
+  REQUIRE(byte != std::string::npos);
+  size_t column = 0;
+  for (size_t i = 0; i < byte; ++i) {
+    if ((static_cast<unsigned char>(line[i]) & 0xC0) != 0x80) ++column;
+  }
+  return column;
+}
+
+// The cells of a RenderCurvePlot plot area, top row first, each padded back
+// to `width` (the renderer strips trailing blanks).
+std::vector<std::string> PlotCells(const std::vector<std::string>& lines, int width, int height) {
+  std::vector<std::string> cells;
+  for (int i = 1; i <= height; ++i) {
+    const size_t bar = lines[i].find(" |");
+    REQUIRE(bar != std::string::npos);
+    std::string row = lines[i].substr(bar + 2);
+    REQUIRE(row.size() <= static_cast<size_t>(width));
+    row.resize(static_cast<size_t>(width), ' ');
+    cells.push_back(row);
+  }
+  return cells;
+}
+
+// 100 samples/s per replica, exactly linear, n = 1..8, measured at 2 (a
+// little above the line) and 4 (a little below).
+rescale::v1::Job LinearJob() {
+  rescale::v1::Job job;
+  job.mutable_spec()->set_job_id("default/linear");
+  for (uint32_t n = 1; n <= 8; ++n) AddCurvePoint(job, n, 100.0 * n);
+  MarkObserved(job.mutable_curve()->mutable_points(1), 230, 50);
+  MarkObserved(job.mutable_curve()->mutable_points(3), 380, 50);
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("the curve table compares observed with predicted, erring positive when the model "
+          "over-predicts, and marks the recommended size",
+          "[rescalectl][output]") {
+  rescale::v1::Job job;
+  job.mutable_spec()->set_job_id("default/bert");
+  job.mutable_spec()->set_min_replicas(1);
+  job.mutable_spec()->set_max_replicas(4);
+  job.mutable_status()->set_current_replicas(2);
+  job.mutable_curve()->set_model("step(n) = 0.21 + 0.03*(n-1) s");
+  job.mutable_curve()->set_fit_rms_log_error(0.042);
+  MarkObserved(AddCurvePoint(job, 1, 100, 1), 100, 400);
+  AddCurvePoint(job, 2, 190, 5)->set_efficiency(0.95);
+  MarkObserved(job.mutable_curve()->mutable_points(1), 200, 300);
+  AddCurvePoint(job, 3, 270, 12)->set_efficiency(0.9);
+  AddCurvePoint(job, 4, 360, 20)->set_efficiency(0.9);
+  MarkObserved(job.mutable_curve()->mutable_points(3), 300, 200);
+  auto* rec = job.mutable_recommendation();
+  rec->set_replicas(4);
+  rec->set_reason("4 replicas run at 90% efficiency, the best the cluster has room for");
+  rec->set_binding_constraint(rescale::v1::CAPACITY);
+
+  const std::string section = rescale::cli::FormatThroughputCurve(job);
+  INFO(section);
+  CHECK(section.rfind("Throughput curve:\n  Model: step(n) = 0.21 + 0.03*(n-1) s "
+                      "(fit error 4.2% RMS)\n", 0) == 0);
+  const auto rows = CurveTableRows(section);
+  REQUIRE(rows.size() == 4);
+
+  // Predicted 190 against 200 measured: the model under-predicts by 5%.
+  const auto& two = RowForSize(rows, 2);
+  CHECK(two.at("PREDICTED/S") == "190.0");
+  CHECK(two.at("±") == "5.0");
+  CHECK(two.at("EFFICIENCY") == "95%");
+  CHECK(two.at("OBSERVED/S") == "200.0");
+  CHECK(two.at("ERROR") == "-5.0%");
+  CHECK(two.at("SAMPLES") == "300");
+  CHECK(two.at("MARKER") == "<- current");
+
+  // Predicted 360 against 300 measured: over-predicts by 20%.
+  const auto& four = RowForSize(rows, 4);
+  CHECK(four.at("OBSERVED/S") == "300.0");
+  CHECK(four.at("ERROR") == "+20.0%");
+  CHECK(four.at("MARKER") == "<- recommended");
+
+  // Sizes never run have a prediction and nothing to compare it with.
+  const auto& three = RowForSize(rows, 3);
+  CHECK(three.at("PREDICTED/S") == "270.0");
+  CHECK(three.at("OBSERVED/S") == "-");
+  CHECK(three.at("ERROR") == "-");
+  CHECK(three.at("SAMPLES") == "-");
+  CHECK(three.count("MARKER") == 0);
+
+  // Without a server-sent efficiency the table derives it from the rates.
+  CHECK(RowForSize(rows, 1).at("EFFICIENCY") == "100%");
+
+  // The two-byte "±" header does not shift the columns after it.
+  const std::vector<std::string> lines = SplitLines(section);
+  const auto header = std::find_if(lines.begin(), lines.end(), [](const std::string& line) {
+    return line.find("EFFICIENCY") != std::string::npos;
+  });
+  REQUIRE(header != lines.end());
+  CHECK(DisplayColumn(*header, "EFFICIENCY") == DisplayColumn(*std::next(header, 2), "95%"));
+
+  // describe puts it between the pods and the recommendation, which keeps
+  // its reason and binding constraint.
+  const std::string described = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+  const size_t stragglers = described.find("Stragglers: none\n");
+  const size_t curve = described.find(section);
+  const size_t recommendation = described.find("Recommendation:\n");
+  CHECK(stragglers < curve);
+  CHECK(curve < recommendation);
+  CHECK(recommendation != std::string::npos);
+  CHECK(described.find("Reason:", recommendation) != std::string::npos);
+  CHECK(described.find("Binding Constraint:", recommendation) != std::string::npos);
+  CHECK(described.find("CAPACITY", recommendation) != std::string::npos);
+}
+
+TEST_CASE("a 128-point curve table is thinned to a spread of sizes but keeps every observed one",
+          "[rescalectl][output]") {
+  rescale::v1::Job job;
+  job.mutable_spec()->set_job_id("default/big");
+  job.mutable_spec()->set_min_replicas(3);
+  job.mutable_spec()->set_max_replicas(128);
+  job.mutable_status()->set_current_replicas(24);
+  job.mutable_recommendation()->set_replicas(40);
+  const std::set<uint32_t> observed = {3, 7, 24, 50, 97, 101};
+  for (uint32_t n = 1; n <= 128; ++n) {
+    rescale::v1::CurvePoint* point = AddCurvePoint(job, n, 100.0 * n / (1 + 0.01 * (n - 1)), 3);
+    if (observed.count(n) > 0) MarkObserved(point, 100.0 * n / (1 + 0.012 * (n - 1)), 80);
+  }
+
+  const std::string section = rescale::cli::FormatThroughputCurve(job);
+  INFO(section);
+  const auto rows = CurveTableRows(section);
+  std::set<uint32_t> shown;
+  for (const auto& row : rows) shown.insert(static_cast<uint32_t>(std::stoul(row.at("N"))));
+  CHECK(shown.size() == rows.size());
+  CHECK(rows.size() <= 24);
+
+  for (uint32_t n : observed) {
+    INFO("observed size " << n);
+    CHECK(shown.count(n) == 1);
+    // The model predicts more than these measured, so each error is positive.
+    CHECK(RowForSize(rows, n).at("ERROR").front() == '+');
+  }
+  for (uint32_t n : {1u, 2u, 4u, 8u, 16u, 32u, 64u, 128u}) {
+    INFO("power of two " << n);
+    CHECK(shown.count(n) == 1);
+  }
+  CHECK(RowForSize(rows, 40).at("MARKER") == "<- recommended");
+  CHECK(RowForSize(rows, 24).at("MARKER") == "<- current");
+  CHECK(shown.count(3) == 1);  // min replicas
+  // Rows stay in order of n, and the table says what it left out.
+  CHECK(std::is_sorted(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return std::stoul(a.at("N")) < std::stoul(b.at("N"));
+  }));
+  CHECK(section.find("(" + std::to_string(rows.size()) + " of 128 sizes") != std::string::npos);
+
+  // A short curve lists every size without the note.
+  rescale::v1::Job small = LinearJob();
+  const std::string small_section = rescale::cli::FormatThroughputCurve(small);
+  CHECK(CurveTableRows(small_section).size() == 8);
+  CHECK(small_section.find(" sizes:") == std::string::npos);
+}
+
+TEST_CASE("the curve plot is width x height cells between a labelled y axis and x axis",
+          "[rescalectl][output]") {
+  const rescale::v1::Job job = LinearJob();
+  for (auto [width, height] : {std::pair{60, 14}, std::pair{40, 10}}) {
+    INFO(width << "x" << height);
+    const std::string plot = rescale::cli::RenderCurvePlot(job.curve(), width, height);
+    INFO(plot);
+    const std::vector<std::string> lines = SplitLines(plot);
+    // Title, the plot rows, the axis, the tick labels, the legend.
+    REQUIRE(lines.size() == static_cast<size_t>(height) + 4);
+    CHECK(lines[0] == "samples/s");
+    // The y axis runs to the largest rate on the curve, 800 at n = 8.
+    CHECK(lines[1].rfind("800.0 |", 0) == 0);
+    const size_t bar = lines[1].find(" |");
+    for (int i = 1; i <= height; ++i) CHECK(lines[i].find(" |") == bar);
+    CHECK(lines[height + 1] == std::string(bar - 1, ' ') + "0 +" +
+                                   lines[height + 1].substr(bar + 2));
+    const std::string axis = lines[height + 1].substr(bar + 2);
+    CHECK(axis.size() == static_cast<size_t>(width));
+    CHECK(axis.find_first_not_of("-+") == std::string::npos);
+    CHECK(axis.back() == '+');  // the last point is always a tick
+    const std::vector<std::string> ticks = SplitWords(lines[height + 2]);
+    REQUIRE(ticks.size() >= 3);
+    CHECK(ticks.front() == "1");
+    CHECK(ticks[ticks.size() - 2] == "8");
+    CHECK(ticks.back() == "n");
+
+    for (const std::string& line : lines) {
+      INFO(line);
+      CHECK_FALSE(line.empty());
+      CHECK(line.back() != ' ');
+      CHECK(std::all_of(line.begin(), line.end(), [](char c) {
+        return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7F;
+      }));
+    }
+  }
+  // The same curve always draws the same picture.
+  CHECK(rescale::cli::RenderCurvePlot(job.curve(), 60, 14) ==
+        rescale::cli::RenderCurvePlot(job.curve(), 60, 14));
+}
+
+TEST_CASE("the curve plot puts o at each observed rate and * rising with n on a linear curve",
+          "[rescalectl][output]") {
+  constexpr int kWidth = 60;
+  constexpr int kHeight = 14;
+  const rescale::v1::Job job = LinearJob();
+  const std::string plot = rescale::cli::RenderCurvePlot(job.curve(), kWidth, kHeight);
+  INFO(plot);
+  const std::vector<std::string> cells = PlotCells(SplitLines(plot), kWidth, kHeight);
+
+  // Positions by the mapping output.h documents: x from n = 1 to 8, y from
+  // 0 to 800 samples/s, rows counted from the bottom.
+  auto cell = [&](double n, double rate) {
+    const int column = static_cast<int>(std::lround((n - 1) * (kWidth - 1) / 7.0));
+    const int row = std::min(kHeight - 1, static_cast<int>(std::floor(rate / 800 * kHeight)));
+    return cells[kHeight - 1 - row][column];
+  };
+  CHECK(cell(2, 230) == 'o');
+  CHECK(cell(4, 380) == 'o');
+  CHECK(cell(2, 200) == '*');  // the prediction, a row below the measurement
+  CHECK(cell(4, 400) == '*');  // the prediction, a row above
+  CHECK(cell(8, 800) == '*');  // the top right corner
+  CHECK(cell(1, 100) == '*');
+  size_t observed_marks = 0;
+  for (const std::string& row : cells) observed_marks += std::count(row.begin(), row.end(), 'o');
+  CHECK(observed_marks == 2);
+
+  // Every column has one '*' (interpolated between points), never lower
+  // than the column before it.
+  int previous_row = -1;
+  int stars = 0;
+  for (int column = 0; column < kWidth; ++column) {
+    for (int top = 0; top < kHeight; ++top) {
+      if (cells[top][column] != '*') continue;
+      const int row = kHeight - 1 - top;
+      INFO("column " << column);
+      CHECK(row >= previous_row);
+      previous_row = row;
+      ++stars;
+    }
+  }
+  CHECK(stars == kWidth);
+  CHECK(previous_row == kHeight - 1);
+}
+
+TEST_CASE("the curve plot draws the uncertainty band around the prediction and clips the "
+          "linear reference at the top",
+          "[rescalectl][output]") {
+  // Scaling flattens out: 100, 150, 180, 200 samples/s, ±40 at n = 4.
+  rescale::v1::ThroughputCurve curve;
+  const double rates[] = {100, 150, 180, 200};
+  for (uint32_t n = 1; n <= 4; ++n) {
+    rescale::v1::CurvePoint* point = curve.add_points();
+    point->set_replicas(n);
+    point->set_samples_per_second(rates[n - 1]);
+    point->set_uncertainty(n == 4 ? 40 : 0);
+  }
+  const std::string plot = rescale::cli::RenderCurvePlot(curve, 30, 12);
+  INFO(plot);
+  const std::vector<std::string> cells = PlotCells(SplitLines(plot), 30, 12);
+  // y max = 200 + 40; the last column spans rows 160..240 of it.
+  std::string last_column;
+  for (const std::string& row : cells) last_column += row.back();
+  CHECK(last_column.find('*') != std::string::npos);
+  CHECK(last_column.find(':') < last_column.find('*'));
+  CHECK(last_column.rfind(':') > last_column.find('*'));
+  // Linear scaling (100 per replica) passes 240 before n = 4: '/' marks
+  // it low on the left and none reach past the top row.
+  CHECK(plot.find('/') != std::string::npos);
+  CHECK(cells.back().substr(0, 1) != "/");  // n = 1 is the prediction itself
+}
+
+TEST_CASE("the curve plot of one point or of zero rates still has its full frame",
+          "[rescalectl][output]") {
+  rescale::v1::ThroughputCurve one_point;
+  one_point.add_points()->set_replicas(1);
+  one_point.mutable_points(0)->set_samples_per_second(50);
+  rescale::v1::ThroughputCurve zeros;
+  for (uint32_t n = 1; n <= 3; ++n) zeros.add_points()->set_replicas(n);
+  for (const auto* curve : {&one_point, &zeros}) {
+    const std::vector<std::string> lines =
+        SplitLines(rescale::cli::RenderCurvePlot(*curve, 20, 5));
+    CHECK(lines.size() == 9);
+  }
+  CHECK(rescale::cli::RenderCurvePlot(rescale::v1::ThroughputCurve(), 60, 14).empty());
+}
+
+TEST_CASE("describe lists stragglers as none when no pod is one", "[rescalectl][output]") {
+  rescale::v1::Job job;
+  job.mutable_spec()->set_job_id("default/bert");
+  for (const char* name : {"bert-0", "bert-1"}) job.add_pods()->set_pod(name);
+  CHECK(rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0)).find("Stragglers: none\n") !=
+        std::string::npos);
+  job.mutable_pods(0)->set_straggler(true);
+  job.mutable_pods(1)->set_straggler(true);
+  CHECK(rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0))
+            .find("Stragglers: bert-0, bert-1\n") != std::string::npos);
 }

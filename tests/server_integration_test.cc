@@ -253,10 +253,12 @@ TEST_CASE("ReportSamples accepts the valid samples of a batch and explains each 
   v1::Job job;
   REQUIRE(t.jobs->GetJob(&get_ctx, get, &job).ok());
   CHECK(job.status().samples_accepted() == 2);
-  REQUIRE(job.curve().points_size() == 1);
-  CHECK(job.curve().points(0).replicas() == 2);
-  // Mean step 0.375 s, 32 samples per pod-step, 2 pods.
-  CHECK(job.curve().points(0).samples_per_second() == Approx(2 * 32 / 0.375));
+  // Two samples are fewer than a size needs (5): no curve yet, but the pod
+  // is visible.
+  CHECK(job.curve().points_size() == 0);
+  REQUIRE(job.pods_size() == 1);
+  CHECK(job.pods(0).sample_count() == 2);
+  CHECK(job.pods(0).recent_step_seconds() == Approx(0.375).epsilon(0.1));
 }
 
 TEST_CASE("ReportSamples refuses a batch over --max_batch_samples naming the limit") {
@@ -321,8 +323,15 @@ TEST_CASE("GetJob shows the job's pods and flags a straggler") {
   CHECK(job.pods(0).last_seen().seconds() == absl::ToUnixSeconds(t.clock.Now()));
   CHECK_FALSE(job.pods(0).straggler());
   CHECK(job.pods(2).straggler());
-  REQUIRE(job.curve().points_size() == 1);
-  CHECK(job.curve().points(0).sample_count() == 30);
+  // The model's curve covers 1..max_replicas; the measured size is marked.
+  REQUIRE(job.curve().points_size() == 4);
+  const v1::CurvePoint& measured = job.curve().points(2);
+  CHECK(measured.replicas() == 3);
+  CHECK(measured.observed());
+  CHECK(measured.sample_count() == 30);
+  // 3 pods x 32 samples per step; the gang's step is the robust mean (1.33 s).
+  CHECK(measured.observed_samples_per_second() == Approx(3 * 32 / (40.0 / 30)).epsilon(0.01));
+  CHECK_FALSE(job.curve().model().empty());
 }
 
 TEST_CASE("StreamSamples ingests every batch and answers one summary with stream-wide indices") {

@@ -211,7 +211,8 @@ TEST_CASE("static-max grows with leftover capacity in whole replicas of gpus_per
   CHECK(out[0].replicas == 3);
   CHECK(out[0].binding == BindingConstraint::kCapacity);
   CHECK(out[0].reason ==
-        "capacity limits the job to 3 of max_replicas=8; 1 GPUs free, 3 per replica");
+        "capacity limits the job to 3 of the 8 replicas its policy wants; 1 GPUs free, 3 per "
+        "replica");
 }
 
 TEST_CASE("static-max growth comes after every job's admission and in priority order") {

@@ -32,6 +32,8 @@
 #include "rescale/clock.h"
 #include "rescale/metrics_store.h"
 #include "rescale/planner.h"
+#include "rescale/policy.h"
+#include "rescale/throughput_model.h"
 #include "rescale/recommendation_board.h"
 #include "rescale/types.h"
 #include "rescale/validation.h"
@@ -56,6 +58,9 @@ struct EngineOptions {
   SpecLimits spec_limits;
   // store.max_jobs is overridden by max_jobs.
   MetricsStoreOptions store;
+  // Defaults of the per-job policies (cooldown, horizon, thresholds).
+  PolicyOptions policy;
+  ModelOptions model;
 };
 
 class DecisionEngine {
@@ -96,8 +101,12 @@ class DecisionEngine {
 
   // Replans every `interval` on a background thread until StopTimer (or
   // destruction). Uses real time for the wait: the timer only paces work,
-  // every decision reads the injected clock.
-  void StartTimer(absl::Duration interval);
+  // every decision reads the injected clock. With `applied_debounce` > 0,
+  // ReportApplied no longer replans inline: a burst of reports (a controller
+  // reporting many jobs at once) is planned once, `applied_debounce` after
+  // the first. Job, spec and capacity changes always replan inline, because
+  // their replies carry the new plan.
+  void StartTimer(absl::Duration interval, absl::Duration applied_debounce = absl::ZeroDuration());
   void StopTimer();
 
   RecommendationBoard& board() { return board_; }
@@ -108,13 +117,25 @@ class DecisionEngine {
   struct JobEntry {
     JobSpec spec;
     JobStatus status;
+    // The policy's memory between decisions.
+    PolicyMemory memory;
+    // When the cluster last applied a change of replicas; the first applied
+    // state is not a change.
+    absl::Time last_change_at = absl::InfinitePast();
+    bool has_applied = false;
+  };
+  struct Fitted {
+    std::vector<Observation> observations;
+    ThroughputModel model;
   };
 
   absl::StatusOr<JobSpec> Normalize(JobSpec spec) const;
   absl::StatusOr<JobView> RegisterLocked(JobSpec spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registers the unknown jobs of `samples` and ingests their samples again.
   void AutoRegister(std::span<const StepSample> samples, IngestResult& result);
-  std::vector<CurvePoint> CurveOf(const std::string& job_id, absl::Time now) const;
+  Fitted Fit(const JobSpec& spec, absl::Time now) const;
+  // The model's curve for n in [1, max_replicas] (at most 256 points).
+  static std::vector<CurvePoint> CurveOf(const JobSpec& spec, const Fitted& fitted);
   JobView ViewLocked(const JobEntry& entry) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ClusterView ClusterLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -131,9 +152,16 @@ class DecisionEngine {
   std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
   absl::Time planned_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
+  // Asks the timer thread for a replan after the debounce, or replans now
+  // when there is no debounce.
+  void RequestReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;
   bool timer_stop_ ABSL_GUARDED_BY(timer_mu_) = false;
+  bool replan_requested_ ABSL_GUARDED_BY(timer_mu_) = false;
+  // Set only while the timer thread runs; read under mu_.
+  absl::Duration applied_debounce_ = absl::ZeroDuration();
   std::thread timer_thread_;
 };
 

@@ -23,8 +23,13 @@ namespace rescale {
 struct PlanJob {
   JobSpec spec;
   JobStatus status;
-  std::vector<CurvePoint> curve;  // observed points, ordered by replicas
+  std::vector<CurvePoint> curve;  // predicted throughput by replicas
   std::optional<Recommendation> previous;
+  // What the job's own policy wants, ignoring other jobs (0 = derive from
+  // the static policy name: max_replicas for static-max, else min).
+  uint32_t desired_replicas = 0;
+  BindingConstraint desired_binding = BindingConstraint::kNone;
+  std::string desired_reason;
 };
 
 struct PlanInput {
@@ -56,8 +61,8 @@ class Planner {
 // all-or-nothing at min_replicas in priority order (running jobs before
 // waiting ones of equal priority, then registration time, then job_id);
 // jobs that do not fit wait with a queue position and the GPUs they need.
-// Jobs with policy "static-max" then grow toward max_replicas, in the same
-// order, with the GPUs left.
+// Admitted jobs then grow toward what their policy wants (desired_replicas;
+// max_replicas for "static-max"), in the same order, with the GPUs left.
 class StaticPlanner final : public Planner {
  public:
   static constexpr std::string_view kMinPolicy = "static-min";

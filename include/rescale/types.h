@@ -7,6 +7,7 @@
 #define RESCALE_TYPES_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,8 @@ struct CurvePoint {
   double uncertainty = 0;   // half-width of the band, samples/s
   bool observed = false;    // measured (true) or predicted (false)
   uint64_t sample_count = 0;
+  double efficiency = 0;    // samples_per_second / (replicas x 1-replica rate)
+  double observed_samples_per_second = 0;  // measured, when observed
   friend bool operator==(const CurvePoint&, const CurvePoint&) = default;
 };
 
@@ -42,6 +45,9 @@ struct JobSpec {
   uint32_t local_batch_size = 0;
   std::string policy;  // empty = the server's default
   std::vector<CurvePoint> prior;
+  // Per-job policy settings, e.g. {"cooldown_seconds": "120"}; keys are
+  // checked against the policy (ValidatePolicyParameters).
+  std::map<std::string, std::string> parameters;
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
 
@@ -116,7 +122,10 @@ struct PodStatus {
 struct JobView {
   JobSpec spec;
   JobStatus status;
+  // The model's prediction for n in [1, max_replicas] (at most 256 points).
   std::vector<CurvePoint> curve;
+  std::string curve_model;  // the fitted model, for people
+  double curve_fit_rms_log_error = 0;
   std::optional<Recommendation> recommendation;
   std::vector<PodStatus> pods;
 };

@@ -1,0 +1,104 @@
+// ThroughputModel: a job's step time, and so its throughput, as a function
+// of the number of workers n, fitted from measured sizes and optional prior
+// points, with an uncertainty band.
+//
+// Usage:
+//   std::vector<Observation> obs = ...;            // from MetricsStore stats
+//   ThroughputModel model = ThroughputModel::Fit(obs, spec.prior, options);
+//   double rate = model.SamplesPerSecond(8);       // whole job, samples/s
+//   double band = model.Uncertainty(8);            // half-width, samples/s
+//
+// The model form, the fitting method and why they were chosen are documented
+// in src/throughput_model.cc's header comment. Contract every implementation
+// keeps:
+//  * Deterministic: the same inputs give bit-identical outputs.
+//  * Works from one observed size (prior: near-linear scaling) and improves
+//    as sizes are added; more recent observations weigh more (age_seconds).
+//  * Predictions are finite and positive for every n >= 1, and never
+//    super-linear beyond reason: SamplesPerSecond(n) <= n x SamplesPerSecond(1)
+//    x (1 + small tolerance), and step time never decreases with n.
+//  * Fit() takes microseconds for a handful of sizes (see rescale-bench).
+// Thread safety: a fitted model is immutable; const methods are thread-safe.
+#ifndef RESCALE_THROUGHPUT_MODEL_H_
+#define RESCALE_THROUGHPUT_MODEL_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rescale/types.h"
+
+namespace rescale {
+
+// What the store measured at one world size.
+struct Observation {
+  uint32_t replicas = 0;
+  double step_seconds = 0;     // robust central step time
+  double spread_seconds = 0;   // standard deviation of step times
+  uint64_t sample_count = 0;
+  double mean_batch = 0;       // samples per pod per step
+  double age_seconds = 0;      // since its newest sample (0 = now)
+};
+
+struct ModelOptions {
+  // Observations this old count half as much as fresh ones.
+  double half_life_seconds = 600;
+  // Sizes with fewer samples than this are ignored by the fit.
+  uint64_t min_samples = 5;
+  // Per-pod batch used when neither observations nor priors give one.
+  double default_local_batch = 1;
+};
+
+class ThroughputModel {
+ public:
+  // An empty model: no data, no prior. SamplesPerSecond is 0 everywhere.
+  ThroughputModel() = default;
+
+  // Fits observations (any order) and prior points (whole-job samples/s at
+  // a size, e.g. from offline profiling; used when observations are absent
+  // or few). Never fails: with nothing usable the model is empty.
+  static ThroughputModel Fit(std::span<const Observation> observations,
+                             std::span<const CurvePoint> prior, const ModelOptions& options = {});
+
+  // Whether any observation or prior informed the fit.
+  bool empty() const { return empty_; }
+  // Step time at n workers, seconds (0 when empty).
+  double StepSeconds(uint32_t n) const;
+  // Whole-job throughput at n workers, samples/s (0 when empty).
+  double SamplesPerSecond(uint32_t n) const;
+  // Half-width of the uncertainty band of SamplesPerSecond(n), samples/s:
+  // small near observed sizes, growing with distance from them.
+  double Uncertainty(uint32_t n) const;
+  // SamplesPerSecond(n) / (n x SamplesPerSecond(1)); 1 = linear.
+  double Efficiency(uint32_t n) const;
+  // Largest size with enough observations (0 when none).
+  uint32_t largest_observed() const { return largest_observed_; }
+  // Root-mean-square log error of step time over the observations used.
+  double rms_log_error() const { return rms_log_error_; }
+  // One line for people, e.g. "step(n) = 0.21 + [n>1](0.012 + 0.031*(n-2)) s,
+  // batch 32, fitted at n=1,2,4, rms log error 0.015".
+  std::string Describe() const;
+
+ private:
+  bool empty_ = true;
+  // Parameters of the fitted form (see throughput_model.cc).
+  double compute_seconds_ = 0;
+  double sync_base_seconds_ = 0;
+  double sync_per_worker_seconds_ = 0;
+  double local_batch_ = 1;
+  uint32_t largest_observed_ = 0;
+  uint32_t smallest_observed_ = 0;
+  double rms_log_error_ = 0;
+  // A size the fit saw (measured or prior) and the relative error of step
+  // time there; the band grows with log-distance from the nearest anchor.
+  struct Anchor {
+    uint32_t replicas = 0;
+    double relative_error = 0;
+  };
+  std::vector<Anchor> anchors_;  // ascending replicas
+};
+
+}  // namespace rescale
+
+#endif  // RESCALE_THROUGHPUT_MODEL_H_
