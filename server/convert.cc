@@ -118,6 +118,8 @@ void ToProto(const Recommendation& rec, v1::Recommendation* proto) {
   if (IsSet(rec.decided_at)) SetTimestamp(rec.decided_at, proto->mutable_decided_at());
   proto->set_policy(rec.policy);
   proto->set_gpus(rec.gpus);
+  if (rec.value_one_more) proto->set_value_one_more(*rec.value_one_more);
+  if (rec.value_one_fewer) proto->set_value_one_fewer(*rec.value_one_fewer);
 }
 
 void ToProto(const JobView& view, v1::Job* proto) {
@@ -156,6 +158,13 @@ void ToProto(const ClusterView& view, v1::Cluster* proto) {
     out->set_priority(a.priority);
   }
   if (IsSet(view.planned_at)) SetTimestamp(view.planned_at, proto->mutable_planned_at());
+  proto->set_plan_utility(view.plan_utility);
+  proto->set_plan_upper_bound(view.plan_upper_bound);
+  proto->set_optimality_gap(view.optimality_gap);
+  proto->set_plan_exact(view.plan_exact);
+  proto->set_utilization(view.total_gpus && *view.total_gpus > 0
+                             ? double(view.allocated_gpus) / *view.total_gpus
+                             : 0.0);
 }
 
 void ToProto(const IngestResult& result, v1::IngestSummary* proto) {

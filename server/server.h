@@ -26,7 +26,7 @@ struct ServerOptions {
   // GPUs the planner may hand out; -1 = unknown (unbounded until SetCapacity).
   int64_t capacity_gpus = -1;
   // Policy for jobs whose spec leaves `policy` empty.
-  std::string default_policy = "static-min";
+  std::string default_policy = "planner";
   // Concurrent WatchRecommendations streams; more get RESOURCE_EXHAUSTED.
   int max_watchers = 1024;
   // Samples in one SampleBatch; a larger batch gets INVALID_ARGUMENT.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rescale/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace rescale {
 namespace {
@@ -280,6 +281,7 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
         now, static_cast<int32_t>(running_after) - static_cast<int32_t>(running_before));
     while (entry.memory.scale_events.size() > 64) entry.memory.scale_events.pop_front();
   }
+  if (running_after > 0 && running_before == 0) entry.started_at = clock_->Now();
   entry.has_applied = true;
   entry.status.current_replicas = replicas;
   entry.status.suspended = suspended;
@@ -324,6 +326,10 @@ ClusterView DecisionEngine::ClusterLocked() const {
   ClusterView view;
   view.total_gpus = capacity_gpus_;
   view.planned_at = planned_at_;
+  view.plan_utility = last_plan_utility_;
+  view.plan_upper_bound = last_plan_upper_bound_;
+  view.optimality_gap = last_plan_gap_;
+  view.plan_exact = last_plan_exact_;
   for (const Recommendation& rec : board_.List()) {
     auto it = jobs_.find(rec.job_id);
     if (it == jobs_.end()) continue;
@@ -345,62 +351,116 @@ void DecisionEngine::Replan() {
 void DecisionEngine::ReplanLocked() {
   const absl::Time now = clock_->Now();
   store_.Tick(now);
-  PlanInput input;
-  input.capacity_gpus = capacity_gpus_;
-  input.now = now;
-  input.jobs.reserve(jobs_.size());
-  std::vector<PolicyMemory> memories;
-  memories.reserve(jobs_.size());
-  for (const auto& [id, entry] : jobs_) {
-    PlanJob job;
-    job.spec = entry.spec;
-    if (job.spec.policy.empty()) job.spec.policy = options_.default_policy;
-    job.status = entry.status;
-    const Fitted fitted = Fit(job.spec, now);
-    job.curve = CurveOf(job.spec, fitted);
-    job.previous = board_.Get(id);
-    const Policy* policy = FindPolicy(job.spec.policy);
+
+  // Each job's policy states what it wants; the cluster planner then fits
+  // every job into the GPUs at once. A `planner` job offers the planner its
+  // whole explorable range with its predicted curve, so the planner chooses
+  // its size; any other policy's wish is a ceiling the planner fills in
+  // priority order (a rising curve up to the wish) and may only cut for
+  // capacity.
+  struct Prepared {
+    JobSpec spec;  // policy resolved
+    PolicyDecision wish;
+    std::vector<CurvePoint> curve;
+    bool planned_by_cluster = false;
+  };
+  std::vector<Prepared> prepared;
+  std::vector<PlannerJob> planner_jobs;
+  prepared.reserve(jobs_.size());
+  planner_jobs.reserve(jobs_.size());
+  for (auto& [id, entry] : jobs_) {
+    Prepared p;
+    p.spec = entry.spec;
+    if (p.spec.policy.empty()) p.spec.policy = options_.default_policy;
+    const Fitted fitted = Fit(p.spec, now);
+    p.curve = CurveOf(p.spec, fitted);
+    const PolicyOptions policy_options = ResolvePolicyOptions(options_.policy, p.spec.parameters);
     PolicyInput policy_input;
-    policy_input.spec = &job.spec;
+    policy_input.spec = &p.spec;
     policy_input.status = &entry.status;
     policy_input.model = &fitted.model;
     policy_input.observed = fitted.observations;
     policy_input.memory = &entry.memory;
     policy_input.last_change_at = entry.last_change_at;
     policy_input.now = now;
-    policy_input.options = ResolvePolicyOptions(options_.policy, job.spec.parameters);
-    PolicyDecision wish = policy->Decide(policy_input);
-    job.desired_replicas = wish.replicas;
-    job.desired_binding = wish.binding;
-    job.desired_reason = std::move(wish.reason);
-    memories.push_back(std::move(wish.memory));
-    input.jobs.push_back(std::move(job));
+    policy_input.options = policy_options;
+    p.wish = FindPolicy(p.spec.policy)->Decide(policy_input);
+    entry.memory = p.wish.memory;
+    p.planned_by_cluster = p.spec.policy == kPlannerPolicy;
+
+    PlannerJob job;
+    job.job_id = id;
+    job.min_replicas = p.spec.min_replicas;
+    job.max_replicas = std::clamp(p.wish.replicas, p.spec.min_replicas, p.spec.max_replicas);
+    job.gpus_per_replica = p.spec.gpus_per_replica;
+    job.priority = p.spec.priority;
+    job.preemptible = p.spec.preemptible;
+    const bool running = entry.status.current_replicas > 0 && !entry.status.suspended;
+    job.current_replicas = running ? entry.status.current_replicas : 0;
+    job.suspended = entry.status.suspended;
+    job.in_cooldown = running && entry.last_change_at != absl::InfinitePast() &&
+                      now - entry.last_change_at < policy_options.cooldown;
+    job.restart_cost_seconds = p.spec.restart_cost_seconds;
+    job.started_at = running ? entry.started_at : entry.status.registered_at;
+    for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
+      // Planner jobs: predicted samples/s. Others: any rising curve, so the
+      // planner grows them toward their wish when GPUs allow.
+      const double predicted = fitted.model.empty() ? 0 : fitted.model.SamplesPerSecond(n);
+      job.throughput.push_back(p.planned_by_cluster && predicted > 0 ? predicted : double(n));
+    }
+    planner_jobs.push_back(std::move(job));
+    prepared.push_back(std::move(p));
   }
-  {
-    size_t i = 0;
-    for (auto& [id, entry] : jobs_) entry.memory = std::move(memories[i++]);
+
+  ClusterPlannerOptions planner_options = options_.planner;
+  planner_options.horizon_seconds = absl::ToDoubleSeconds(options_.policy.horizon);
+  std::optional<uint64_t> capacity;
+  if (capacity_gpus_) capacity = *capacity_gpus_;
+  const ClusterPlan plan = PlanCluster(planner_jobs, capacity, planner_options);
+  last_plan_utility_ = plan.utility;
+  last_plan_upper_bound_ = plan.upper_bound;
+  last_plan_gap_ = plan.gap;
+  last_plan_exact_ = plan.exact;
+  if (plan.gap > 0.01) {
+    spdlog::warn("plan of {} jobs has an optimality gap of {:.2f}% (utility {:.4f}, bound {:.4f})",
+                 planner_jobs.size(), plan.gap * 100, plan.utility, plan.upper_bound);
+  } else {
+    spdlog::debug("planned {} jobs: {} GPUs allocated, utility {:.4f}, bound {:.4f}, gap {:.3f}%{}",
+                  planner_jobs.size(), plan.allocated_gpus, plan.utility, plan.upper_bound,
+                  plan.gap * 100, plan.exact ? " (exact)" : "");
   }
-  std::vector<PlanDecision> decisions = static_planner_.Plan(input);
 
   std::vector<Recommendation> recs;
-  recs.reserve(decisions.size());
-  for (size_t i = 0; i < decisions.size(); ++i) {
-    const PlanJob& job = input.jobs[i];
-    const PlanDecision& d = decisions[i];
+  recs.reserve(prepared.size());
+  size_t i = 0;
+  for (const auto& [id, entry] : jobs_) {
+    const Prepared& p = prepared[i];
+    const PlannedJob& planned = plan.jobs[i];
+    ++i;
     Recommendation rec;
-    rec.job_id = d.job_id;
-    rec.replicas = d.replicas;
-    rec.suspend = d.replicas == 0;
-    rec.action = ActionFor(job.status, d.replicas);
-    rec.reason = d.reason;
-    rec.binding_constraint = d.binding;
+    rec.job_id = id;
+    rec.replicas = planned.replicas;
+    rec.suspend = planned.replicas == 0;
+    rec.action = ActionFor(entry.status, planned.replicas);
+    // The policy's own explanation stands when the planner gave it what it
+    // asked for; otherwise the planner's (capacity, priority, cooldown...).
+    const bool got_wish = planned.replicas != 0 && planned.replicas == planner_jobs[i - 1].max_replicas;
+    const bool policy_explains =
+        got_wish && (!p.planned_by_cluster || p.wish.binding == BindingConstraint::kInsufficientData ||
+                     p.wish.binding == BindingConstraint::kMinReplicas);
+    rec.reason = policy_explains ? p.wish.reason : planned.reason;
+    rec.binding_constraint = policy_explains ? p.wish.binding : planned.binding;
     rec.current_samples_per_second =
-        job.status.suspended ? 0 : InterpolateThroughput(job.curve, job.status.current_replicas);
-    rec.predicted_samples_per_second = d.predicted_samples_per_second;
-    rec.queue_position = d.queue_position;
+        entry.status.suspended ? 0 : InterpolateThroughput(p.curve, entry.status.current_replicas);
+    rec.predicted_samples_per_second = InterpolateThroughput(p.curve, planned.replicas);
+    rec.queue_position = planned.queue_position;
     rec.decided_at = now;
-    rec.policy = job.spec.policy;
-    rec.gpus = d.replicas * job.spec.gpus_per_replica;
+    rec.policy = p.spec.policy;
+    rec.gpus = planned.replicas * p.spec.gpus_per_replica;
+    if (p.planned_by_cluster && planned.replicas > 0) {
+      if (planned.replicas < planner_jobs[i - 1].max_replicas) rec.value_one_more = planned.value_one_more;
+      if (planned.replicas > p.spec.min_replicas) rec.value_one_fewer = planned.value_one_fewer;
+    }
     recs.push_back(std::move(rec));
   }
   board_.Publish(std::move(recs));

@@ -351,12 +351,50 @@ class EfficiencyPolicy final : public Policy {
   }
 };
 
+// Rescale's default: the cluster planner (cluster_planner.h) decides every
+// planner job's size jointly. Per job, this policy only states the range the
+// planner may use: from min_replicas up to what exploration allows (2x the
+// largest measured size; min_replicas without data), or the current size
+// while that size still lacks samples.
+class PlannerPolicy final : public Policy {
+ public:
+  std::string_view name() const override { return "planner"; }
+  PolicyDecision Decide(const PolicyInput& in) const override {
+    const JobSpec& spec = *in.spec;
+    if (!IsRunning(*in.status)) {
+      const uint32_t largest = LargestTrusted(in);
+      if (largest == 0) {
+        return Hold(in, spec.min_replicas, BindingConstraint::kMinReplicas,
+                    absl::StrFormat("no measurements yet: starts at min_replicas=%d",
+                                    spec.min_replicas));
+      }
+      const uint32_t cap = Clamp(spec, 2 * int64_t{largest});
+      return Hold(in, cap,
+                  cap < spec.max_replicas ? BindingConstraint::kInsufficientData
+                                          : BindingConstraint::kMaxReplicas,
+                  absl::StrFormat("may start at up to %d replicas (2x the largest measured size)", cap));
+    }
+    if (auto wait = NeedsData(in)) return *wait;
+    const uint32_t largest = LargestTrusted(in);
+    const uint32_t cap = Clamp(spec, std::max<int64_t>(in.status->current_replicas, 2 * int64_t{largest}));
+    if (cap < spec.max_replicas) {
+      return Hold(in, cap, BindingConstraint::kInsufficientData,
+                  absl::StrFormat("explores gradually: at most %d replicas, 2x the largest measured "
+                                  "size (%d)",
+                                  cap, largest));
+    }
+    return Hold(in, cap, BindingConstraint::kMaxReplicas,
+                absl::StrFormat("the planner may use up to max_replicas=%d", cap));
+  }
+};
+
 const StaticPolicy kStaticMin("static-min", false);
 const StaticPolicy kStaticMax("static-max", true);
 const KubeDlPolicy kKubeDl;
 const HpaPolicy kHpa;
 const EfficiencyPolicy kEfficiency;
-const Policy* const kPolicies[] = {&kStaticMin, &kStaticMax, &kKubeDl, &kHpa, &kEfficiency};
+const PlannerPolicy kPlanner;
+const Policy* const kPolicies[] = {&kPlanner, &kStaticMin, &kStaticMax, &kKubeDl, &kHpa, &kEfficiency};
 
 }  // namespace
 

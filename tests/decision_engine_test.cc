@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
+#include <map>
 #include <mutex>
 
 #include <memory>
@@ -23,6 +24,14 @@
 
 namespace rescale {
 namespace {
+
+// Most tests here are about the engine's plumbing, not a policy: they use
+// the simplest policy, static-min, as the default.
+EngineOptions StaticMinOptions() {
+  EngineOptions options;
+  options.default_policy = "static-min";
+  return options;
+}
 
 std::string testing_join(const std::vector<uint32_t>& v) {
   std::string out;
@@ -58,7 +67,7 @@ Recommendation MustRecommendation(const DecisionEngine& engine, const std::strin
 
 TEST_CASE("engine registers a job and publishes generation 1 with SCALE_UP at the clock's time") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   JobView view = MustRegister(engine, Spec("team-a/resnet", 2, 8));
   CHECK(view.spec.job_id == "team-a/resnet");
   CHECK(view.status.registered_at == clock.Now());
@@ -84,7 +93,7 @@ TEST_CASE("engine registers a job and publishes generation 1 with SCALE_UP at th
 
 TEST_CASE("engine rejects an invalid spec with INVALID_ARGUMENT naming the field") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   JobSpec spec = Spec("team-a/resnet", 5, 2);
   absl::StatusOr<JobView> view = engine.RegisterJob(spec);
   REQUIRE(view.status().code() == absl::StatusCode::kInvalidArgument);
@@ -99,7 +108,7 @@ TEST_CASE("engine rejects an invalid spec with INVALID_ARGUMENT naming the field
 
 TEST_CASE("engine rejects registering a known job with ALREADY_EXISTS") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a"));
   absl::StatusOr<JobView> again = engine.RegisterJob(Spec("ns/a", 1, 4));
   REQUIRE(again.status().code() == absl::StatusCode::kAlreadyExists);
@@ -112,7 +121,7 @@ TEST_CASE("engine rejects registering a known job with ALREADY_EXISTS") {
 
 TEST_CASE("engine rejects an unknown policy listing the known ones") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   JobSpec spec = Spec("ns/a");
   spec.policy = "magic";
   absl::StatusOr<JobView> view = engine.RegisterJob(spec);
@@ -122,7 +131,7 @@ TEST_CASE("engine rejects an unknown policy listing the known ones") {
   CHECK_THAT(message, Contains("static-min"));
   CHECK_THAT(message, Contains("static-max"));
   CHECK(DecisionEngine::KnownPolicies() ==
-        std::vector<std::string>{"static-min", "static-max", "kubedl", "hpa", "efficiency"});
+        std::vector<std::string>{"planner", "static-min", "static-max", "kubedl", "hpa", "efficiency"});
 }
 
 TEST_CASE("engine refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
@@ -142,7 +151,7 @@ TEST_CASE("engine refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
 
 TEST_CASE("engine turns the action to HOLD once the recommendation is applied, keeping the generation") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a", 3, 8));
   clock.Advance(absl::Seconds(30));
 
@@ -171,7 +180,7 @@ TEST_CASE("engine turns the action to HOLD once the recommendation is applied, k
 
 TEST_CASE("engine asks to scale down when the cluster runs more than recommended") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a", 2, 8));
   REQUIRE(engine.ReportApplied("ns/a", 5, false, 1).ok());
   Recommendation rec = MustRecommendation(engine, "ns/a");
@@ -182,7 +191,7 @@ TEST_CASE("engine asks to scale down when the cluster runs more than recommended
 
 TEST_CASE("engine rejects a generation newer than the latest recommendation") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a"));
   absl::StatusOr<JobStatus> status = engine.ReportApplied("ns/a", 2, false, 2);
   REQUIRE(status.status().code() == absl::StatusCode::kInvalidArgument);
@@ -196,7 +205,7 @@ TEST_CASE("engine rejects a generation newer than the latest recommendation") {
 
 TEST_CASE("engine rejects applied replicas above max_replicas") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a", 2, 8));
   absl::StatusOr<JobStatus> status = engine.ReportApplied("ns/a", 9, false, 1);
   REQUIRE(status.status().code() == absl::StatusCode::kInvalidArgument);
@@ -206,7 +215,7 @@ TEST_CASE("engine rejects applied replicas above max_replicas") {
 
 TEST_CASE("engine reports NOT_FOUND or INVALID_ARGUMENT for applied state of unknown or malformed jobs") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   CHECK(engine.ReportApplied("ns/none", 1, false, 0).status().code() ==
         absl::StatusCode::kNotFound);
   CHECK(engine.ReportApplied("bad", 1, false, 0).status().code() ==
@@ -216,7 +225,7 @@ TEST_CASE("engine reports NOT_FOUND or INVALID_ARGUMENT for applied state of unk
 
 TEST_CASE("engine makes the lower-priority job wait when capacity falls below demand") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/high", 4, 4, /*priority=*/10));
   MustRegister(engine, Spec("ns/low", 4, 4, /*priority=*/1));
   REQUIRE(MustRecommendation(engine, "ns/low").replicas == 4);
@@ -284,7 +293,7 @@ TEST_CASE("engine suspends a running lower-priority job preempted by a higher-pr
 
 TEST_CASE("engine reports an unknown capacity as unset in the cluster view") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a", 3, 8));
   ClusterView cluster = engine.GetCluster();
   CHECK_FALSE(cluster.total_gpus.has_value());
@@ -294,7 +303,7 @@ TEST_CASE("engine reports an unknown capacity as unset in the cluster view") {
 
 TEST_CASE("engine forgets a deregistered job and tells watchers DELETED") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a"));
   absl::StatusOr<std::shared_ptr<Subscription>> sub = engine.board().Subscribe();
   REQUIRE(sub.ok());
@@ -331,7 +340,7 @@ TEST_CASE("engine forgets a deregistered job and tells watchers DELETED") {
 
 TEST_CASE("engine feeds ingested samples into the job's curve and samples_accepted") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a", 2, 8));  // local_batch_size 32
 
   std::vector<StepSample> batch;
@@ -379,7 +388,7 @@ TEST_CASE("engine feeds ingested samples into the job's curve and samples_accept
 
 TEST_CASE("engine lists jobs ordered by id and filtered by namespace") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("team-b/x"));
   MustRegister(engine, Spec("team-a/z"));
   MustRegister(engine, Spec("team-a/y"));
@@ -400,7 +409,7 @@ TEST_CASE("engine lists jobs ordered by id and filtered by namespace") {
 
 TEST_CASE("engine UpdateJob of an unknown job is NOT_FOUND") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   absl::StatusOr<JobView> view = engine.UpdateJob(Spec("ns/none"));
   REQUIRE(view.status().code() == absl::StatusCode::kNotFound);
   CHECK_THAT(std::string(view.status().message()), Contains("ns/none"));
@@ -409,7 +418,7 @@ TEST_CASE("engine UpdateJob of an unknown job is NOT_FOUND") {
 
 TEST_CASE("engine UpdateJob replans with the new spec and bumps the generation") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a", 2, 8));
   JobSpec spec = Spec("ns/a", 2, 8);
   spec.policy = "static-max";
@@ -429,7 +438,7 @@ TEST_CASE("engine UpdateJob replans with the new spec and bumps the generation")
 
 TEST_CASE("engine replan refreshes decided_at without a new generation") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a"));
   clock.Advance(absl::Minutes(5));
   engine.Replan();
@@ -441,7 +450,7 @@ TEST_CASE("engine replan refreshes decided_at without a new generation") {
 
 TEST_CASE("engine timer starts and stops without hanging") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a"));
   engine.StartTimer(absl::Hours(1));
   engine.StopTimer();
@@ -455,7 +464,7 @@ TEST_CASE("engine timer starts and stops without hanging") {
 TEST_CASE("engine destructor stops a running timer") {
   ManualClock clock;
   {
-    DecisionEngine engine(EngineOptions{}, &clock);
+    DecisionEngine engine(StaticMinOptions(), &clock);
     engine.StartTimer(absl::Hours(1));
   }
   SUCCEED("destroyed without hanging");
@@ -494,7 +503,7 @@ TEST_CASE("engine with auto_register registers unknown jobs from their samples a
 
 TEST_CASE("engine without auto_register rejects samples of unknown jobs as not registered") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   std::vector<StepSample> batch(1);
   batch[0].job_id = "ns/ghost";
   batch[0].pod = "w-0";
@@ -565,7 +574,7 @@ TEST_CASE("engine with the efficiency policy scales a job up to its knee and bac
 
 TEST_CASE("engine with a debounce plans a burst of applied reports once, on its timer thread") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  DecisionEngine engine(StaticMinOptions(), &clock);
   MustRegister(engine, Spec("ns/a", 2, 8));
   MustRegister(engine, Spec("ns/b", 2, 8));
   auto watcher = engine.board().Subscribe().value();
@@ -606,6 +615,90 @@ TEST_CASE("engine with a debounce plans a burst of applied reports once, on its 
   CHECK(MustRecommendation(engine, "ns/b").action == Action::kHold);
   engine.StopTimer();
   engine.board().Unsubscribe(watcher);
+}
+
+
+// Reports what the engine recommends as applied and feeds each running job
+// samples from its true step-time law, as a cluster and its agents would.
+void ApplyAndMeasure(DecisionEngine& engine, ManualClock& clock,
+                     const std::map<std::string, double>& sync_per_worker) {
+  for (const Recommendation& rec : engine.ListRecommendations()) {
+    REQUIRE(engine.ReportApplied(rec.job_id, rec.replicas, rec.suspend, rec.generation).ok());
+    if (rec.replicas == 0) continue;
+    const std::string pod = rec.job_id + "-worker-0";
+    std::vector<StepSample> batch(10);
+    for (StepSample& s : batch) {
+      s.job_id = rec.job_id;
+      s.pod = pod;
+      s.world_size = rec.replicas;
+      s.step_seconds = 0.2 + sync_per_worker.at(rec.job_id) * (rec.replicas - 1);
+    }
+    REQUIRE(engine.Ingest(batch).accepted == batch.size());
+  }
+  clock.Advance(absl::Seconds(61));
+  engine.Replan();
+}
+
+TEST_CASE("engine's default planner gives spare GPUs to the job that scales better") {
+  ManualClock clock;
+  EngineOptions options;  // default policy: planner
+  DecisionEngine engine(options, &clock);
+  JobSpec good = Spec("ns/scales-well", 1, 16);
+  JobSpec poor = Spec("ns/scales-poorly", 1, 16);
+  good.restart_cost_seconds = poor.restart_cost_seconds = 5;
+  MustRegister(engine, good);
+  MustRegister(engine, poor);
+  engine.SetCapacity(16);
+  const std::map<std::string, double> laws = {{"ns/scales-well", 0.002}, {"ns/scales-poorly", 0.2}};
+  for (int round = 0; round < 10; ++round) ApplyAndMeasure(engine, clock, laws);
+  const Recommendation well = MustRecommendation(engine, "ns/scales-well");
+  const Recommendation poorly = MustRecommendation(engine, "ns/scales-poorly");
+  CHECK(well.policy == "planner");
+  CHECK(well.replicas > poorly.replicas);
+  CHECK(poorly.replicas >= 1);  // both run: starting a job beats growing one
+  CHECK(well.gpus + poorly.gpus <= 16);
+  const ClusterView cluster = engine.GetCluster();
+  CHECK(cluster.optimality_gap <= 0.01);
+  CHECK(cluster.plan_upper_bound >= cluster.plan_utility - 1e-9);
+}
+
+TEST_CASE("engine's planner shrinks, then suspends the lower-priority job when capacity drops, and resumes it") {
+  ManualClock clock;
+  DecisionEngine engine(EngineOptions{}, &clock);
+  MustRegister(engine, Spec("ns/high", 2, 4, /*priority=*/10));
+  MustRegister(engine, Spec("ns/low", 2, 4, /*priority=*/0));
+  engine.SetCapacity(8);
+  const std::map<std::string, double> laws = {{"ns/high", 0.001}, {"ns/low", 0.001}};
+  for (int round = 0; round < 6; ++round) ApplyAndMeasure(engine, clock, laws);
+  CHECK(MustRecommendation(engine, "ns/high").replicas == 4);
+  CHECK(MustRecommendation(engine, "ns/low").replicas == 4);
+
+  engine.SetCapacity(6);  // both shrink (the fair split), neither stops
+  Recommendation high = MustRecommendation(engine, "ns/high");
+  Recommendation low = MustRecommendation(engine, "ns/low");
+  CHECK(high.replicas >= 2);
+  CHECK(low.replicas >= 2);
+  CHECK(high.replicas + low.replicas <= 6);
+  ApplyAndMeasure(engine, clock, laws);
+
+  engine.SetCapacity(4);  // both at their minimum before any is suspended
+  CHECK(MustRecommendation(engine, "ns/high").replicas == 2);
+  CHECK(MustRecommendation(engine, "ns/low").replicas == 2);
+  ApplyAndMeasure(engine, clock, laws);
+
+  engine.SetCapacity(3);  // now one must stop: the lower priority
+  low = MustRecommendation(engine, "ns/low");
+  CHECK(low.replicas == 0);
+  CHECK(low.action == Action::kSuspend);
+  CHECK(low.queue_position == 1);
+  CHECK(low.binding_constraint == BindingConstraint::kPreempted);
+  CHECK(MustRecommendation(engine, "ns/high").replicas == 3);
+  ApplyAndMeasure(engine, clock, laws);
+
+  engine.SetCapacity(8);  // GPUs come back: the suspended job resumes
+  low = MustRecommendation(engine, "ns/low");
+  CHECK(low.replicas >= 2);
+  CHECK(low.action == Action::kResume);
 }
 
 }  // namespace rescale

@@ -96,7 +96,7 @@ TEST_CASE("RegisterJob returns the job with defaults applied and a first recomme
   CHECK(job.recommendation().generation() == 1);
   CHECK(job.recommendation().action() == v1::SCALE_UP);
   CHECK(job.recommendation().binding_constraint() == v1::MIN_REPLICAS);
-  CHECK(job.recommendation().policy() == "static-min");
+  CHECK(job.recommendation().policy() == "planner");  // the default policy
   CHECK(job.status().registered_at().seconds() == absl::ToUnixSeconds(t.clock.Now()));
 }
 

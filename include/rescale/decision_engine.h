@@ -31,7 +31,7 @@
 #include "absl/time/time.h"
 #include "rescale/clock.h"
 #include "rescale/metrics_store.h"
-#include "rescale/planner.h"
+#include "rescale/cluster_planner.h"
 #include "rescale/policy.h"
 #include "rescale/throughput_model.h"
 #include "rescale/recommendation_board.h"
@@ -43,7 +43,7 @@ namespace rescale {
 struct EngineOptions {
   // Policy for specs that leave `policy` empty. Must be one of
   // KnownPolicies() (RescaleServer::Start checks the flag).
-  std::string default_policy = "static-min";
+  std::string default_policy = "planner";
   // Registered jobs; RegisterJob beyond it is RESOURCE_EXHAUSTED.
   int max_jobs = 10'000;
   // GPUs to plan; nullopt = unknown (unbounded) until SetCapacity.
@@ -60,6 +60,8 @@ struct EngineOptions {
   MetricsStoreOptions store;
   // Defaults of the per-job policies (cooldown, horizon, thresholds).
   PolicyOptions policy;
+  // The cluster planner (fairness); its horizon is policy.horizon.
+  ClusterPlannerOptions planner;
   ModelOptions model;
 };
 
@@ -123,6 +125,9 @@ class DecisionEngine {
     // state is not a change.
     absl::Time last_change_at = absl::InfinitePast();
     bool has_applied = false;
+    // When it last started running (tie-break: the most recently started
+    // job is suspended first).
+    absl::Time started_at = absl::InfinitePast();
   };
   struct Fitted {
     std::vector<Observation> observations;
@@ -144,13 +149,16 @@ class DecisionEngine {
   Clock* const clock_;
   MetricsStore store_;
   RecommendationBoard board_;
-  StaticPlanner static_planner_;
 
   // Serialises mutations and replans so decisions are published in order.
   mutable std::mutex mu_;
   absl::btree_map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
   std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
   absl::Time planned_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  double last_plan_utility_ ABSL_GUARDED_BY(mu_) = 0;
+  double last_plan_upper_bound_ ABSL_GUARDED_BY(mu_) = 0;
+  double last_plan_gap_ ABSL_GUARDED_BY(mu_) = 0;
+  bool last_plan_exact_ ABSL_GUARDED_BY(mu_) = true;
 
   // Asks the timer thread for a replan after the debounce, or replans now
   // when there is no debounce.

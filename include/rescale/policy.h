@@ -10,6 +10,8 @@
 // answers.
 //
 // Policies (names are API: JobSpec.policy):
+//   planner      (default) the cluster planner sizes the job together with
+//                all others; the policy only bounds its range (exploration)
 //   static-min   always min_replicas
 //   static-max   always max_replicas
 //   kubedl       KubeDL's torch-elastic hill climb (double while aggregate
@@ -101,6 +103,9 @@ class Policy {
   virtual std::vector<std::string_view> parameters() const { return {}; }
   virtual PolicyDecision Decide(const PolicyInput& input) const = 0;
 };
+
+// Name of Rescale's default policy: the cluster planner sizes the job.
+inline constexpr std::string_view kPlannerPolicy = "planner";
 
 // The policy called `name`, or null. The returned object lives forever.
 const Policy* FindPolicy(std::string_view name);

@@ -93,6 +93,9 @@ struct Recommendation {
   absl::Time decided_at = absl::InfinitePast();
   std::string policy;
   uint32_t gpus = 0;
+  // Planner only: utility change from one replica more / fewer.
+  std::optional<double> value_one_more;
+  std::optional<double> value_one_fewer;
 
   // Whether `other` asks the cluster for the same thing.
   bool SameTarget(const Recommendation& other) const {
@@ -189,7 +192,16 @@ struct ClusterView {
   uint32_t waiting_jobs = 0;
   std::vector<JobAllocation> allocations;
   absl::Time planned_at = absl::InfinitePast();
+  // The last plan's utility, its upper bound and relative gap.
+  double plan_utility = 0;
+  double plan_upper_bound = 0;
+  double optimality_gap = 0;
+  bool plan_exact = true;
 };
+
+// Throughput at `replicas` read off a curve's points (linear between them,
+// proportional to replicas beyond them); 0 when there are none.
+double InterpolateThroughput(const std::vector<CurvePoint>& curve, uint32_t replicas);
 
 // "namespace" part of a job_id ("" when malformed).
 std::string_view JobNamespace(std::string_view job_id);

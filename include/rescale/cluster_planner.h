@@ -1,0 +1,134 @@
+// Cluster planner: how many replicas every job gets when they share one pool
+// of GPUs. This is the decision at the heart of Rescale; the policies feed it
+// predicted throughput curves and it returns one gang-feasible size per job,
+// with the constraint that bound it, a sentence a person can read, a queue
+// position for the jobs left waiting and the marginal value of one replica
+// more or fewer.
+//
+// The problem. For every job i choose n_i in {0} U [min_i, max_i] (0 = waiting
+// or suspended) with sum_i n_i x gpus_per_replica_i <= capacity, maximising in
+// lexicographic order
+//   1. the number of currently running non-preemptible jobs that keep running;
+//   2. for each priority level, highest first: the number of currently running
+//      jobs of that level that keep running, then the number of waiting jobs
+//      of that level that start;
+//   3. minus the number of jobs inside their cooldown whose replicas change;
+//   4. sum over running jobs of U_p(f_i x s_i), where s_i = T_i(n_i)/T_i(min_i),
+//      U_p(s) = (s^p - 1)/p (U_0 = ln s) and f_i = max(0.01, 1 - restart_cost_i
+//      / horizon) for a job that runs now with a different size, else 1.
+// Exact ties keep the earlier-started job (suspend the most recently started
+// first), then the smaller job_id.
+//
+// The algorithms, and why each is exact where it claims to be, are described
+// in src/cluster_planner.cc. In short:
+//  * capacity unknown or larger than every job at max_replicas: the problem
+//    separates per job and is solved exactly at any scale;
+//  * small instances (ClusterPlannerOptions::exact_job_limit jobs, bounded DP
+//    work): an exact knapsack DP over capacity whose values are the whole
+//    lexicographic objective (the objective is a sum over jobs of per-job
+//    vectors, and lexicographic order is compatible with addition);
+//  * otherwise: levels 1-3 by cardinality arguments (cheapest gangs first,
+//    then pins/swaps at the least extra GPUs), level 4 by a Lagrangian price
+//    on GPUs over each job's concave envelope plus a greedy fill. The plan
+//    reports the Lagrangian dual (the LP over the envelopes) as an upper bound
+//    on level 4 for the admitted set, and the relative gap to it.
+//
+// PlanCluster is a pure, deterministic function; it never throws and never
+// fails: malformed jobs (max < min, gpus_per_replica 0, missing or
+// non-positive throughput) are planned conservatively, as documented on
+// PlannerJob.
+#ifndef RESCALE_CLUSTER_PLANNER_H_
+#define RESCALE_CLUSTER_PLANNER_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "rescale/types.h"
+
+namespace rescale {
+
+struct ClusterPlannerOptions {
+  // Fairness exponent p of U_p: -1 (default) balances speedups, 0 is
+  // proportional fairness (log), 1 maximises the total speedup.
+  double fairness = -1;
+  // Seconds over which a restart's cost is amortised (f = 1 - cost/horizon).
+  double horizon_seconds = 600;
+  // The exact DP runs for at most this many jobs (and never more than 40)...
+  int exact_job_limit = 12;
+  // ...and while its work (jobs x sizes x capacity cells) stays within this.
+  // Instances of any job count up to 40 jobs also run exactly when the work
+  // is below 1/16 of it. 0 forces the scalable method (used by tests).
+  uint64_t exact_work_limit = 10'000'000;  // about 40 ms
+};
+
+struct PlannerJob {
+  std::string job_id;
+  // Sizes the job may run at. min 0 is read as 1 (0 means not running);
+  // max < min means the job cannot run at all.
+  uint32_t min_replicas = 1;
+  uint32_t max_replicas = 1;      // already capped by exploration
+  uint32_t gpus_per_replica = 1;  // 0 is read as 1
+  int32_t priority = 0;           // higher wins
+  bool preemptible = true;
+  uint32_t current_replicas = 0;  // 0 = not running (waiting or suspended)
+  bool suspended = false;         // was running and got suspended (wording)
+  bool in_cooldown = false;
+  double restart_cost_seconds = kDefaultRestartCostSeconds;
+  // When it last started running; its registration time while waiting. Exact
+  // ties suspend the most recently started job first.
+  absl::Time started_at = absl::InfinitePast();
+  // Predicted samples/s for n = min_replicas..max_replicas (index n - min).
+  // Sizes past the end repeat the last value (no gain, so the planner only
+  // keeps a job there when it runs there now); values that are not finite
+  // and positive count as no gain over min; an empty curve or an unusable
+  // value at min means the job gains nothing from growing.
+  std::vector<double> throughput;
+};
+
+struct PlannedJob {
+  uint32_t replicas = 0;
+  BindingConstraint binding = BindingConstraint::kNone;
+  std::string reason;           // one sentence
+  uint32_t queue_position = 0;  // 1-based for jobs left at 0; else 0
+  // Change of the level-4 objective from one replica more / one fewer
+  // (0 where that size is not allowed: at max, at min, or not running).
+  double value_one_more = 0;
+  double value_one_fewer = 0;
+};
+
+struct ClusterPlan {
+  std::vector<PlannedJob> jobs;  // input order
+  uint64_t allocated_gpus = 0;
+  double utility = 0;      // level-4 objective of the plan
+  double upper_bound = 0;  // >= utility; equal when exact
+  double gap = 0;          // (upper_bound - utility) / max(|upper_bound|, 1e-9)
+  bool exact = false;      // the plan is optimal for the whole objective
+};
+
+// Plans every job; capacity nullopt = unknown, unbounded.
+ClusterPlan PlanCluster(std::span<const PlannerJob> jobs, std::optional<uint64_t> capacity,
+                        const ClusterPlannerOptions& options = {});
+
+// The lexicographic objective of an assignment, for tests and diagnostics.
+// levels = [kept non-preemptible, then per priority (highest first) kept
+// running and started waiting, then minus changed cooldown jobs]; the
+// priorities are the distinct ones among `jobs`. utility is level 4.
+struct PlanObjective {
+  std::vector<int64_t> levels;
+  double utility = 0;
+};
+PlanObjective EvaluatePlan(std::span<const PlannerJob> jobs, std::span<const uint32_t> replicas,
+                           const ClusterPlannerOptions& options = {});
+
+// -1, 0 or 1 as a is worse than, equal to or better than b: levels exactly,
+// then utility within `relative_tolerance`.
+int CompareObjectives(const PlanObjective& a, const PlanObjective& b,
+                      double relative_tolerance = 1e-9);
+
+}  // namespace rescale
+
+#endif  // RESCALE_CLUSTER_PLANNER_H_

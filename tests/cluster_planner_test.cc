@@ -1,0 +1,710 @@
+// Tests of rescale::PlanCluster, the cluster planner. The core check compares
+// the planner's lexicographic objective with brute-force enumeration on
+// hundreds of seeded random instances (up to 6 jobs and 24 GPUs; concave and
+// non-concave curves, mixed priorities, gpus_per_replica in {1,2,4,8}, some
+// jobs running, in cooldown or non-preemptible), using an objective written
+// independently of the planner's. The scalable solver (forced through the
+// options) is checked against the same optimum for levels 1-3 and against its
+// own upper bound. Behaviour tests, named by behaviour, pin down what users
+// see: who waits and why, who is preempted, shrunk or pinned, where spare
+// GPUs go, and the wording of reasons and queue positions.
+#include "rescale/cluster_planner.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace rescale {
+namespace {
+
+using Catch::Matchers::Contains;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
+
+// Throughput n / (a + b n) for n = min..max: concave, saturating.
+std::vector<double> Saturating(uint32_t min, uint32_t max, double a, double b) {
+  std::vector<double> t;
+  for (uint32_t n = min; n <= max; ++n) t.push_back(100.0 * n / (a + b * n));
+  return t;
+}
+std::vector<double> Linear(uint32_t min, uint32_t max) { return Saturating(min, max, 1, 0); }
+std::vector<double> Flat(uint32_t min, uint32_t max) {
+  return std::vector<double>(max - min + 1, 100.0);
+}
+
+PlannerJob Job(const std::string& id, uint32_t min, uint32_t max, uint32_t gpus_per_replica,
+               int32_t priority = 0) {
+  PlannerJob job;
+  job.job_id = id;
+  job.min_replicas = min;
+  job.max_replicas = max;
+  job.gpus_per_replica = gpus_per_replica;
+  job.priority = priority;
+  job.started_at = kT0;
+  job.throughput = Linear(min, max);
+  return job;
+}
+
+PlannerJob Running(PlannerJob job, uint32_t replicas, absl::Duration started_after = {}) {
+  job.current_replicas = replicas;
+  job.started_at = kT0 + started_after;
+  return job;
+}
+
+// ---- an objective written independently of the planner's --------------------
+
+struct Reference {
+  std::vector<int64_t> levels;
+  double utility = 0;
+};
+
+std::vector<int32_t> PrioritiesHighFirst(const std::vector<PlannerJob>& jobs) {
+  std::vector<int32_t> p;
+  for (const PlannerJob& j : jobs) p.push_back(j.priority);
+  std::sort(p.rbegin(), p.rend());
+  p.erase(std::unique(p.begin(), p.end()), p.end());
+  return p;
+}
+
+double ReferenceUtility(const PlannerJob& job, uint32_t n, const ClusterPlannerOptions& options) {
+  const double s = job.throughput[n - job.min_replicas] / job.throughput[0];
+  double f = 1;
+  if (job.current_replicas > 0 && n != job.current_replicas) {
+    f = std::max(0.01, 1 - job.restart_cost_seconds / options.horizon_seconds);
+  }
+  const double x = f * s;
+  const double p = options.fairness;
+  return p == 0 ? std::log(x) : (std::pow(x, p) - 1) / p;
+}
+
+// Levels and utility contributed by one job at n.
+Reference JobContribution(const std::vector<PlannerJob>& jobs, size_t i, uint32_t n,
+                          const std::vector<int32_t>& priorities,
+                          const ClusterPlannerOptions& options) {
+  const PlannerJob& job = jobs[i];
+  Reference r;
+  r.levels.assign(2 + 2 * priorities.size(), 0);
+  const size_t level =
+      std::find(priorities.begin(), priorities.end(), job.priority) - priorities.begin();
+  const bool running = job.current_replicas > 0;
+  if (n > 0) {
+    if (running && !job.preemptible) r.levels[0] = 1;
+    r.levels[1 + 2 * level + (running ? 0 : 1)] = 1;
+    r.utility = ReferenceUtility(job, n, options);
+  }
+  if (job.in_cooldown && n != job.current_replicas) r.levels.back() = -1;
+  return r;
+}
+
+Reference ReferenceObjective(const std::vector<PlannerJob>& jobs, const std::vector<uint32_t>& n,
+                             const ClusterPlannerOptions& options) {
+  const std::vector<int32_t> priorities = PrioritiesHighFirst(jobs);
+  Reference total;
+  total.levels.assign(2 + 2 * priorities.size(), 0);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Reference c = JobContribution(jobs, i, n[i], priorities, options);
+    for (size_t k = 0; k < c.levels.size(); ++k) total.levels[k] += c.levels[k];
+    total.utility += c.utility;
+  }
+  return total;
+}
+
+// -1/0/1: levels exactly, then utility within 1e-9 relative.
+int Compare(const Reference& a, const Reference& b) {
+  if (a.levels != b.levels) return a.levels < b.levels ? -1 : 1;
+  const double scale = std::max({1.0, std::abs(a.utility), std::abs(b.utility)});
+  if (std::abs(a.utility - b.utility) <= 1e-9 * scale) return 0;
+  return a.utility < b.utility ? -1 : 1;
+}
+
+struct Optimum {
+  Reference value;
+  std::vector<uint32_t> replicas;  // one optimal assignment
+};
+
+// The best objective over every gang-feasible assignment within capacity.
+Optimum BruteForce(const std::vector<PlannerJob>& jobs, std::optional<uint64_t> capacity,
+                   const ClusterPlannerOptions& options) {
+  const std::vector<int32_t> priorities = PrioritiesHighFirst(jobs);
+  struct Choice {
+    uint32_t replicas;
+    uint64_t gpus;
+    Reference value;
+  };
+  std::vector<std::vector<Choice>> choices(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    choices[i].push_back({0, 0, JobContribution(jobs, i, 0, priorities, options)});
+    for (uint32_t n = jobs[i].min_replicas; n <= jobs[i].max_replicas; ++n) {
+      choices[i].push_back({n, uint64_t{n} * jobs[i].gpus_per_replica,
+                            JobContribution(jobs, i, n, priorities, options)});
+    }
+  }
+  Optimum best;
+  bool have_best = false;
+  Reference sum;
+  sum.levels.assign(2 + 2 * priorities.size(), 0);
+  std::vector<uint32_t> assignment(jobs.size(), 0);
+  std::function<void(size_t, uint64_t)> walk = [&](size_t i, uint64_t used) {
+    if (i == jobs.size()) {
+      if (!have_best || Compare(sum, best.value) > 0) {
+        best = {sum, assignment};
+        have_best = true;
+      }
+      return;
+    }
+    for (const Choice& c : choices[i]) {
+      if (capacity && used + c.gpus > *capacity) continue;
+      for (size_t k = 0; k < sum.levels.size(); ++k) sum.levels[k] += c.value.levels[k];
+      sum.utility += c.value.utility;
+      assignment[i] = c.replicas;
+      walk(i + 1, used + c.gpus);
+      for (size_t k = 0; k < sum.levels.size(); ++k) sum.levels[k] -= c.value.levels[k];
+      sum.utility -= c.value.utility;
+    }
+  };
+  walk(0, 0);
+  return best;
+}
+
+// ---- random instances -------------------------------------------------------
+
+struct Instance {
+  std::vector<PlannerJob> jobs;
+  std::optional<uint64_t> capacity;
+  ClusterPlannerOptions options;
+};
+
+std::vector<double> RandomCurve(std::mt19937& rng, uint32_t min, uint32_t max) {
+  std::uniform_real_distribution<double> unit(0, 1);
+  const int shape = std::uniform_int_distribution<int>(0, 3)(rng);
+  if (shape <= 1) return Saturating(min, max, 0.2 + 2 * unit(rng), 0.5 * unit(rng));
+  std::vector<double> t;
+  double v = 50 + 100 * unit(rng);
+  for (uint32_t n = min; n <= max; ++n) {
+    if (shape == 2) {
+      v *= 0.7 + 0.9 * unit(rng);  // a non-concave random walk
+    } else {
+      v = 100.0 * n * ((n % 2 == 0) ? 1.0 : 0.6);  // even sizes are efficient
+    }
+    t.push_back(v);
+  }
+  return t;
+}
+
+Instance RandomInstance(std::mt19937& rng, int max_jobs, uint64_t max_capacity,
+                        uint32_t max_extra_sizes, double non_preemptible = 0.2) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  Instance in;
+  const int jobs = pick(std::min(2, max_jobs), max_jobs);
+  const bool one_priority = chance(0.2);
+  for (int k = 0; k < jobs; ++k) {
+    PlannerJob job;
+    job.job_id = "ns/job-" + std::to_string(pick(0, 99));  // duplicates are fine
+    job.min_replicas = static_cast<uint32_t>(pick(1, 3));
+    job.max_replicas = job.min_replicas + static_cast<uint32_t>(pick(0, int(max_extra_sizes)));
+    job.gpus_per_replica = 1u << pick(0, 3);
+    job.priority = one_priority ? 0 : pick(0, 2);
+    job.preemptible = !chance(non_preemptible);
+    if (chance(0.5)) {
+      job.current_replicas =
+          static_cast<uint32_t>(pick(int(job.min_replicas), int(job.max_replicas)));
+      if (chance(0.1)) job.current_replicas = job.max_replicas + 1;  // spec shrank under it
+    } else {
+      job.suspended = chance(0.3);
+    }
+    job.in_cooldown = chance(0.25);
+    const double costs[] = {0, 30, 60, 300, 700};
+    job.restart_cost_seconds = costs[pick(0, 4)];
+    job.started_at = kT0 + absl::Minutes(pick(0, 5));
+    job.throughput = RandomCurve(rng, job.min_replicas, job.max_replicas);
+    in.jobs.push_back(job);
+  }
+  if (!chance(0.08)) in.capacity = static_cast<uint64_t>(pick(0, int(max_capacity)));
+  const double fairness[] = {-1, -1, 0, 1, 0.5, -2};
+  in.options.fairness = fairness[pick(0, 5)];
+  const double horizons[] = {600, 300, 1200};
+  in.options.horizon_seconds = horizons[pick(0, 2)];
+  return in;
+}
+
+void RequireFeasible(const Instance& in, const ClusterPlan& plan) {
+  REQUIRE(plan.jobs.size() == in.jobs.size());
+  uint64_t used = 0;
+  for (size_t i = 0; i < in.jobs.size(); ++i) {
+    const uint32_t n = plan.jobs[i].replicas;
+    INFO("job " << i << " replicas " << n);
+    REQUIRE((n == 0 || (n >= in.jobs[i].min_replicas && n <= in.jobs[i].max_replicas)));
+    REQUIRE(((n == 0) == (plan.jobs[i].queue_position > 0)));
+    REQUIRE(!plan.jobs[i].reason.empty());
+    used += uint64_t{n} * in.jobs[i].gpus_per_replica;
+  }
+  REQUIRE(used == plan.allocated_gpus);
+  if (in.capacity) REQUIRE(used <= *in.capacity);
+}
+
+bool NonPreemptibleFit(const Instance& in) {
+  if (!in.capacity) return true;
+  uint64_t need = 0;
+  for (const PlannerJob& j : in.jobs) {
+    if (j.current_replicas > 0 && !j.preemptible) {
+      const uint64_t gang = uint64_t{j.min_replicas} * j.gpus_per_replica;
+      if (gang <= *in.capacity) need += gang;
+    }
+  }
+  return need <= *in.capacity;
+}
+
+std::vector<uint32_t> ReplicasOf(const ClusterPlan& plan) {
+  std::vector<uint32_t> n;
+  for (const PlannedJob& j : plan.jobs) n.push_back(j.replicas);
+  return n;
+}
+
+// Whether two assignments run the same jobs and leave the same cooldown jobs
+// unchanged: then the scalable solver's bound covers the other's utility.
+bool SameAdmission(const std::vector<PlannerJob>& jobs, const std::vector<uint32_t>& a,
+                   const std::vector<uint32_t>& b) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if ((a[i] > 0) != (b[i] > 0)) return false;
+    if (jobs[i].in_cooldown &&
+        (a[i] == jobs[i].current_replicas) != (b[i] == jobs[i].current_replicas)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Reference ObjectiveOf(const Instance& in, const ClusterPlan& plan) {
+  return ReferenceObjective(in.jobs, ReplicasOf(plan), in.options);
+}
+
+ClusterPlannerOptions ScalableOnly(ClusterPlannerOptions options) {
+  options.exact_job_limit = 0;
+  options.exact_work_limit = 0;
+  return options;
+}
+
+// ---- exactness ---------------------------------------------------------------
+
+TEST_CASE("planner objective equals brute force on random small instances", "[planner]") {
+  std::mt19937 rng(20240611);
+  constexpr int kInstances = 600;
+  int equal = 0, exact_plans = 0;
+  for (int k = 0; k < kInstances; ++k) {
+    const Instance in = RandomInstance(rng, 6, 24, 4);
+    const ClusterPlan plan = PlanCluster(in.jobs, in.capacity, in.options);
+    INFO("instance " << k);
+    RequireFeasible(in, plan);
+    const Reference best = BruteForce(in.jobs, in.capacity, in.options).value;
+    const Reference got = ObjectiveOf(in, plan);
+    // The planner's own evaluation agrees with the reference one.
+    const PlanObjective own = EvaluatePlan(in.jobs, ReplicasOf(plan), in.options);
+    REQUIRE(own.levels == got.levels);
+    REQUIRE(own.utility == Approx(got.utility).margin(1e-12));
+    REQUIRE(plan.utility == Approx(got.utility).margin(1e-12));
+    REQUIRE(got.levels == best.levels);
+    REQUIRE(Compare(got, best) == 0);
+    REQUIRE(plan.gap == 0);
+    equal += Compare(got, best) == 0;
+    exact_plans += plan.exact;
+  }
+  CHECK(equal == kInstances);
+  CHECK(exact_plans == kInstances);
+}
+
+TEST_CASE("scalable solver meets the optimal levels 1-3 and stays within its bound", "[planner]") {
+  std::mt19937 rng(777);
+  int level3_checked = 0, bound_checked = 0, overcommitted = 0;
+  for (int k = 0; k < 400; ++k) {
+    // Every other instance is rich in non-preemptible jobs, so capacity is
+    // often below what they need.
+    const Instance in = RandomInstance(rng, 6, 24, 4, k % 2 ? 0.2 : 0.8);
+    const ClusterPlan plan = PlanCluster(in.jobs, in.capacity, ScalableOnly(in.options));
+    INFO("instance " << k);
+    RequireFeasible(in, plan);
+    const Optimum optimum = BruteForce(in.jobs, in.capacity, in.options);
+    const Reference& best = optimum.value;
+    const Reference got = ObjectiveOf(in, plan);
+    // Levels 1-2 always; level 3 whenever the non-preemptible jobs fit.
+    REQUIRE(std::vector<int64_t>(got.levels.begin(), got.levels.end() - 1) ==
+            std::vector<int64_t>(best.levels.begin(), best.levels.end() - 1));
+    if (NonPreemptibleFit(in)) {
+      REQUIRE(got.levels.back() == best.levels.back());
+      ++level3_checked;
+    } else {
+      REQUIRE(got.levels.back() <= best.levels.back());
+      ++overcommitted;
+    }
+    REQUIRE(plan.utility <= plan.upper_bound + 1e-9);
+    REQUIRE(plan.gap >= 0);
+    if (SameAdmission(in.jobs, ReplicasOf(plan), optimum.replicas)) {
+      REQUIRE(best.utility <= plan.upper_bound + 1e-9 * std::max(1.0, std::abs(best.utility)));
+      ++bound_checked;
+    }
+  }
+  CHECK(level3_checked > 250);
+  CHECK(bound_checked > 250);
+  CHECK(overcommitted > 10);
+}
+
+TEST_CASE("scalable solver matches the exact DP on medium instances", "[planner]") {
+  std::mt19937 rng(4242);
+  for (int k = 0; k < 60; ++k) {
+    Instance in = RandomInstance(rng, 30, 160, 6);
+    ClusterPlannerOptions exact = in.options;
+    exact.exact_job_limit = 40;
+    exact.exact_work_limit = 1'000'000'000;
+    const ClusterPlan reference = PlanCluster(in.jobs, in.capacity, exact);
+    const ClusterPlan plan = PlanCluster(in.jobs, in.capacity, ScalableOnly(in.options));
+    INFO("instance " << k << " jobs " << in.jobs.size());
+    REQUIRE(reference.exact);
+    RequireFeasible(in, reference);
+    RequireFeasible(in, plan);
+    const Reference best = ObjectiveOf(in, reference);
+    const Reference got = ObjectiveOf(in, plan);
+    REQUIRE(std::vector<int64_t>(got.levels.begin(), got.levels.end() - 1) ==
+            std::vector<int64_t>(best.levels.begin(), best.levels.end() - 1));
+    if (NonPreemptibleFit(in)) REQUIRE(got.levels.back() == best.levels.back());
+    REQUIRE(plan.utility <= plan.upper_bound + 1e-9);
+    if (got.levels == best.levels) REQUIRE(plan.utility <= reference.utility + 1e-9);
+    if (SameAdmission(in.jobs, ReplicasOf(plan), ReplicasOf(reference))) {
+      REQUIRE(reference.utility <=
+              plan.upper_bound + 1e-9 * std::max(1.0, std::abs(reference.utility)));
+    }
+  }
+}
+
+TEST_CASE("never over capacity and never a partial gang", "[planner]") {
+  std::mt19937 rng(99);
+  for (int k = 0; k < 200; ++k) {
+    const Instance small = RandomInstance(rng, 12, 64, 8);
+    RequireFeasible(small, PlanCluster(small.jobs, small.capacity, small.options));
+    RequireFeasible(small, PlanCluster(small.jobs, small.capacity, ScalableOnly(small.options)));
+  }
+  for (int k = 0; k < 5; ++k) {
+    const Instance large = RandomInstance(rng, 400, 2000, 24);
+    RequireFeasible(large, PlanCluster(large.jobs, large.capacity, large.options));
+  }
+}
+
+// ---- behaviour ---------------------------------------------------------------
+
+TEST_CASE("a job waits only for GPUs held by jobs of higher or equal priority", "[planner]") {
+  // W (priority 1) needs 16 GPUs. R, of equal priority, holds 4; L, of lower
+  // priority, could be preempted but its 8 GPUs would not be enough.
+  std::vector<PlannerJob> jobs = {
+      Running(Job("ns/r", 1, 1, 4, 1), 1),
+      Job("ns/w", 2, 4, 8, 1),
+      Running(Job("ns/l", 1, 4, 2, 0), 1),
+  };
+  ClusterPlan plan = PlanCluster(jobs, 16);
+  CHECK(plan.jobs[0].replicas == 1);
+  CHECK(plan.jobs[1].replicas == 0);
+  CHECK(plan.jobs[2].replicas == 4);  // the spare GPUs go to L meanwhile
+  CHECK(plan.jobs[1].binding == BindingConstraint::kCapacity);
+  CHECK(plan.jobs[1].reason ==
+        "needs 16 GPUs; 4 free; 4 held by jobs of higher or equal priority; 8 by lower-priority "
+        "jobs");
+  CHECK(plan.jobs[1].queue_position == 1);
+
+  // When R is of lower priority too, W starts and both lower jobs make room.
+  jobs[0].priority = 0;
+  plan = PlanCluster(jobs, 16);
+  CHECK(plan.jobs[1].replicas == 2);
+  CHECK(plan.allocated_gpus <= 16);
+}
+
+TEST_CASE("equal priority never preempts", "[planner]") {
+  // B waits even though it was registered before A started and would use the
+  // GPUs better: a running job is kept before a waiting one of equal priority.
+  PlannerJob a = Running(Job("ns/a", 3, 3, 4), 3, absl::Minutes(10));
+  a.throughput = Flat(3, 3);
+  PlannerJob b = Job("ns/b", 2, 4, 4);
+  b.started_at = kT0;
+  const std::vector<PlannerJob> jobs = {a, b};
+  const ClusterPlan plan = PlanCluster(jobs, 16);
+  CHECK(plan.jobs[0].replicas == 3);
+  CHECK(plan.jobs[1].replicas == 0);
+  CHECK(plan.jobs[1].reason == "needs 8 GPUs; 4 free; 12 held by jobs of higher or equal priority");
+}
+
+TEST_CASE("lower-priority jobs shrink to min before any is suspended", "[planner]") {
+  const std::vector<PlannerJob> jobs = {
+      Running(Job("ns/low-1", 1, 4, 4, 0), 4),
+      Running(Job("ns/low-2", 1, 4, 4, 0), 4),
+      Job("ns/high", 4, 4, 4, 5),
+  };
+  ClusterPlan plan = PlanCluster(jobs, 32);
+  CHECK(plan.jobs[2].replicas == 4);
+  CHECK(plan.jobs[0].replicas > 0);
+  CHECK(plan.jobs[1].replicas > 0);
+  CHECK(plan.jobs[0].replicas + plan.jobs[1].replicas == 4);
+
+  // With room for only one of them at its minimum, exactly one is suspended.
+  plan = PlanCluster(jobs, 20);
+  CHECK(plan.jobs[2].replicas == 4);
+  CHECK(plan.jobs[0].replicas + plan.jobs[1].replicas == 1);
+  const size_t suspended = plan.jobs[0].replicas == 0 ? 0 : 1;
+  CHECK(plan.jobs[suspended].binding == BindingConstraint::kPreempted);
+  CHECK_THAT(plan.jobs[suspended].reason, Contains("suspended: needs 4 GPUs"));
+}
+
+TEST_CASE("non-preemptible jobs survive until capacity itself is too small", "[planner]") {
+  PlannerJob guarded = Running(Job("ns/guarded", 2, 2, 4, 0), 2);
+  guarded.preemptible = false;
+  const PlannerJob high = Job("ns/high", 3, 3, 4, 9);
+  std::vector<PlannerJob> jobs = {guarded, high};
+  ClusterPlan plan = PlanCluster(jobs, 16);
+  CHECK(plan.jobs[0].replicas == 2);
+  CHECK(plan.jobs[1].replicas == 0);
+  CHECK(plan.jobs[1].reason ==
+        "needs 12 GPUs; 8 free; 0 held by jobs of higher or equal priority; 8 by non-preemptible "
+        "jobs of lower priority");
+
+  // Two non-preemptible jobs on a cluster that holds only one: the cheaper
+  // one is kept, the other stops because of capacity, not preemption.
+  PlannerJob other = Running(Job("ns/guarded-2", 3, 3, 4, 9), 3);
+  other.preemptible = false;
+  jobs = {guarded, other};
+  plan = PlanCluster(jobs, 12);
+  CHECK(plan.jobs[0].replicas == 0);  // priority 9 wins level 2 at equal count
+  CHECK(plan.jobs[1].replicas == 3);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kCapacity);
+  CHECK_THAT(plan.jobs[0].reason, Contains("cannot hold every non-preemptible job"));
+  plan = PlanCluster(jobs, 10);
+  CHECK(plan.jobs[0].replicas == 2);
+  CHECK(plan.jobs[1].replicas == 0);
+}
+
+TEST_CASE("cooldown jobs are left alone unless priorities force it", "[planner]") {
+  PlannerJob cooling = Running(Job("ns/cooling", 1, 8, 4, 0), 2);
+  cooling.in_cooldown = true;
+  const PlannerJob free_job = Running(Job("ns/free", 1, 8, 4, 0), 2);
+  std::vector<PlannerJob> jobs = {cooling, free_job};
+  ClusterPlan plan = PlanCluster(jobs, 32);
+  CHECK(plan.jobs[0].replicas == 2);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kCooldown);
+  CHECK(plan.jobs[0].reason ==
+        "stays at 2 replicas (8 GPUs): it is in cooldown, so its size is left alone");
+  CHECK(plan.jobs[1].replicas == 6);
+
+  // Capacity for both only if the cooling job shrinks: equal priority keeps
+  // both running, so it shrinks despite the cooldown.
+  plan = PlanCluster(jobs, 8);
+  CHECK(plan.jobs[0].replicas == 1);
+  CHECK(plan.jobs[1].replicas == 1);
+
+  // A higher-priority job that needs all GPUs suspends it.
+  jobs.push_back(Job("ns/urgent", 8, 8, 4, 3));
+  plan = PlanCluster(jobs, 32);
+  CHECK(plan.jobs[2].replicas == 8);
+  CHECK(plan.jobs[0].replicas == 0);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kPreempted);
+}
+
+TEST_CASE("leftover GPUs go to the job with the best speedup", "[planner]") {
+  PlannerJob flat = Running(Job("ns/flat", 1, 8, 2), 1);
+  flat.throughput = Flat(1, 8);
+  PlannerJob scaling = Running(Job("ns/scaling", 1, 8, 2), 1);
+  scaling.throughput = Saturating(1, 8, 1, 0.05);
+  PlannerJob modest = Running(Job("ns/modest", 1, 8, 2), 1);
+  modest.throughput = Saturating(1, 8, 1, 0.8);
+  const std::vector<PlannerJob> jobs = {flat, scaling, modest};
+  ClusterPlannerOptions total_speedup;
+  total_speedup.fairness = 1;
+  total_speedup.horizon_seconds = 1e9;  // restarts are free here
+  ClusterPlan plan = PlanCluster(jobs, 10, total_speedup);
+  CHECK(plan.jobs[0].replicas == 1);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kEfficiency);
+  CHECK(plan.jobs[1].replicas == 3);  // both spare replicas
+  CHECK(plan.jobs[2].replicas == 1);
+  // Every spare GPU of a cheap cluster is used where it helps.
+  CHECK(plan.allocated_gpus == 10);
+  CHECK(plan.jobs[1].value_one_more > 0);
+  CHECK(plan.jobs[1].value_one_fewer < 0);
+}
+
+TEST_CASE("restart cost keeps a running job at its size when the gain is small", "[planner]") {
+  PlannerJob job = Running(Job("ns/steady", 1, 8, 1), 4);
+  job.throughput = Saturating(1, 8, 1, 1.5);  // nearly saturated at 4
+  std::vector<PlannerJob> jobs = {job};
+  ClusterPlan plan = PlanCluster(jobs, 6);
+  CHECK(plan.jobs[0].replicas == 4);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kRestartCost);
+  CHECK_THAT(plan.jobs[0].reason, Contains("not worth a 60 s restart over the 600 s horizon"));
+  // The marginal values are level-4 differences, restart included.
+  const ClusterPlannerOptions defaults;
+  CHECK(plan.jobs[0].value_one_more < 0);
+  CHECK(plan.jobs[0].value_one_more ==
+        Approx(ReferenceUtility(job, 5, defaults) - ReferenceUtility(job, 4, defaults)));
+  CHECK(plan.jobs[0].value_one_fewer ==
+        Approx(ReferenceUtility(job, 3, defaults) - ReferenceUtility(job, 4, defaults)));
+
+  jobs[0].restart_cost_seconds = 0;
+  plan = PlanCluster(jobs, 6);
+  CHECK(plan.jobs[0].replicas == 6);
+}
+
+TEST_CASE("capacity drop shrinks jobs then suspends the most recently started first", "[planner]") {
+  std::vector<PlannerJob> jobs;
+  for (int k = 0; k < 3; ++k) {
+    jobs.push_back(Running(Job("ns/job-" + std::to_string(k), 2, 4, 4), 4, absl::Minutes(k)));
+  }
+  ClusterPlan plan = PlanCluster(jobs, 48);
+  for (const PlannedJob& j : plan.jobs) CHECK(j.replicas == 4);
+  plan = PlanCluster(jobs, 24);
+  for (const PlannedJob& j : plan.jobs) CHECK(j.replicas == 2);
+  plan = PlanCluster(jobs, 20);
+  CHECK(plan.jobs[0].replicas > 0);
+  CHECK(plan.jobs[1].replicas > 0);
+  CHECK(plan.jobs[2].replicas == 0);  // started last
+  CHECK(plan.jobs[2].queue_position == 1);
+  plan = PlanCluster(jobs, 8);
+  CHECK(plan.jobs[0].replicas == 2);
+  CHECK(plan.jobs[1].replicas == 0);
+  CHECK(plan.jobs[2].replicas == 0);
+  CHECK(plan.jobs[1].queue_position == 1);
+  CHECK(plan.jobs[2].queue_position == 2);
+  // The scalable solver follows the same rule.
+  plan = PlanCluster(jobs, 8, ScalableOnly({}));
+  CHECK(plan.jobs[0].replicas == 2);
+}
+
+TEST_CASE("unbounded capacity runs every job at its best size", "[planner]") {
+  PlannerJob cooling = Running(Job("ns/cooling", 1, 8, 4), 3);
+  cooling.in_cooldown = true;
+  PlannerJob peaked = Job("ns/peaked", 1, 6, 2);
+  peaked.throughput = {100, 190, 260, 250, 240, 230};  // best at 3
+  std::vector<PlannerJob> jobs = {Job("ns/linear", 2, 16, 8, 0), cooling, peaked};
+  jobs.push_back(Job("ns/broken", 4, 2, 1));  // max < min: cannot run
+  const ClusterPlan plan = PlanCluster(jobs, std::nullopt);
+  CHECK(plan.exact);
+  CHECK(plan.gap == 0);
+  CHECK(plan.jobs[0].replicas == 16);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kMaxReplicas);
+  CHECK(plan.jobs[0].reason == "starts at 16 replicas (128 GPUs), its max_replicas");
+  CHECK(plan.jobs[1].replicas == 3);
+  CHECK(plan.jobs[2].replicas == 3);
+  CHECK(plan.jobs[2].binding == BindingConstraint::kEfficiency);
+  CHECK(plan.jobs[3].replicas == 0);
+  CHECK_THAT(plan.jobs[3].reason, Contains("cannot run"));
+  CHECK(plan.allocated_gpus == 128 + 12 + 6);
+}
+
+TEST_CASE("degenerate inputs plan without failing", "[planner]") {
+  CHECK(PlanCluster({}, 16).jobs.empty());
+  CHECK(PlanCluster({}, std::nullopt).exact);
+
+  std::vector<PlannerJob> jobs = {Running(Job("ns/a", 1, 4, 2), 2), Job("ns/b", 1, 1, 1)};
+  ClusterPlan plan = PlanCluster(jobs, 0);
+  CHECK(plan.jobs[0].replicas == 0);
+  CHECK(plan.jobs[1].replicas == 0);
+  CHECK(plan.allocated_gpus == 0);
+
+  // A huge max_replicas with a short curve: sizes past the curve gain
+  // nothing, so the job stays at the end of its curve (and planning is fast).
+  PlannerJob wide = Job("ns/wide", 1, 4'000'000, 1);
+  wide.throughput = Linear(1, 4);
+  PlannerJob empty = Job("ns/no-curve", 2, 8, 1);
+  empty.throughput.clear();
+  PlannerJob zero = Job("ns/zero-gpus", 1, 2, 1);
+  zero.gpus_per_replica = 0;  // read as 1
+  jobs = {wide, empty, zero};
+  for (std::optional<uint64_t> capacity :
+       {std::optional<uint64_t>(), std::optional<uint64_t>(40)}) {
+    plan = PlanCluster(jobs, capacity);
+    CHECK(plan.jobs[0].replicas == 4);
+    CHECK(plan.jobs[0].binding == BindingConstraint::kEfficiency);
+    CHECK(plan.jobs[1].replicas == 2);
+    CHECK(plan.jobs[2].replicas == 2);
+  }
+}
+
+TEST_CASE("planning is deterministic", "[planner]") {
+  std::mt19937 rng(5);
+  for (int k = 0; k < 20; ++k) {
+    const Instance in = RandomInstance(rng, 60, 300, 10);
+    for (const ClusterPlannerOptions& options : {in.options, ScalableOnly(in.options)}) {
+      const ClusterPlan a = PlanCluster(in.jobs, in.capacity, options);
+      const ClusterPlan b = PlanCluster(in.jobs, in.capacity, options);
+      REQUIRE(a.jobs.size() == b.jobs.size());
+      for (size_t i = 0; i < a.jobs.size(); ++i) {
+        REQUIRE(a.jobs[i].replicas == b.jobs[i].replicas);
+        REQUIRE(a.jobs[i].reason == b.jobs[i].reason);
+        REQUIRE(a.jobs[i].queue_position == b.jobs[i].queue_position);
+      }
+      REQUIRE(a.utility == b.utility);
+      REQUIRE(a.upper_bound == b.upper_bound);
+    }
+  }
+}
+
+TEST_CASE("waiting reasons and queue positions follow the objective's order", "[planner]") {
+  PlannerJob resumed = Job("ns/b-suspended", 2, 2, 8, 1);
+  resumed.suspended = true;
+  resumed.started_at = kT0 + absl::Minutes(5);
+  PlannerJob older = Job("ns/c-older", 2, 2, 8, 1);
+  older.started_at = kT0;
+  PlannerJob low = Job("ns/a-low", 1, 1, 8, 0);
+  PlannerJob top = Job("ns/z-top", 3, 3, 8, 2);  // larger than the cluster
+  const std::vector<PlannerJob> jobs = {
+      Running(Job("ns/holder", 3, 3, 4, 2), 3), resumed, older, low, top,
+  };
+  const ClusterPlan plan = PlanCluster(jobs, 16);
+  CHECK(plan.jobs[0].replicas == 3);
+  CHECK(plan.jobs[1].replicas == 0);
+  CHECK(plan.jobs[2].replicas == 0);
+  CHECK(plan.jobs[3].replicas == 0);
+  CHECK(plan.jobs[4].replicas == 0);
+  CHECK(plan.jobs[4].queue_position == 1);
+  CHECK(plan.jobs[4].reason == "needs 24 GPUs (min_replicas=3 x 8); the cluster has only 16");
+  CHECK(plan.jobs[2].queue_position == 2);  // registered before the other priority-1 job
+  CHECK(plan.jobs[1].queue_position == 3);
+  CHECK(plan.jobs[3].queue_position == 4);
+  CHECK(plan.jobs[1].reason ==
+        "needs 16 GPUs; 4 free; 12 held by jobs of higher or equal priority");
+  CHECK(plan.jobs[3].reason == "needs 8 GPUs; 4 free; 12 held by jobs of higher or equal priority");
+  CHECK(plan.jobs[0].queue_position == 0);
+}
+
+TEST_CASE("a suspended job that fits resumes with resume wording", "[planner]") {
+  PlannerJob job = Job("ns/back", 2, 2, 4);
+  job.suspended = true;
+  const std::vector<PlannerJob> jobs = {job};
+  const ClusterPlan plan = PlanCluster(jobs, 8);
+  CHECK(plan.jobs[0].replicas == 2);
+  CHECK(plan.jobs[0].reason == "resumes at 2 replicas (8 GPUs), its max_replicas");
+}
+
+TEST_CASE("scalable solver keeps its gap small on a large instance", "[planner]") {
+  std::mt19937 rng(31337);
+  std::vector<PlannerJob> jobs;
+  for (int k = 0; k < 1000; ++k) {
+    PlannerJob job =
+        Job("ns/job-" + std::to_string(k), 1 + k % 4, 1 + k % 4 + k % 29, 1u << (k % 4), k % 4);
+    job.throughput =
+        Saturating(job.min_replicas, job.max_replicas, 0.5 + (k % 7) * 0.2, 0.01 + (k % 11) * 0.02);
+    if (k % 3 == 0)
+      job.current_replicas = job.min_replicas + (k % 5) % (job.max_replicas - job.min_replicas + 1);
+    job.started_at = kT0 + absl::Seconds(k);
+    jobs.push_back(job);
+  }
+  const ClusterPlan plan = PlanCluster(jobs, 10'000);
+  CHECK_FALSE(plan.exact);
+  CHECK(plan.allocated_gpus <= 10'000);
+  CHECK(plan.utility <= plan.upper_bound + 1e-9);
+  CHECK(plan.gap <= 0.01);
+}
+
+}  // namespace
+}  // namespace rescale
