@@ -182,6 +182,22 @@ std::string FormatDouble(const char* format, double value) {
 
 std::string Rate(double samples_per_second) { return FormatDouble("%.1f", samples_per_second); }
 
+// allocated / total as a percentage, "75%". Servers from before
+// Cluster.utilization existed send 0; the field's definition gives the same
+// number from the counts.
+std::string UtilizationPercent(const v1::Cluster& cluster) {
+  double utilization = cluster.utilization();
+  if (utilization <= 0 && cluster.total_gpus() > 0) {
+    utilization = static_cast<double>(cluster.allocated_gpus()) / cluster.total_gpus();
+  }
+  return FormatDouble("%.0f%%", 100 * utilization);
+}
+
+// The relative optimality gap of the last plan, "0.25%".
+std::string GapPercent(const v1::Cluster& cluster) {
+  return FormatDouble("%.2f%%", 100 * cluster.optimality_gap());
+}
+
 std::string OrNone(const std::string& s) { return s.empty() ? std::string(kNone) : s; }
 
 std::string YesNo(bool b) { return b ? "true" : "false"; }
@@ -494,8 +510,9 @@ std::string Table::Render(std::string_view indent) const {
 
 std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                             absl::Time now) {
+  // The first eleven columns are a contract with scripts; new ones go last.
   Table table({"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY", "POLICY",
-               "CURRENT", "RECOMMENDED", "ACTION", "AGE"});
+               "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS", "STATE", "QUEUE"});
   for (const auto& job : jobs) {
     const auto& spec = job.spec();
     const auto& status = job.status();
@@ -520,9 +537,37 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
         IsSet(status.registered_at())
             ? HumanDuration(now - ToAbslTime(status.registered_at()))
             : std::string("<unknown>"),
+        has_recommendation ? absl::StrCat(job.recommendation().gpus()) : std::string(kNone),
+        JobState(job),
+        // 0 means "not queued", which a dash says more plainly than a zero.
+        job.recommendation().queue_position() == 0
+            ? "-"
+            : absl::StrCat(job.recommendation().queue_position()),
     });
   }
   return table.Render();
+}
+
+std::string JobState(const v1::Job& job) {
+  if (!job.has_recommendation()) return "Pending";
+  const uint32_t recommended = RecommendedReplicas(job);
+  const uint32_t current = CurrentReplicas(job);
+  if (recommended > 0) return current > 0 ? "Running" : "Starting";
+  return job.status().suspended() ? "Suspended" : "Waiting";
+}
+
+std::string FormatClusterSummary(const v1::Cluster& cluster) {
+  std::string text = absl::StrCat("Cluster: ", cluster.allocated_gpus());
+  if (cluster.capacity_known()) {
+    absl::StrAppend(&text, "/", cluster.total_gpus(), " GPUs allocated (",
+                    UtilizationPercent(cluster), ")");
+  } else {
+    absl::StrAppend(&text, " GPUs allocated (capacity unknown)");
+  }
+  absl::StrAppend(&text, ", ", cluster.waiting_jobs(),
+                  cluster.waiting_jobs() == 1 ? " job" : " jobs", " waiting; plan gap ",
+                  GapPercent(cluster));
+  return text;
 }
 
 std::string FormatRecommendationsTable(
@@ -630,11 +675,24 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
     rec_section.Add("Action", ActionName(rec.action()));
     rec_section.Add("Generation", absl::StrCat(rec.generation()));
     rec_section.Add("Binding Constraint", ConstraintName(rec.binding_constraint()));
-    rec_section.Add("Queue Position",
-                    rec.queue_position() == 0 ? "- (running)" : absl::StrCat(rec.queue_position()));
+    // A job recommended 0 replicas outside the planner's queue (suspended
+    // by a policy) is not running either.
+    rec_section.Add("Queue Position", rec.queue_position() > 0
+                                          ? absl::StrCat(rec.queue_position())
+                                          : RecommendedReplicas(job) > 0 ? "- (running)" : "-");
     rec_section.Add("GPUs", absl::StrCat(rec.gpus()));
     rec_section.Add("Current Samples/s", Rate(rec.current_samples_per_second()));
     rec_section.Add("Predicted Samples/s", Rate(rec.predicted_samples_per_second()));
+    // Why this size and not a neighbour: the planner's utility would change
+    // by these amounts. Unset when the neighbouring size is not allowed.
+    if (rec.has_value_one_more()) {
+      rec_section.Add("Value of one more replica",
+                      FormatDouble("%.4f", rec.value_one_more()) + " (change in planner utility)");
+    }
+    if (rec.has_value_one_fewer()) {
+      rec_section.Add("Value of one fewer replica",
+                      FormatDouble("%.4f", rec.value_one_fewer()) + " (change in planner utility)");
+    }
     rec_section.Add("Policy", OrNone(rec.policy()));
     rec_section.Add("Decided At", FormatTimestamp(rec.decided_at(), now, "<never>"));
     rec_section.Add("Reason", OrNone(rec.reason()));
@@ -811,12 +869,14 @@ std::string FormatCluster(const v1::Cluster& cluster) {
   // Until capacity is set the planner hands out GPUs without bound, so the
   // total and the free count are not numbers yet.
   const std::string unbounded = "unbounded";
-  Table totals({"TOTAL", "ALLOCATED", "FREE", "WAITING"});
+  Table totals({"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP"});
   totals.AddRow({
       cluster.capacity_known() ? absl::StrCat(cluster.total_gpus()) : unbounded,
       absl::StrCat(cluster.allocated_gpus()),
       cluster.capacity_known() ? absl::StrCat(cluster.free_gpus()) : unbounded,
       absl::StrCat(cluster.waiting_jobs()),
+      cluster.capacity_known() ? UtilizationPercent(cluster) : "-",
+      GapPercent(cluster),
   });
   std::string text = totals.Render();
   if (!cluster.allocations().empty()) {

@@ -79,9 +79,30 @@ class Table {
 };
 
 // get jobs / get job: NAMESPACE NAME MIN MAX GPUS/REPLICA PRIORITY POLICY
-// CURRENT RECOMMENDED ACTION AGE. `now` computes AGE.
+// CURRENT RECOMMENDED ACTION AGE GPUS STATE QUEUE. The first eleven columns
+// are a contract with scripts and keep their names and places; newer ones
+// are appended. `now` computes AGE. GPUS is the recommendation's GPUs (what
+// the job holds at the recommended size), STATE is JobState, QUEUE the
+// 1-based wait-queue position or "-".
 std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                             absl::Time now);
+
+// A job's STATE from its recommendation and applied status, where
+// "recommended" counts 0 when the recommendation suspends and "current"
+// counts 0 when the status is suspended:
+//   no recommendation yet                  → "Pending"
+//   recommended > 0, current > 0           → "Running"
+//   recommended > 0, current 0             → "Starting"
+//   recommended 0, status suspended        → "Suspended"
+//   recommended 0, status not suspended    → "Waiting" (queued for capacity)
+std::string JobState(const v1::Job& job);
+
+// The line get jobs prints after its table, e.g.
+//   "Cluster: 48/64 GPUs allocated (75%), 2 jobs waiting; plan gap 0.00%"
+// or, before capacity is set,
+//   "Cluster: 12 GPUs allocated (capacity unknown), 0 jobs waiting; plan gap 0.00%".
+// No trailing newline.
+std::string FormatClusterSummary(const v1::Cluster& cluster);
 
 // get recommendations / get recommendation: NAMESPACE NAME REPLICAS ACTION
 // GENERATION CONSTRAINT QUEUE REASON.
@@ -89,7 +110,10 @@ std::string FormatRecommendationsTable(
     const google::protobuf::RepeatedPtrField<v1::Recommendation>& recommendations);
 
 // describe job: Spec, Status, Pods (then a "Stragglers:" line), Throughput
-// curve (FormatThroughputCurve) and Recommendation sections.
+// curve (FormatThroughputCurve) and Recommendation sections. The
+// Recommendation section shows the planner's marginal values ("Value of one
+// more replica:", "Value of one fewer replica:", %.4f) when the server set
+// them, and the queue position when the job waits.
 std::string DescribeJob(const v1::Job& job, absl::Time now);
 
 // The "Throughput curve" section of describe job. With no points: the single
@@ -127,7 +151,9 @@ std::string FormatThroughputCurve(const v1::Job& job);
 // width and height below 2 are taken as 2.
 std::string RenderCurvePlot(const v1::ThroughputCurve& curve, int width = 60, int height = 14);
 
-// capacity get: the totals, then one row per job allocation.
+// capacity get: the totals (TOTAL ALLOCATED FREE WAITING UTILIZATION GAP),
+// then one row per job allocation. UTILIZATION is "-" until capacity is set;
+// GAP is the last plan's relative optimality gap.
 std::string FormatCluster(const v1::Cluster& cluster);
 
 // The watch table: rows arrive one at a time, so column widths cannot come

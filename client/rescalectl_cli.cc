@@ -260,6 +260,21 @@ int RegisterOrUpdate(Session& session, const std::vector<std::string>& files, bo
   return exit_code;
 }
 
+// The line under the get jobs table: how full the cluster is. It goes to
+// stderr, like the "No jobs found" note, so stdout stays the table alone and
+// `| wc -l` or `| awk 'NR>1'` still see only job rows. The table is the
+// answer; this line is extra, so a server without ClusterService (or one
+// that fails the call) just leaves it out.
+void PrintClusterSummary(Session& session) {
+  auto stub = v1::ClusterService::NewStub(session.channel());
+  grpc::ClientContext context;
+  session.ApplyDeadline(context);
+  v1::Cluster cluster;
+  if (!stub->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok()) return;
+  session.out().flush();  // keep the line after the table on a shared terminal
+  session.err() << FormatClusterSummary(cluster) << "\n";
+}
+
 int GetJobs(Session& session, const std::string& ns) {
   auto stub = v1::JobService::NewStub(session.channel());
   grpc::ClientContext context;
@@ -277,6 +292,7 @@ int GetJobs(Session& session, const std::string& ns) {
     session.err() << "No jobs found" << (ns.empty() ? "" : " in namespace " + ns) << ".\n";
   } else {
     session.out() << FormatJobsTable(response.jobs(), absl::Now());
+    PrintClusterSummary(session);
   }
   return 0;
 }
@@ -604,7 +620,11 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   CLI::App* get = group("get", "Show jobs or recommendations");
   std::string jobs_namespace;
   CLI::App* get_jobs = leaf(get, "jobs", "List registered jobs",
-                            [&](Session& s) { return GetJobs(s, jobs_namespace); });
+                            [&](Session& s) { return GetJobs(s, jobs_namespace); },
+                            "STATE is Running, Starting (recommended, not yet applied), Waiting\n"
+                            "(queued for capacity; QUEUE is its place), Suspended or Pending (no\n"
+                            "recommendation yet). In table mode a line on stderr then gives the\n"
+                            "cluster's GPU utilisation, waiting jobs and the plan's optimality gap.");
   get_jobs->add_option("-n,--namespace", jobs_namespace, "Only jobs in this namespace");
 
   std::string recs_namespace;

@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -31,6 +33,7 @@
 #include "absl/time/time.h"
 #include "client/output.h"
 #include "client/rescalectl_cli.h"
+#include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -192,9 +195,14 @@ TEST_CASE("register reads a YAML manifest and get job shows the same values in e
     REQUIRE(got.exit_code == 0);
     const std::vector<std::string> lines = SplitLines(got.out);
     REQUIRE(lines.size() == 2);
+    // The first eleven columns are a contract with scripts: same names, same
+    // places. Newer columns only ever follow them.
     CHECK(SplitWords(lines[0]) ==
           std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY",
-                                   "POLICY", "CURRENT", "RECOMMENDED", "ACTION", "AGE"});
+                                   "POLICY", "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS",
+                                   "STATE", "QUEUE"});
+    // get job is one job, not the cluster: no summary line.
+    CHECK(got.err.empty());
     auto rows = ParseTable(got.out);
     CHECK(rows[0]["NAMESPACE"] == "default");
     CHECK(rows[0]["NAME"] == "bert");
@@ -291,10 +299,15 @@ TEST_CASE("register sends one call per YAML document and accepts a wrapped spec"
     REQUIRE(rows.size() == 2);
     std::set<std::string> names = {rows[0]["NAME"], rows[1]["NAME"]};
     CHECK(names == std::set<std::string>{"bert", "gpt"});
+    // The cluster summary follows on stderr, leaving stdout the table alone.
+    CHECK(table.err.rfind("Cluster: ", 0) == 0);
+    CHECK(table.err.find("capacity unknown") != std::string::npos);
 
     CliResult json = server.Run({"get", "jobs", "-o", "json"});
     REQUIRE(json.exit_code == 0);
     CHECK(nlohmann::json::parse(json.out).at("jobs").size() == 2);
+    // Machine-readable output is the ListJobsResponse and nothing else.
+    CHECK(json.err.empty());
   }
 
   SECTION("get jobs --namespace keeps only that namespace; the wrapper's metadata named it") {
@@ -468,8 +481,8 @@ TEST_CASE("capacity set then capacity get shows total, allocated and free GPUs",
   REQUIRE(lines.size() >= 2);
   const std::vector<std::string> headers = SplitWords(lines[0]);
   REQUIRE(headers.size() >= 3);
-  CHECK(std::vector<std::string>(headers.begin(), headers.begin() + 3) ==
-        std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE"});
+  CHECK(headers == std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING",
+                                            "UTILIZATION", "GAP"});
   CHECK(SplitWords(lines[1])[0] == "8");
 
   CliResult json = server.Run({"capacity", "get", "-o", "json"});
@@ -483,6 +496,126 @@ TEST_CASE("capacity set then capacity get shows total, allocated and free GPUs",
     const std::string job_id = allocation.at("jobId");
     CHECK(table.out.find(job_id.substr(job_id.find('/') + 1)) != std::string::npos);
   }
+}
+
+TEST_CASE("get jobs shows each job's GPUs, state and queue place, then the cluster's "
+          "utilisation on stderr",
+          "[rescalectl]") {
+  CliServer server;
+  // Room for one 2-GPU replica: the priority-5 job gets it, the other waits.
+  TempFile manifest(R"(jobId: default/first
+minReplicas: 1
+maxReplicas: 1
+gpusPerReplica: 2
+priority: 5
+---
+jobId: default/second
+minReplicas: 1
+maxReplicas: 1
+gpusPerReplica: 2
+priority: 1
+)");
+  REQUIRE(server.Run({"capacity", "set", "2"}).exit_code == 0);
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+
+  auto row_of = [](const std::vector<std::map<std::string, std::string>>& rows,
+                   const std::string& name) {
+    auto row = std::find_if(rows.begin(), rows.end(),
+                            [&](const auto& r) { return r.at("NAME") == name; });
+    REQUIRE(row != rows.end());
+    return *row;
+  };
+
+  CliResult listed = server.Run({"get", "jobs"});
+  INFO(listed.out << listed.err);
+  REQUIRE(listed.exit_code == 0);
+  auto rows = ParseTable(listed.out);
+  REQUIRE(rows.size() == 2);
+  // Recommended but not yet applied.
+  CHECK(row_of(rows, "first")["STATE"] == "Starting");
+  CHECK(row_of(rows, "first")["GPUS"] == "2");
+  CHECK(row_of(rows, "first")["QUEUE"] == "-");
+  CHECK(row_of(rows, "second")["STATE"] == "Waiting");
+  CHECK(row_of(rows, "second")["GPUS"] == "0");
+  CHECK(row_of(rows, "second")["QUEUE"] == "1");
+  CHECK(listed.err == "Cluster: 2/2 GPUs allocated (100%), 1 job waiting; plan gap 0.00%\n");
+
+  // The operator applies both: first runs, second is suspended.
+  REQUIRE(server.Run({"apply-status", "default/first", "--replicas", "1"}).exit_code == 0);
+  REQUIRE(server.Run({"apply-status", "default/second", "--replicas", "0", "--suspended"})
+              .exit_code == 0);
+  listed = server.Run({"get", "jobs"});
+  REQUIRE(listed.exit_code == 0);
+  rows = ParseTable(listed.out);
+  REQUIRE(rows.size() == 2);
+  CHECK(row_of(rows, "first")["STATE"] == "Running");
+  CHECK(row_of(rows, "second")["STATE"] == "Suspended");
+
+  // capacity get carries the same utilisation and gap.
+  CliResult capacity = server.Run({"capacity", "get"});
+  REQUIRE(capacity.exit_code == 0);
+  const auto totals = ParseTable(capacity.out);
+  REQUIRE_FALSE(totals.empty());
+  CHECK(totals[0].at("UTILIZATION") == "100%");
+  CHECK(totals[0].at("GAP") == "0.00%");
+
+  // describe shows the planner's marginal values exactly when the job's
+  // recommendation carries them.
+  for (const std::string job_id : {"default/first", "default/second"}) {
+    INFO(job_id);
+    CliResult json = server.Run({"get", "recommendation", job_id, "-o", "json"});
+    CliResult described = server.Run({"describe", "job", job_id});
+    REQUIRE(json.exit_code == 0);
+    REQUIRE(described.exit_code == 0);
+    const nlohmann::json rec = nlohmann::json::parse(json.out);
+    CHECK(rec.contains("valueOneMore") ==
+          (described.out.find("Value of one more replica:") != std::string::npos));
+    CHECK(rec.contains("valueOneFewer") ==
+          (described.out.find("Value of one fewer replica:") != std::string::npos));
+  }
+  CliResult waiting = server.Run({"describe", "job", "default/second"});
+  CHECK(waiting.out.find("Queue Position:") != std::string::npos);
+}
+
+namespace {
+
+// A server with only JobService, answering ListJobs with one job: what an
+// older rescaled (or a proxy that forwards only some services) looks like
+// to get jobs.
+class JobsOnlyService final : public rescale::v1::JobService::Service {
+ public:
+  grpc::Status ListJobs(grpc::ServerContext*, const rescale::v1::ListJobsRequest*,
+                        rescale::v1::ListJobsResponse* response) override {
+    rescale::v1::Job* job = response->add_jobs();
+    job->mutable_spec()->set_job_id("default/bert");
+    job->mutable_recommendation()->set_replicas(2);
+    job->mutable_recommendation()->set_gpus(2);
+    job->mutable_status()->set_current_replicas(2);
+    return grpc::Status::OK;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("get jobs still prints its table, without the summary, when GetCluster fails",
+          "[rescalectl]") {
+  JobsOnlyService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  REQUIRE(port > 0);
+
+  CliResult listed = RunRaw({"--server", "127.0.0.1:" + std::to_string(port), "get", "jobs"});
+  INFO(listed.err);
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.err.empty());
+  const auto rows = ParseTable(listed.out);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].at("STATE") == "Running");
+  server->Shutdown();
 }
 
 TEST_CASE("apply-status reports the applied replicas and get job shows them", "[rescalectl]") {
@@ -1127,4 +1260,209 @@ TEST_CASE("describe lists stragglers as none when no pod is one", "[rescalectl][
   job.mutable_pods(1)->set_straggler(true);
   CHECK(rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0))
             .find("Stragglers: bert-0, bert-1\n") != std::string::npos);
+}
+
+// ------------------------------------------------- state, queue, cluster --
+
+namespace {
+
+// A job with a recommendation of `recommended` replicas (unless
+// `with_recommendation` is false) and `current` applied ones.
+rescale::v1::Job JobWith(bool with_recommendation, uint32_t recommended, uint32_t current,
+                         bool status_suspended) {
+  rescale::v1::Job job;
+  job.mutable_spec()->set_job_id("default/bert");
+  job.mutable_status()->set_current_replicas(current);
+  job.mutable_status()->set_suspended(status_suspended);
+  if (with_recommendation) {
+    job.mutable_recommendation()->set_replicas(recommended);
+    job.mutable_recommendation()->set_suspend(recommended == 0);
+  }
+  return job;
+}
+
+// The value of a "Key:  value" line of the describe view, or nullopt when
+// no line has that key.
+std::optional<std::string> DescribedValue(const std::string& text, const std::string& key) {
+  for (const std::string& line : SplitLines(text)) {
+    const size_t start = line.find_first_not_of(' ');
+    if (start == std::string::npos || line.compare(start, key.size() + 1, key + ":") != 0) {
+      continue;
+    }
+    const size_t value = line.find_first_not_of(' ', start + key.size() + 1);
+    return value == std::string::npos ? "" : line.substr(value);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("a job's state follows from its recommended and applied replicas",
+          "[rescalectl][output]") {
+  using rescale::cli::JobState;
+  CHECK(JobState(JobWith(true, 4, 4, false)) == "Running");
+  CHECK(JobState(JobWith(true, 4, 2, false)) == "Running");  // resizing, but running
+  CHECK(JobState(JobWith(true, 4, 0, false)) == "Starting");
+  CHECK(JobState(JobWith(true, 0, 0, true)) == "Suspended");
+  CHECK(JobState(JobWith(true, 0, 0, false)) == "Waiting");
+  // Recommended 0 while the cluster still runs it: queued, not yet stopped.
+  CHECK(JobState(JobWith(true, 0, 4, false)) == "Waiting");
+  CHECK(JobState(JobWith(false, 0, 0, false)) == "Pending");
+
+  // A suspended status runs nothing whatever replica count it last reported,
+  // so resuming it is starting it.
+  CHECK(JobState(JobWith(true, 4, 4, true)) == "Starting");
+  // A recommendation that suspends recommends nothing, whatever its count.
+  rescale::v1::Job suspending = JobWith(true, 4, 0, true);
+  suspending.mutable_recommendation()->set_suspend(true);
+  CHECK(JobState(suspending) == "Suspended");
+}
+
+TEST_CASE("the jobs table appends GPUS, STATE and QUEUE after the eleven contract columns",
+          "[rescalectl][output]") {
+  google::protobuf::RepeatedPtrField<rescale::v1::Job> jobs;
+  rescale::v1::Job* running = jobs.Add();
+  *running = JobWith(true, 3, 3, false);
+  running->mutable_spec()->set_job_id("default/running");
+  running->mutable_recommendation()->set_gpus(6);
+  rescale::v1::Job* queued = jobs.Add();
+  *queued = JobWith(true, 0, 0, false);
+  queued->mutable_spec()->set_job_id("default/queued");
+  queued->mutable_recommendation()->set_queue_position(2);
+  rescale::v1::Job* fresh = jobs.Add();
+  *fresh = JobWith(false, 0, 0, false);
+  fresh->mutable_spec()->set_job_id("research/fresh");
+
+  const std::string text = rescale::cli::FormatJobsTable(jobs, absl::FromUnixSeconds(0));
+  INFO(text);
+  CHECK(SplitWords(SplitLines(text)[0]) ==
+        std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY",
+                                 "POLICY", "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS",
+                                 "STATE", "QUEUE"});
+  const auto rows = ParseTable(text);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].at("GPUS") == "6");
+  CHECK(rows[0].at("STATE") == "Running");
+  CHECK(rows[0].at("QUEUE") == "-");
+  CHECK(rows[1].at("GPUS") == "0");
+  CHECK(rows[1].at("STATE") == "Waiting");
+  CHECK(rows[1].at("QUEUE") == "2");
+  // No recommendation yet: nothing allocated, nothing queued.
+  CHECK(rows[2].at("GPUS") == "<none>");
+  CHECK(rows[2].at("STATE") == "Pending");
+  CHECK(rows[2].at("QUEUE") == "-");
+  CHECK(rows[2].at("RECOMMENDED") == "<none>");
+}
+
+TEST_CASE("the cluster summary line gives allocated of total GPUs, jobs waiting and the plan gap",
+          "[rescalectl][output]") {
+  rescale::v1::Cluster cluster;
+  cluster.set_capacity_known(true);
+  cluster.set_total_gpus(64);
+  cluster.set_allocated_gpus(48);
+  cluster.set_free_gpus(16);
+  cluster.set_utilization(0.75);
+  cluster.set_waiting_jobs(2);
+  CHECK(rescale::cli::FormatClusterSummary(cluster) ==
+        "Cluster: 48/64 GPUs allocated (75%), 2 jobs waiting; plan gap 0.00%");
+
+  SECTION("one waiting job is singular and the gap is a percentage") {
+    cluster.set_waiting_jobs(1);
+    cluster.set_optimality_gap(0.0025);
+    CHECK(rescale::cli::FormatClusterSummary(cluster) ==
+          "Cluster: 48/64 GPUs allocated (75%), 1 job waiting; plan gap 0.25%");
+  }
+  SECTION("a server that does not send utilization gets it from the counts") {
+    cluster.clear_utilization();
+    CHECK(rescale::cli::FormatClusterSummary(cluster).find("(75%)") != std::string::npos);
+  }
+  SECTION("before capacity is set there is no total to divide by") {
+    cluster.set_capacity_known(false);
+    cluster.set_total_gpus(0);
+    cluster.set_free_gpus(0);
+    cluster.set_utilization(0);
+    CHECK(rescale::cli::FormatClusterSummary(cluster) ==
+          "Cluster: 48 GPUs allocated (capacity unknown), 2 jobs waiting; plan gap 0.00%");
+  }
+}
+
+TEST_CASE("capacity get adds utilisation and the plan gap to the totals", "[rescalectl][output]") {
+  rescale::v1::Cluster cluster;
+  cluster.set_capacity_known(true);
+  cluster.set_total_gpus(64);
+  cluster.set_allocated_gpus(48);
+  cluster.set_free_gpus(16);
+  cluster.set_utilization(0.75);
+  cluster.set_waiting_jobs(2);
+  cluster.set_optimality_gap(0.0125);
+  std::vector<std::string> lines = SplitLines(rescale::cli::FormatCluster(cluster));
+  REQUIRE(lines.size() >= 2);
+  CHECK(SplitWords(lines[0]) == std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING",
+                                                         "UTILIZATION", "GAP"});
+  CHECK(SplitWords(lines[1]) ==
+        std::vector<std::string>{"64", "48", "16", "2", "75%", "1.25%"});
+
+  cluster.set_capacity_known(false);
+  cluster.set_total_gpus(0);
+  cluster.set_utilization(0);
+  lines = SplitLines(rescale::cli::FormatCluster(cluster));
+  REQUIRE(lines.size() >= 2);
+  CHECK(SplitWords(lines[1]) ==
+        std::vector<std::string>{"unbounded", "48", "unbounded", "2", "-", "1.25%"});
+}
+
+TEST_CASE("describe shows the value of one replica more and one fewer when the planner set them",
+          "[rescalectl][output]") {
+  rescale::v1::Job job = JobWith(true, 4, 4, false);
+  auto* rec = job.mutable_recommendation();
+  rec->set_gpus(8);
+
+  SECTION("both neighbours allowed: both values, four decimals, with what they mean") {
+    rec->set_value_one_more(-0.0123456);
+    rec->set_value_one_fewer(-0.25);
+    const std::string text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+    INFO(text);
+    CHECK(DescribedValue(text, "Value of one more replica") ==
+          "-0.0123 (change in planner utility)");
+    CHECK(DescribedValue(text, "Value of one fewer replica") ==
+          "-0.2500 (change in planner utility)");
+    // They belong to the Recommendation section.
+    CHECK(text.find("Value of one more replica:") > text.find("Recommendation:\n"));
+  }
+  SECTION("a job at its max has no size above: only the value of one fewer") {
+    rec->set_value_one_fewer(-0.5);
+    const std::string text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+    INFO(text);
+    CHECK_FALSE(DescribedValue(text, "Value of one more replica").has_value());
+    CHECK(DescribedValue(text, "Value of one fewer replica") ==
+          "-0.5000 (change in planner utility)");
+  }
+  SECTION("a zero value is set, and shown") {
+    rec->set_value_one_more(0);
+    const std::string text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+    CHECK(DescribedValue(text, "Value of one more replica") ==
+          "0.0000 (change in planner utility)");
+  }
+  SECTION("a policy other than the planner sets neither") {
+    const std::string text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+    CHECK_FALSE(DescribedValue(text, "Value of one more replica").has_value());
+    CHECK_FALSE(DescribedValue(text, "Value of one fewer replica").has_value());
+  }
+}
+
+TEST_CASE("describe gives a waiting job's queue position and a running job a dash",
+          "[rescalectl][output]") {
+  rescale::v1::Job waiting = JobWith(true, 0, 0, false);
+  waiting.mutable_recommendation()->set_queue_position(3);
+  CHECK(DescribedValue(rescale::cli::DescribeJob(waiting, absl::FromUnixSeconds(0)),
+                       "Queue Position") == "3");
+
+  rescale::v1::Job running = JobWith(true, 2, 2, false);
+  CHECK(DescribedValue(rescale::cli::DescribeJob(running, absl::FromUnixSeconds(0)),
+                       "Queue Position") == "- (running)");
+
+  // Suspended by a policy outside the planner's queue: not running either.
+  rescale::v1::Job suspended = JobWith(true, 0, 0, true);
+  CHECK(DescribedValue(rescale::cli::DescribeJob(suspended, absl::FromUnixSeconds(0)),
+                       "Queue Position") == "-");
 }
