@@ -1,0 +1,491 @@
+// rescale-sim: the offline simulator of Rescale's scaling decisions.
+//
+//   rescale-sim run --workload FILE --capacity GPUS [--policies a,b,...]
+//                   [--out DIR] [--seed S] [--baseline POLICY] ...
+//       Simulates the workload once per policy (in parallel, one thread per
+//       policy), prints a comparison table and writes CSVs, SVG plots and
+//       report.md into DIR.
+//   rescale-sim sweep --workloads FILE... --capacity GPUS [...]
+//       The same for several workloads (e.g. the eight Pollux workloads),
+//       plus sweep.csv / sweep.md with average JCT per workload and policy.
+//   rescale-sim generate --rate JOBS_PER_HOUR --hours H --seed S --out FILE
+//   rescale-sim generate --jobs N --hours H --seed S --out FILE
+//       A synthetic workload following the Pollux recipe.
+//   rescale-sim profiles [--name NAME] [--local-batch B]
+//       The built-in profiles and their curves.
+//
+// Exit status: 0 success, 1 a run failed, 2 bad usage (unknown policy,
+// unreadable workload, bad flag). Workload formats, semantics and the
+// definitions of every figure: bench/sim/README.md.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/sim/csv.h"
+#include "bench/sim/pollux_traces.h"
+#include "bench/sim/profiles.h"
+#include "bench/sim/report.h"
+#include "bench/sim/runner.h"
+#include "bench/sim/simulator.h"
+#include "bench/sim/summary.h"
+#include "bench/sim/workload.h"
+#include "rescale/decision_engine.h"
+#include "spdlog/spdlog.h"
+
+namespace rescale::sim {
+namespace {
+
+constexpr int kExitRunFailed = 1;
+constexpr int kExitUsage = 2;
+
+// Flags shared by run and sweep.
+struct RunFlags {
+  std::string workload;
+  std::vector<std::string> workloads;
+  int64_t capacity = -1;
+  std::string capacity_changes;
+  std::string policies;
+  std::string out = "sim-out";
+  uint64_t seed = 1;
+  std::string baseline;
+  double plan_interval = 30;
+  double noise = 0.05;
+  int samples_per_tick = 10;
+  double cooldown = 60;
+  double horizon = 600;
+  unsigned threads = 0;
+  double max_days = 30;
+  double max_factor = 4;
+  uint32_t max_cap = 64;
+  bool no_progress = false;
+  bool verbose = false;
+};
+
+void AddRunFlags(CLI::App* cmd, RunFlags& f) {
+  cmd->add_option("--capacity", f.capacity, "GPUs in the cluster at time 0 (default: the workload's)");
+  cmd->add_option("--capacity-changes", f.capacity_changes,
+                  "later capacity, SECONDS:GPUS,... (e.g. 3600:48,7200:64: nodes lost, then added)");
+  cmd->add_option("--policies", f.policies,
+                  "comma-separated policies (default: all known: " +
+                      absl::StrJoin(DecisionEngine::KnownPolicies(), ",") + ")");
+  cmd->add_option("--out", f.out, "output directory")->capture_default_str();
+  cmd->add_option("--seed", f.seed, "seed of the step-time noise")->capture_default_str();
+  cmd->add_option("--baseline", f.baseline, "policy the ratios divide by (default: the first)");
+  cmd->add_option("--plan-interval", f.plan_interval, "seconds between plans (and sample batches)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--noise", f.noise, "sigma of the log-normal noise on every step (0 = none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--samples-per-tick", f.samples_per_tick, "step samples per running job per interval")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cooldown", f.cooldown, "engine cooldown after an applied change, seconds")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--horizon", f.horizon, "engine horizon for restart costs, seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", f.threads, "concurrent runs (0 = one per core)")->capture_default_str();
+  cmd->add_option("--max-days", f.max_days, "stop this many virtual days after the last arrival")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pollux-max-factor", f.max_factor,
+                  "Pollux workloads: max_replicas = factor x num_replicas ...")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pollux-max-cap", f.max_cap, "... capped at this")->capture_default_str();
+  cmd->add_flag("--no-progress", f.no_progress, "no progress bar on stderr");
+  cmd->add_flag("--verbose", f.verbose, "keep the engine's warnings (e.g. planner optimality gaps)");
+}
+
+struct Prepared {
+  std::vector<std::string> policies;
+  std::string baseline;
+  std::vector<CapacityChange> changes;
+};
+
+// Validates the policy list and the capacity flags; prints the error and
+// returns nullopt on bad usage.
+std::optional<Prepared> PrepareRun(const RunFlags& f) {
+  Prepared p;
+  const std::vector<std::string> known = DecisionEngine::KnownPolicies();
+  if (f.policies.empty()) {
+    p.policies = known;
+  } else {
+    for (absl::string_view name : absl::StrSplit(f.policies, ',', absl::SkipWhitespace())) {
+      p.policies.emplace_back(absl::StripAsciiWhitespace(name));
+    }
+  }
+  for (const std::string& policy : p.policies) {
+    if (std::find(known.begin(), known.end(), policy) == known.end()) {
+      std::cerr << "rescale-sim: unknown policy \"" << policy << "\"; known policies: "
+                << absl::StrJoin(known, ", ") << "\n";
+      return std::nullopt;
+    }
+  }
+  if (p.policies.empty()) {
+    std::cerr << "rescale-sim: --policies names no policy\n";
+    return std::nullopt;
+  }
+  p.baseline = f.baseline.empty() ? p.policies.front() : f.baseline;
+  if (std::find(p.policies.begin(), p.policies.end(), p.baseline) == p.policies.end()) {
+    std::cerr << "rescale-sim: --baseline \"" << p.baseline << "\" is not among --policies ("
+              << absl::StrJoin(p.policies, ", ") << ")\n";
+    return std::nullopt;
+  }
+  absl::StatusOr<std::vector<CapacityChange>> changes = ParseCapacityChanges(f.capacity_changes);
+  if (!changes.ok()) {
+    std::cerr << "rescale-sim: --capacity-changes: " << changes.status().message() << "\n";
+    return std::nullopt;
+  }
+  p.changes = *changes;
+  return p;
+}
+
+SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const Prepared& p,
+                             const std::string& policy, uint32_t capacity) {
+  SimulationOptions o;
+  o.policy = policy;
+  o.capacity_gpus = capacity;
+  o.capacity_changes = workload.capacity_changes;
+  o.capacity_changes.insert(o.capacity_changes.end(), p.changes.begin(), p.changes.end());
+  std::stable_sort(o.capacity_changes.begin(), o.capacity_changes.end(),
+                   [](const CapacityChange& a, const CapacityChange& b) { return a.at_seconds < b.at_seconds; });
+  o.plan_interval_seconds = f.plan_interval;
+  o.samples_per_tick = f.samples_per_tick;
+  o.step_noise = f.noise;
+  o.seed = f.seed;
+  o.cooldown_seconds = f.cooldown;
+  o.horizon_seconds = f.horizon;
+  o.max_seconds_after_last_arrival = f.max_days * 86400;
+  return o;
+}
+
+// The capacity to use, or nullopt (error printed).
+std::optional<uint32_t> CapacityFor(const RunFlags& f, const Workload& workload, const std::string& path) {
+  if (f.capacity >= 0) return static_cast<uint32_t>(f.capacity);
+  if (workload.capacity_gpus) return *workload.capacity_gpus;
+  std::cerr << "rescale-sim: " << path << " gives no capacity: pass --capacity GPUS\n";
+  return std::nullopt;
+}
+
+std::string WorkloadTag(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string parent = p.parent_path().filename().string();
+  return FileSafe(parent.empty() ? p.stem().string() : parent + "_" + p.stem().string());
+}
+
+int Run(const RunFlags& f) {
+  if (!f.verbose) spdlog::set_level(spdlog::level::err);
+  std::optional<Prepared> prepared = PrepareRun(f);
+  if (!prepared) return kExitUsage;
+  const PolluxMapping mapping{f.max_factor, f.max_cap};
+  absl::StatusOr<Workload> workload = LoadWorkload(f.workload, mapping);
+  if (!workload.ok()) {
+    std::cerr << "rescale-sim: " << workload.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::optional<uint32_t> capacity = CapacityFor(f, *workload, f.workload);
+  if (!capacity) return kExitUsage;
+  std::vector<SimulationTask> tasks;
+  for (const std::string& policy : prepared->policies) {
+    tasks.push_back({&*workload, OptionsFor(f, *workload, *prepared, policy, *capacity)});
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<absl::StatusOr<SimulationResult>> outcomes =
+      RunSimulations(std::move(tasks), {.threads = f.threads, .progress = !f.no_progress});
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::vector<SimulationResult> results;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!outcomes[i].ok()) {
+      std::cerr << "rescale-sim: policy " << prepared->policies[i] << ": " << outcomes[i].status() << "\n";
+      return outcomes[i].status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitRunFailed;
+    }
+    results.push_back(*std::move(outcomes[i]));
+  }
+  for (const SimulationResult& r : results) {
+    if (r.unsettled_events > 0) {
+      std::cerr << absl::StrFormat("rescale-sim: note: %s: the plan kept changing after %d events\n", r.policy,
+                                   r.unsettled_events);
+    }
+  }
+  RunDescription run;
+  run.workload = f.workload;
+  run.jobs = workload->jobs.size();
+  run.capacity_gpus = *capacity;
+  run.capacity_changes = OptionsFor(f, *workload, *prepared, prepared->baseline, *capacity).capacity_changes;
+  run.seed = f.seed;
+  run.plan_interval_seconds = f.plan_interval;
+  run.step_noise = f.noise;
+  run.samples_per_tick = f.samples_per_tick;
+  run.baseline = prepared->baseline;
+  std::vector<PolicySummary> summaries;
+  for (const SimulationResult& r : results) summaries.push_back(Summarize(r));
+  std::cout << absl::StrFormat("%s: %d jobs on %d GPUs, seed %d; (x) = ratio to %s\n", run.workload,
+                               run.jobs, run.capacity_gpus, run.seed, run.baseline);
+  std::cout << ComparisonTable(summaries, run.baseline, /*markdown=*/false);
+  if (absl::Status s = WriteRunReport(f.out, run, results); !s.ok()) {
+    std::cerr << "rescale-sim: " << s.message() << "\n";
+    return kExitRunFailed;
+  }
+  std::cout << "wrote " << f.out << "/report.md (and summary.csv, jobs.csv, timeline.csv, SVGs)\n";
+  std::cerr << absl::StrFormat("simulated %d policies in %.1f s wall\n", results.size(), wall);
+  return 0;
+}
+
+int Sweep(const RunFlags& f) {
+  if (!f.verbose) spdlog::set_level(spdlog::level::err);
+  std::optional<Prepared> prepared = PrepareRun(f);
+  if (!prepared) return kExitUsage;
+  const PolluxMapping mapping{f.max_factor, f.max_cap};
+  std::vector<Workload> workloads;
+  std::vector<uint32_t> capacities;
+  for (const std::string& path : f.workloads) {
+    absl::StatusOr<Workload> workload = LoadWorkload(path, mapping);
+    if (!workload.ok()) {
+      std::cerr << "rescale-sim: " << workload.status().message() << "\n";
+      return kExitUsage;
+    }
+    std::optional<uint32_t> capacity = CapacityFor(f, *workload, path);
+    if (!capacity) return kExitUsage;
+    workloads.push_back(*std::move(workload));
+    capacities.push_back(*capacity);
+  }
+  std::vector<SimulationTask> tasks;
+  for (size_t w = 0; w < workloads.size(); ++w) {
+    for (const std::string& policy : prepared->policies) {
+      tasks.push_back({&workloads[w], OptionsFor(f, workloads[w], *prepared, policy, capacities[w])});
+    }
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<absl::StatusOr<SimulationResult>> outcomes =
+      RunSimulations(std::move(tasks), {.threads = f.threads, .progress = !f.no_progress});
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const size_t per = prepared->policies.size();
+  std::string sweep_csv = "workload," + SummaryCsv({});  // the header
+  std::vector<std::vector<PolicySummary>> table(workloads.size());
+  for (size_t w = 0; w < workloads.size(); ++w) {
+    std::vector<SimulationResult> results;
+    for (size_t p = 0; p < per; ++p) {
+      auto& outcome = outcomes[w * per + p];
+      if (!outcome.ok()) {
+        std::cerr << "rescale-sim: " << f.workloads[w] << ", policy " << prepared->policies[p] << ": "
+                  << outcome.status() << "\n";
+        return kExitRunFailed;
+      }
+      results.push_back(*std::move(outcome));
+    }
+    RunDescription run;
+    run.workload = f.workloads[w];
+    run.jobs = workloads[w].jobs.size();
+    run.capacity_gpus = capacities[w];
+    run.capacity_changes = OptionsFor(f, workloads[w], *prepared, prepared->baseline, capacities[w]).capacity_changes;
+    run.seed = f.seed;
+    run.plan_interval_seconds = f.plan_interval;
+    run.step_noise = f.noise;
+    run.samples_per_tick = f.samples_per_tick;
+    run.baseline = prepared->baseline;
+    if (absl::Status s = WriteRunReport(f.out + "/" + WorkloadTag(f.workloads[w]), run, results); !s.ok()) {
+      std::cerr << "rescale-sim: " << s.message() << "\n";
+      return kExitRunFailed;
+    }
+    for (const SimulationResult& r : results) {
+      table[w].push_back(Summarize(r));
+      if (r.unsettled_events > 0) {
+        std::cerr << absl::StrFormat("rescale-sim: note: %s, %s: the plan kept changing after %d events\n",
+                                     f.workloads[w], r.policy, r.unsettled_events);
+      }
+    }
+    const std::string rows = SummaryCsv(table[w]);
+    for (absl::string_view line : absl::StrSplit(rows.substr(rows.find('\n') + 1), '\n', absl::SkipEmpty())) {
+      sweep_csv += CsvField(WorkloadTag(f.workloads[w])) + "," + std::string(line) + "\n";
+    }
+  }
+  // Average JCT per workload and policy, their mean, and the mean's ratio.
+  std::string md = absl::StrFormat("# rescale-sim sweep\n\n%d workloads, policies %s, seed %d, baseline %s. "
+                                   "Average JCT in seconds (finished jobs).\n\n",
+                                   workloads.size(), absl::StrJoin(prepared->policies, ", "), f.seed,
+                                   prepared->baseline);
+  md += "| workload | " + absl::StrJoin(prepared->policies, " | ") + " |\n|---|";
+  for (size_t p = 0; p < per; ++p) md += "---:|";
+  md += "\n";
+  std::vector<double> sums(per, 0);
+  for (size_t w = 0; w < workloads.size(); ++w) {
+    md += "| " + WorkloadTag(f.workloads[w]) + " |";
+    for (size_t p = 0; p < per; ++p) {
+      const PolicySummary& s = table[w][p];
+      sums[p] += s.avg_jct_s;
+      md += absl::StrFormat(" %.0f%s |", s.avg_jct_s, s.finished < s.jobs ? " (unfinished jobs)" : "");
+    }
+    md += "\n";
+  }
+  const size_t base = static_cast<size_t>(
+      std::find(prepared->policies.begin(), prepared->policies.end(), prepared->baseline) -
+      prepared->policies.begin());
+  md += "| **mean** |";
+  for (size_t p = 0; p < per; ++p) md += absl::StrFormat(" **%.0f** |", sums[p] / workloads.size());
+  md += "\n| ratio to " + prepared->baseline + " |";
+  for (size_t p = 0; p < per; ++p) md += absl::StrFormat(" %.2f |", sums[p] / std::max(sums[base], 1e-9));
+  md += "\n\nPer-workload reports: `<workload>/report.md`.\n";
+  std::error_code error;
+  std::filesystem::create_directories(f.out, error);
+  if (absl::Status s = WriteFile(f.out + "/sweep.csv", sweep_csv); !s.ok()) {
+    std::cerr << "rescale-sim: " << s.message() << "\n";
+    return kExitRunFailed;
+  }
+  if (absl::Status s = WriteFile(f.out + "/sweep.md", md); !s.ok()) {
+    std::cerr << "rescale-sim: " << s.message() << "\n";
+    return kExitRunFailed;
+  }
+  std::cout << md;
+  std::cerr << absl::StrFormat("simulated %d runs in %.1f s wall\n", outcomes.size(), wall);
+  return 0;
+}
+
+struct GenerateFlags {
+  double rate = 20;
+  int jobs = 0;
+  double hours = 8;
+  uint64_t seed = 1;
+  std::string mix;
+  std::string out = "-";
+  int64_t capacity = -1;
+  double max_factor = 4;
+  uint32_t max_cap = 64;
+};
+
+int Generate(const GenerateFlags& f) {
+  GenerateOptions options;
+  options.jobs_per_hour = f.rate;
+  options.jobs = f.jobs;
+  options.hours = f.hours;
+  options.seed = f.seed;
+  options.mapping = {f.max_factor, f.max_cap};
+  if (!f.mix.empty()) {
+    absl::StatusOr<std::vector<std::pair<std::string, double>>> mix = ParseMix(f.mix);
+    if (!mix.ok()) {
+      std::cerr << "rescale-sim: --mix: " << mix.status().message() << "\n";
+      return kExitUsage;
+    }
+    options.mix = *mix;
+  }
+  absl::StatusOr<Workload> workload = GenerateWorkload(options);
+  if (!workload.ok()) {
+    std::cerr << "rescale-sim: " << workload.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (f.capacity >= 0) workload->capacity_gpus = static_cast<uint32_t>(f.capacity);
+  const bool csv = f.out.size() > 4 && f.out.substr(f.out.size() - 4) == ".csv";
+  const std::string text = csv ? WorkloadToCsv(*workload) : WorkloadToJsonl(*workload);
+  if (csv && workload->capacity_gpus) {
+    std::cerr << "rescale-sim: note: CSV workloads carry no capacity; pass --capacity to run\n";
+  }
+  if (f.out == "-") {
+    std::cout << text;
+  } else if (absl::Status s = WriteFile(f.out, text); !s.ok()) {
+    std::cerr << "rescale-sim: " << s.message() << "\n";
+    return kExitRunFailed;
+  } else {
+    std::cerr << absl::StrFormat("wrote %d jobs to %s\n", workload->jobs.size(), f.out);
+  }
+  return 0;
+}
+
+int Profiles(const std::string& name, int64_t local_batch) {
+  for (const BuiltinProfile& p : BuiltinProfiles()) {
+    if (!name.empty() && p.name != name) continue;
+    const uint32_t batch = local_batch > 0 ? RoundToMeasuredLocalBatch(p.name, double(local_batch)) : p.default_local_batch;
+    std::cout << absl::StrFormat("%s: %s\n  local batch %d", p.name, p.description, batch);
+    if (p.dataset_samples > 0) {
+      std::cout << absl::StrFormat(", %.0f samples per epoch, %g epochs (Pollux)", p.dataset_samples,
+                                   p.pollux_epochs);
+    }
+    std::cout << absl::StrFormat(", restart cost %g s\n", p.restart_cost_seconds);
+    absl::StatusOr<ProfileSpec> spec = ParseProfile(p.name);
+    absl::StatusOr<JobCurve> curve = MakeJobCurve(*spec, batch, 64);
+    if (!curve.ok()) {
+      std::cerr << "rescale-sim: " << curve.status().message() << "\n";
+      return kExitRunFailed;
+    }
+    std::cout << "  replicas  step_s     samples/s   efficiency\n";
+    for (uint32_t n : {1u, 2u, 4u, 8u, 12u, 16u, 24u, 32u, 48u, 64u}) {
+      std::cout << absl::StrFormat("  %8d  %-9.4f  %-10.1f  %.2f\n", n, curve->StepSeconds(n),
+                                   curve->SamplesPerSecond(n),
+                                   curve->SamplesPerSecond(n) / (n * curve->SamplesPerSecond(1)));
+    }
+  }
+  if (!name.empty() && FindBuiltinProfile(name) == nullptr) {
+    std::cerr << "rescale-sim: no built-in profile \"" << name << "\"\n";
+    return kExitUsage;
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"rescale-sim: simulate Rescale's scaling policies on a workload, offline"};
+  app.require_subcommand(1);
+
+  RunFlags run_flags;
+  CLI::App* run = app.add_subcommand("run", "simulate one workload under each policy and compare");
+  run->add_option("--workload", run_flags.workload, "workload file (.jsonl, .csv, or a Pollux workload CSV)")
+      ->required();
+  AddRunFlags(run, run_flags);
+
+  RunFlags sweep_flags;
+  CLI::App* sweep = app.add_subcommand("sweep", "run several workloads and tabulate average JCT");
+  sweep->add_option("--workloads", sweep_flags.workloads, "workload files")->required();
+  AddRunFlags(sweep, sweep_flags);
+
+  GenerateFlags gen_flags;
+  CLI::App* generate = app.add_subcommand("generate", "write a synthetic workload (Pollux recipe)");
+  generate->add_option("--rate", gen_flags.rate, "arrivals per hour (Poisson)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  generate->add_option("--jobs", gen_flags.jobs,
+                       "exactly this many jobs over --hours (Poisson given the count); overrides --rate")
+      ->check(CLI::NonNegativeNumber);
+  generate->add_option("--hours", gen_flags.hours, "span of arrivals, hours")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  generate->add_option("--seed", gen_flags.seed, "random seed")->capture_default_str();
+  generate->add_option("--mix", gen_flags.mix,
+                       "application weights, e.g. ncf=39,cifar10=39,deepspeech2=8.7,bert=6.7,yolov3=4.6,"
+                       "imagenet=2 (the default)");
+  generate->add_option("--capacity", gen_flags.capacity, "cluster GPUs to record in a JSONL workload");
+  generate->add_option("--out", gen_flags.out, "file (.jsonl or .csv; - = stdout as JSONL)")->capture_default_str();
+  generate->add_option("--pollux-max-factor", gen_flags.max_factor, "max_replicas = factor x submitted size ...")
+      ->capture_default_str();
+  generate->add_option("--pollux-max-cap", gen_flags.max_cap, "... capped at this")->capture_default_str();
+
+  std::string profile_name;
+  int64_t profile_batch = 0;
+  CLI::App* profiles = app.add_subcommand("profiles", "list the built-in profiles and their curves");
+  profiles->add_option("--name", profile_name, "only this profile");
+  profiles->add_option("--local-batch", profile_batch, "local batch (measured ones: rounded to the nearest measured)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+  if (run->parsed()) return Run(run_flags);
+  if (sweep->parsed()) return Sweep(sweep_flags);
+  if (generate->parsed()) return Generate(gen_flags);
+  if (profiles->parsed()) return Profiles(profile_name, profile_batch);
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace rescale::sim
+
+int main(int argc, char** argv) { return rescale::sim::Main(argc, argv); }

@@ -1,0 +1,504 @@
+// The discrete-event simulation of one policy run (see simulator.h).
+#include "bench/sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <random>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "rescale/clock.h"
+#include "rescale/decision_engine.h"
+#include "rescale/types.h"
+#include "rescale/validation.h"
+
+namespace rescale::sim {
+namespace {
+
+// Rounds of apply-then-relist per event. The engine replans inline on each
+// ReportApplied, so a second round picks up what the applied state changed;
+// more than a few rounds would mean the plan oscillates at one instant.
+constexpr int kMaxApplyRounds = 4;
+// Where virtual time 0 sits on the engine's clock.
+const absl::Time kOrigin = absl::FromUnixSeconds(1'700'000'000);
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+enum class Phase { kNotArrived, kWaiting, kRunning, kSuspended, kDone };
+
+// Time a job spent stepping at one size inside the current plan interval.
+struct Segment {
+  uint32_t replicas = 0;
+  double from = 0;
+  double to = 0;
+  double step_seconds = 0;  // true step time at that size
+};
+
+struct SimJob {
+  const JobDescription* desc = nullptr;
+  std::string engine_id;
+  std::string label;
+  JobCurve curve;
+  Phase phase = Phase::kNotArrived;
+  uint32_t replicas = 0;  // running replicas (0 unless kRunning)
+  double restart_until = -kInfinity;
+  double done = 0;
+  // Step-time multiplier for the current interval (mean of its steps' noise).
+  double interval_noise = 1;
+  // Samples/s now (0 unless running); refreshed on every change.
+  double rate = 0;
+  std::vector<Segment> segments;
+  // A deque: samples hold views of these names until ingested, and growing
+  // a deque never moves its elements (a vector would, with short strings
+  // stored inline).
+  std::deque<std::string> pod_names;
+  uint64_t next_pod = 0;
+  JobOutcome outcome;
+
+  uint32_t gpus() const { return replicas * desc->gpus_per_replica; }
+  bool running() const { return phase == Phase::kRunning; }
+  // When the job would finish at its current rate (infinity if it would not).
+  double CompletionTime(double now) const {
+    if (!running() || rate <= 0) return kInfinity;
+    const double start = std::max(now, restart_until);
+    return start + std::max(0.0, desc->work_samples - done) / rate;
+  }
+};
+
+std::string PolicyList() { return absl::StrJoin(DecisionEngine::KnownPolicies(), ", "); }
+
+class Simulation {
+ public:
+  Simulation(const Workload& workload, const SimulationOptions& options)
+      : workload_(workload), options_(options), rng_(options.seed), clock_(kOrigin) {}
+
+  absl::StatusOr<SimulationResult> Run();
+
+ private:
+  absl::Status Prepare();
+  // Moves every running job from now_ to `t`.
+  void Advance(double t);
+  absl::Status Finish(SimJob& job);
+  absl::Status Arrive(SimJob& job);
+  absl::Status Tick();
+  absl::Status ApplyRecommendations();
+  void Apply(SimJob& job, uint32_t target);
+  void DrawIntervalNoise(SimJob& job);
+  void RecordTimeline();
+  absl::Status CheckCapacity() const;
+  uint32_t AllocatedGpus() const;
+  double StepNoise();
+
+  const Workload& workload_;
+  const SimulationOptions& options_;
+  std::mt19937_64 rng_;
+  std::normal_distribution<double> normal_{0.0, 1.0};
+  ManualClock clock_;
+  std::unique_ptr<DecisionEngine> engine_;
+  std::vector<SimJob> jobs_;
+  std::map<std::string, size_t, std::less<>> by_engine_id_;
+  double now_ = 0;
+  uint32_t capacity_ = 0;
+  double next_tick_ = 0;
+  double last_tick_ = 0;
+  size_t in_system_ = 0;  // arrived and not done
+  SimulationResult result_;
+};
+
+double Simulation::StepNoise() {
+  if (options_.step_noise <= 0) return 1;
+  const double sigma = options_.step_noise;
+  return std::exp(sigma * normal_(rng_) - sigma * sigma / 2);
+}
+
+void Simulation::DrawIntervalNoise(SimJob& job) {
+  job.interval_noise = 1;
+  if (options_.step_noise > 0 && job.running()) {
+    const double sigma = options_.step_noise;
+    const double steps = std::max(1.0, options_.plan_interval_seconds / job.curve.StepSeconds(job.replicas));
+    const double sd = std::sqrt(std::expm1(sigma * sigma) / steps);
+    // A mean of positive steps is positive; the floor only guards the tail
+    // of the normal approximation for tiny K.
+    job.interval_noise = std::max(0.1, 1 + sd * normal_(rng_));
+  }
+  job.rate = job.running() ? job.curve.SamplesPerSecond(job.replicas) / job.interval_noise : 0;
+}
+
+absl::Status Simulation::Prepare() {
+  const std::vector<std::string> known = DecisionEngine::KnownPolicies();
+  if (std::find(known.begin(), known.end(), options_.policy) == known.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown policy \"%s\"; known: %s", options_.policy, PolicyList()));
+  }
+  if (!(options_.plan_interval_seconds > 0)) {
+    return absl::InvalidArgumentError("plan interval must be positive");
+  }
+  uint32_t largest_capacity = options_.capacity_gpus;
+  for (const CapacityChange& c : options_.capacity_changes) largest_capacity = std::max(largest_capacity, c.gpus);
+  uint32_t largest_max = 1;
+  std::set<std::string> labels;
+  jobs_.reserve(workload_.jobs.size());
+  for (const JobDescription& desc : workload_.jobs) {
+    SimJob job;
+    job.desc = &desc;
+    const uint64_t min_gpus = uint64_t{desc.min_replicas} * desc.gpus_per_replica;
+    if (min_gpus > largest_capacity) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "job \"%s\" needs %d GPUs at min_replicas but the cluster never has more than %d", desc.id,
+          min_gpus, largest_capacity));
+    }
+    absl::StatusOr<JobCurve> curve = MakeJobCurve(desc.profile, desc.local_batch_size, desc.max_replicas);
+    if (!curve.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("job \"%s\": %s", desc.id, curve.status().message()));
+    }
+    job.curve = *std::move(curve);
+    // Unique engine names, deterministic in workload order.
+    std::string label = EngineLabel(desc.id);
+    for (int suffix = 2; labels.contains(label); ++suffix) {
+      label = EngineLabel(desc.id).substr(0, 200) + "-" + std::to_string(suffix);
+    }
+    labels.insert(label);
+    job.label = label;
+    job.engine_id = "sim/" + label;
+    job.outcome.id = desc.id;
+    job.outcome.engine_job_id = job.engine_id;
+    job.outcome.profile = desc.profile.text;
+    job.outcome.arrival_seconds = desc.arrival_seconds;
+    job.outcome.work_samples = desc.work_samples;
+    job.outcome.min_replicas = desc.min_replicas;
+    job.outcome.max_replicas = desc.max_replicas;
+    job.outcome.gpus_per_replica = desc.gpus_per_replica;
+    largest_max = std::max(largest_max, desc.max_replicas);
+    jobs_.push_back(std::move(job));
+  }
+  for (size_t i = 0; i < jobs_.size(); ++i) by_engine_id_[jobs_[i].engine_id] = i;
+
+  EngineOptions engine_options;
+  engine_options.default_policy = options_.policy;
+  engine_options.max_jobs = static_cast<int>(jobs_.size()) + 16;
+  engine_options.capacity_gpus = options_.capacity_gpus;
+  engine_options.policy.cooldown = absl::Seconds(options_.cooldown_seconds);
+  engine_options.policy.horizon = absl::Seconds(options_.horizon_seconds);
+  // Samples are ingested once per interval, stamped inside it: the store
+  // must accept samples an interval old, and keep a cell for every size a
+  // job may try.
+  engine_options.store.max_sample_age =
+      std::max(engine_options.store.max_sample_age, absl::Seconds(3 * options_.plan_interval_seconds));
+  engine_options.store.window =
+      std::max(engine_options.store.window, absl::Seconds(6 * options_.plan_interval_seconds));
+  engine_options.store.max_sizes_per_job =
+      std::max(engine_options.store.max_sizes_per_job, static_cast<int>(std::min(largest_max, 4096u)));
+  engine_ = std::make_unique<DecisionEngine>(std::move(engine_options), &clock_);
+  capacity_ = options_.capacity_gpus;
+  result_.policy = options_.policy;
+  result_.first_arrival_seconds = jobs_.empty() ? 0 : jobs_.front().desc->arrival_seconds;
+  return absl::OkStatus();
+}
+
+void Simulation::Advance(double t) {
+  const double span = t - now_;
+  if (span <= 0) {
+    now_ = std::max(now_, t);
+    return;
+  }
+  if (now_ >= result_.first_arrival_seconds) result_.capacity_gpu_seconds += double(capacity_) * span;
+  for (SimJob& job : jobs_) {
+    if (!job.running()) continue;
+    const double gpus = job.gpus();
+    job.outcome.gpu_seconds += gpus * span;
+    const double restarting = std::clamp(job.restart_until - now_, 0.0, span);
+    job.outcome.restart_gpu_seconds += gpus * restarting;
+    const double from = now_ + restarting;
+    if (from < t) {
+      job.done += job.rate * (t - from);
+      const double step = job.curve.StepSeconds(job.replicas);
+      if (!job.segments.empty() && job.segments.back().replicas == job.replicas &&
+          job.segments.back().to == from) {
+        job.segments.back().to = t;
+      } else {
+        job.segments.push_back({job.replicas, from, t, step});
+      }
+    }
+  }
+  now_ = t;
+  clock_.Set(kOrigin + absl::Seconds(now_));
+}
+
+absl::Status Simulation::Arrive(SimJob& job) {
+  const JobDescription& d = *job.desc;
+  JobSpec spec;
+  spec.job_id = job.engine_id;
+  spec.min_replicas = d.min_replicas;
+  spec.max_replicas = d.max_replicas;
+  spec.gpus_per_replica = d.gpus_per_replica;
+  spec.priority = d.priority;
+  spec.preemptible = d.preemptible;
+  spec.restart_cost_seconds = d.restart_cost_seconds;
+  spec.local_batch_size = d.local_batch_size;
+  spec.policy = options_.policy;
+  absl::StatusOr<JobView> view = engine_->RegisterJob(std::move(spec));
+  if (!view.ok()) {
+    return absl::InternalError(absl::StrFormat("RegisterJob(%s): %s", job.engine_id, view.status().ToString()));
+  }
+  job.phase = Phase::kWaiting;
+  ++in_system_;
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::Finish(SimJob& job) {
+  job.done = job.desc->work_samples;
+  job.outcome.done_samples = job.done;
+  job.outcome.finish_seconds = now_;
+  job.phase = Phase::kDone;
+  job.replicas = 0;
+  job.rate = 0;
+  job.segments.clear();
+  --in_system_;
+  result_.allocations.push_back({now_, static_cast<uint32_t>(&job - jobs_.data()), 0, 0});
+  if (options_.jobs_finished != nullptr) options_.jobs_finished->fetch_add(1, std::memory_order_relaxed);
+  absl::Status status = engine_->DeregisterJob(job.engine_id);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrFormat("DeregisterJob(%s): %s", job.engine_id, status.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::Tick() {
+  // The samples of the interval just ended, as the agents would have sent.
+  std::vector<StepSample> samples;
+  const double interval = options_.plan_interval_seconds;
+  for (SimJob& job : jobs_) {
+    if (job.segments.empty()) continue;
+    if (job.phase == Phase::kDone) {
+      job.segments.clear();
+      continue;
+    }
+    for (const Segment& seg : job.segments) {
+      const double length = seg.to - seg.from;
+      const double steps = std::floor(length / seg.step_seconds);
+      int count = static_cast<int>(std::min<double>(
+          steps, std::max(1.0, std::round(options_.samples_per_tick * length / interval))));
+      if (options_.samples_per_tick <= 0) count = 0;
+      if (job.pod_names.size() < seg.replicas) {
+        for (size_t i = job.pod_names.size(); i < seg.replicas; ++i) {
+          job.pod_names.push_back(absl::StrFormat("%s-worker-%d", job.label, i));
+        }
+      }
+      for (int k = 0; k < count; ++k) {
+        StepSample s;
+        s.job_id = job.engine_id;
+        s.pod = job.pod_names[job.next_pod++ % seg.replicas];
+        s.world_size = seg.replicas;
+        s.step_seconds = seg.step_seconds * StepNoise();
+        s.batch_size = job.desc->local_batch_size;
+        const double at = seg.from + (k + 0.5) * length / count;
+        s.timestamp_unix_nanos = absl::ToUnixNanos(kOrigin + absl::Seconds(at));
+        samples.push_back(s);
+      }
+    }
+    job.segments.clear();
+  }
+  if (!samples.empty()) {
+    const IngestResult ingested = engine_->Ingest(samples);
+    result_.samples_ingested += ingested.accepted;
+    result_.samples_rejected += ingested.rejected;
+  }
+  engine_->Replan();
+  ++result_.replans;
+  for (SimJob& job : jobs_) {
+    if (job.running()) DrawIntervalNoise(job);
+  }
+  return absl::OkStatus();
+}
+
+void Simulation::Apply(SimJob& job, uint32_t target) {
+  const uint32_t before = job.replicas;
+  const double cost = job.desc->restart_cost_seconds;
+  if (target == 0) {
+    job.phase = Phase::kSuspended;
+    job.replicas = 0;
+    job.restart_until = -kInfinity;
+    ++job.outcome.suspensions;
+  } else if (before == 0) {
+    if (job.phase == Phase::kWaiting) {
+      job.outcome.first_start_seconds = now_;  // the first start is free
+      job.restart_until = -kInfinity;
+    } else {
+      ++job.outcome.resumes;
+      job.restart_until = now_ + cost;
+    }
+    job.phase = Phase::kRunning;
+    job.replicas = target;
+  } else {
+    ++job.outcome.rescales;
+    job.replicas = target;
+    job.restart_until = now_ + cost;
+  }
+  job.outcome.peak_replicas = std::max(job.outcome.peak_replicas, job.replicas);
+  DrawIntervalNoise(job);
+  result_.allocations.push_back(
+      {now_, static_cast<uint32_t>(&job - jobs_.data()), job.replicas, job.gpus()});
+}
+
+absl::Status Simulation::ApplyRecommendations() {
+  for (int round = 0; round < kMaxApplyRounds; ++round) {
+    struct Change {
+      SimJob* job;
+      uint32_t target;
+      uint64_t generation;
+    };
+    std::vector<Change> shrinks, grows;
+    for (const Recommendation& rec : engine_->ListRecommendations()) {
+      auto it = by_engine_id_.find(rec.job_id);
+      if (it == by_engine_id_.end()) continue;
+      SimJob& job = jobs_[it->second];
+      if (job.phase == Phase::kDone || job.phase == Phase::kNotArrived) continue;
+      const uint32_t target = rec.suspend ? 0 : rec.replicas;
+      if (target == job.replicas) continue;
+      (target < job.replicas ? shrinks : grows).push_back({&job, target, rec.generation});
+    }
+    if (shrinks.empty() && grows.empty()) return absl::OkStatus();
+    for (std::vector<Change>* changes : {&shrinks, &grows}) {
+      for (const Change& c : *changes) {
+        Apply(*c.job, c.target);
+        ++result_.reports;
+        absl::StatusOr<JobStatus> status =
+            engine_->ReportApplied(c.job->engine_id, c.target, c.target == 0, c.generation);
+        if (!status.ok()) {
+          return absl::InternalError(
+              absl::StrFormat("ReportApplied(%s, %d): %s", c.job->engine_id, c.target, status.status().ToString()));
+        }
+      }
+    }
+    if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+  }
+  ++result_.unsettled_events;  // still changing after the last round
+  return absl::OkStatus();
+}
+
+uint32_t Simulation::AllocatedGpus() const {
+  uint32_t gpus = 0;
+  for (const SimJob& job : jobs_) gpus += job.gpus();
+  return gpus;
+}
+
+absl::Status Simulation::CheckCapacity() const {
+  const uint32_t allocated = AllocatedGpus();
+  if (allocated <= capacity_) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat(
+      "policy %s: %d GPUs allocated on a cluster of %d at t=%.3f s (the plan over-commits)",
+      options_.policy, allocated, capacity_, now_));
+}
+
+void Simulation::RecordTimeline() {
+  TimelinePoint p;
+  p.time_seconds = now_;
+  p.capacity_gpus = capacity_;
+  for (const SimJob& job : jobs_) {
+    if (job.running()) {
+      p.allocated_gpus += job.gpus();
+      if (job.restart_until <= now_) p.effective_gpus += job.gpus();
+      ++p.running_jobs;
+    } else if (job.phase == Phase::kWaiting || job.phase == Phase::kSuspended) {
+      ++p.waiting_jobs;
+    }
+  }
+  if (!result_.timeline.empty()) {
+    TimelinePoint last = result_.timeline.back();
+    last.time_seconds = now_;
+    if (last == p) return;
+    if (result_.timeline.back().time_seconds == now_) {
+      result_.timeline.back() = p;  // several events at one instant: keep the last state
+      return;
+    }
+  }
+  result_.timeline.push_back(p);
+}
+
+absl::StatusOr<SimulationResult> Simulation::Run() {
+  if (absl::Status s = Prepare(); !s.ok()) return s;
+  const double interval = options_.plan_interval_seconds;
+  const double deadline =
+      (jobs_.empty() ? 0 : jobs_.back().desc->arrival_seconds) + options_.max_seconds_after_last_arrival;
+  size_t next_arrival = 0;
+  size_t next_capacity = 0;
+  const auto& changes = options_.capacity_changes;
+  while (true) {
+    if (in_system_ == 0 && next_arrival == jobs_.size()) break;
+    // The next event.
+    double t = kInfinity;
+    if (next_arrival < jobs_.size()) t = std::min(t, jobs_[next_arrival].desc->arrival_seconds);
+    if (next_capacity < changes.size()) t = std::min(t, changes[next_capacity].at_seconds);
+    if (in_system_ > 0) t = std::min(t, next_tick_);
+    std::vector<double> completion(jobs_.size(), kInfinity);
+    for (size_t i = 0; i < jobs_.size(); ++i) {
+      SimJob& job = jobs_[i];
+      if (!job.running()) continue;
+      completion[i] = job.CompletionTime(now_);
+      t = std::min(t, completion[i]);
+      if (job.restart_until > now_) t = std::min(t, job.restart_until);
+    }
+    if (t > deadline) {
+      Advance(deadline);
+      result_.stopped_early = true;
+      break;
+    }
+    Advance(t);
+
+    for (size_t i = 0; i < jobs_.size(); ++i) {
+      if (completion[i] <= now_) {
+        if (absl::Status s = Finish(jobs_[i]); !s.ok()) return s;
+      }
+    }
+    while (next_capacity < changes.size() && changes[next_capacity].at_seconds <= now_) {
+      capacity_ = changes[next_capacity++].gpus;
+      engine_->SetCapacity(capacity_);
+    }
+    while (next_arrival < jobs_.size() && jobs_[next_arrival].desc->arrival_seconds <= now_) {
+      if (in_system_ == 0) {
+        // Ticks pause while the cluster is empty; resume on the grid.
+        next_tick_ = std::max(next_tick_, std::ceil(now_ / interval) * interval);
+      }
+      if (absl::Status s = Arrive(jobs_[next_arrival++]); !s.ok()) return s;
+    }
+    if (in_system_ > 0 && now_ >= next_tick_) {
+      if (absl::Status s = Tick(); !s.ok()) return s;
+      last_tick_ = now_;
+      next_tick_ = (std::floor(now_ / interval) + 1) * interval;
+    }
+    if (absl::Status s = ApplyRecommendations(); !s.ok()) return s;
+    if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+    RecordTimeline();
+  }
+  result_.end_seconds = now_;
+  for (SimJob& job : jobs_) {
+    job.outcome.done_samples = std::min(job.done, job.desc->work_samples);
+    result_.jobs.push_back(std::move(job.outcome));
+  }
+  return std::move(result_);
+}
+
+}  // namespace
+
+std::string EngineLabel(std::string_view id) {
+  std::string label;
+  for (char c : id) {
+    const char lower = absl::ascii_tolower(static_cast<unsigned char>(c));
+    label += (absl::ascii_isalnum(static_cast<unsigned char>(lower)) || lower == '-') ? lower : '-';
+  }
+  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.front()))) label.erase(0, 1);
+  if (label.size() > 200) label.resize(200);
+  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.back()))) label.pop_back();
+  return label.empty() ? "job" : label;
+}
+
+absl::StatusOr<SimulationResult> Simulate(const Workload& workload, const SimulationOptions& options) {
+  Simulation simulation(workload, options);
+  return simulation.Run();
+}
+
+}  // namespace rescale::sim

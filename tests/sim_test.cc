@@ -1,0 +1,446 @@
+// Tests of rescale-sim (bench/sim): analytic runs whose completion times are
+// computed by hand from a synthetic curve without noise (restart costs
+// included: the first start is free, a rescale and a resume each cost
+// restart_cost_seconds, a suspension stops progress), a two-job priority
+// case whose answer is obvious, the planner preferring the job that scales,
+// determinism (same seed, same bytes; another seed, other numbers), capacity
+// never exceeded under every known policy while nodes come and go, the
+// embedded Pollux tables (packed placements, interpolation), the workload
+// formats, and the report files.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/sim/csv.h"
+#include "bench/sim/pollux_traces.h"
+#include "bench/sim/profiles.h"
+#include "bench/sim/report.h"
+#include "bench/sim/runner.h"
+#include "bench/sim/simulator.h"
+#include "bench/sim/summary.h"
+#include "bench/sim/workload.h"
+#include "rescale/decision_engine.h"
+
+namespace rescale::sim {
+namespace {
+
+Workload MustParse(const std::string& text, std::string_view format = "jsonl") {
+  absl::StatusOr<Workload> workload = ParseWorkload(text, format);
+  INFO(workload.status().ToString());
+  REQUIRE(workload.ok());
+  return *workload;
+}
+
+SimulationResult MustSimulate(const Workload& workload, const SimulationOptions& options) {
+  absl::StatusOr<SimulationResult> result = Simulate(workload, options);
+  INFO(result.status().ToString());
+  REQUIRE(result.ok());
+  REQUIRE(result->samples_rejected == 0);
+  return *std::move(result);
+}
+
+SimulationOptions Exact(std::string policy, uint32_t capacity) {
+  SimulationOptions options;
+  options.policy = std::move(policy);
+  options.capacity_gpus = capacity;
+  options.step_noise = 0;
+  return options;
+}
+
+const JobOutcome& Job(const SimulationResult& result, const std::string& id) {
+  for (const JobOutcome& job : result.jobs) {
+    if (job.id == id) return job;
+  }
+  FAIL("no job " << id);
+  return result.jobs.front();
+}
+
+// Time-weighted mean GPUs of job `id` over [from, to).
+double AverageGpus(const SimulationResult& r, double from, double to, const std::string& id) {
+  uint32_t index = 0;
+  while (r.jobs[index].id != id) ++index;
+  double gpu_seconds = 0, gpus = 0, at = from;
+  for (const AllocationChange& a : r.allocations) {
+    if (a.job != index) continue;
+    const double t = std::clamp(a.time_seconds, from, to);
+    gpu_seconds += gpus * (t - at);
+    at = t;
+    gpus = a.gpus;
+  }
+  gpu_seconds += gpus * (to - at);
+  return gpu_seconds / (to - from);
+}
+
+// `linear`: 1 s per step at any size, 32 samples per replica per step, so
+// n replicas train 32n samples/s.
+constexpr char kLoneLinearJob[] =
+    R"({"id": "solo", "arrival_seconds": 10, "profile": "linear", "samples": 32000,)"
+    R"( "min_replicas": 2, "max_replicas": 8, "restart_cost_seconds": 20, "local_batch_size": 32})";
+
+TEST_CASE("a lone static-min job runs at min_replicas and finishes when computed by hand") {
+  const SimulationResult r = MustSimulate(MustParse(kLoneLinearJob), Exact("static-min", 8));
+  const JobOutcome& job = Job(r, "solo");
+  // 32000 samples at 2 x 32 samples/s = 500 s, from its arrival at 10 s.
+  CHECK(job.first_start_seconds == 10);
+  CHECK(job.finish_seconds == 510);
+  CHECK(job.jct_seconds() == 500);
+  CHECK(job.peak_replicas == 2);
+  CHECK(job.restarts() == 0);
+  CHECK(job.restart_gpu_seconds == 0);
+  CHECK(job.gpu_seconds == Approx(2 * 500.0));
+  const PolicySummary s = Summarize(r);
+  CHECK(s.avg_jct_s == 500);
+  CHECK(s.makespan_s == 500);
+  CHECK(s.utilization == Approx(2.0 / 8));
+}
+
+TEST_CASE("a lone static-max job starts at max_replicas and its first start costs nothing") {
+  const SimulationResult r = MustSimulate(MustParse(kLoneLinearJob), Exact("static-max", 8));
+  const JobOutcome& job = Job(r, "solo");
+  // 32000 samples at 8 x 32 samples/s = 125 s; no restart cost.
+  CHECK(job.finish_seconds == 135);
+  CHECK(job.rescales == 0);
+  CHECK(job.restarts() == 0);
+  CHECK(Summarize(r).effective_utilization == Approx(1.0));
+}
+
+TEST_CASE("growing when capacity is added costs restart_cost_seconds once") {
+  SimulationOptions options = Exact("static-max", 4);
+  options.capacity_changes = {{100, 8}};
+  const SimulationResult r = MustSimulate(MustParse(kLoneLinearJob), options);
+  const JobOutcome& job = Job(r, "solo");
+  // [10, 100): 4 replicas, 128 samples/s -> 11520 samples. At 100 it grows
+  // to 8 and restarts until 120; the remaining 20480 take 80 s at 256/s.
+  CHECK(job.finish_seconds == 200);
+  CHECK(job.rescales == 1);
+  CHECK(job.restarts() == 1);
+  CHECK(job.restart_gpu_seconds == Approx(8 * 20.0));
+  CHECK(Summarize(r).restart_gpu_hours == Approx(8 * 20.0 / 3600));
+}
+
+TEST_CASE("shrinking when nodes are lost costs restart_cost_seconds too") {
+  SimulationOptions options = Exact("static-max", 8);
+  options.capacity_changes = {{100, 4}};
+  const SimulationResult r = MustSimulate(MustParse(kLoneLinearJob), options);
+  const JobOutcome& job = Job(r, "solo");
+  // [10, 100): 8 replicas, 256 samples/s -> 23040 samples. At 100 it
+  // shrinks to 4 and restarts until 120; the remaining 8960 take 70 s.
+  CHECK(job.finish_seconds == 190);
+  CHECK(job.rescales == 1);
+  CHECK(job.restart_gpu_seconds == Approx(4 * 20.0));
+  for (const TimelinePoint& p : r.timeline) CHECK(p.allocated_gpus <= p.capacity_gpus);
+}
+
+TEST_CASE("a higher-priority arrival suspends the running job, which resumes after it at a restart cost") {
+  // Both jobs need the whole cluster (4 GPUs) for 100 s of work.
+  const Workload workload = MustParse(
+      R"({"id": "low", "arrival_seconds": 0, "profile": "linear", "samples": 12800, "min_replicas": 4,)"
+      R"( "max_replicas": 4, "priority": 0, "restart_cost_seconds": 20, "local_batch_size": 32})"
+      "\n"
+      R"({"id": "high", "arrival_seconds": 50, "profile": "linear", "samples": 12800, "min_replicas": 4,)"
+      R"( "max_replicas": 4, "priority": 10, "restart_cost_seconds": 20, "local_batch_size": 32})");
+  const SimulationResult r = MustSimulate(workload, Exact("static-min", 4));
+  const JobOutcome& low = Job(r, "low");
+  const JobOutcome& high = Job(r, "high");
+  // high: starts on arrival (50), runs 100 s.
+  CHECK(high.first_start_seconds == 50);
+  CHECK(high.finish_seconds == 150);
+  CHECK(high.restarts() == 0);
+  // low: 6400 samples done by 50, suspended, resumed at 150, restarts until
+  // 170, then the other 6400 take 50 s.
+  CHECK(low.first_start_seconds == 0);
+  CHECK(low.suspensions == 1);
+  CHECK(low.resumes == 1);
+  CHECK(low.restarts() == 1);
+  CHECK(low.finish_seconds == 220);
+  CHECK(low.restart_gpu_seconds == Approx(4 * 20.0));
+  const PolicySummary s = Summarize(r);
+  CHECK(s.avg_jct_s == Approx((220.0 + 100.0) / 2));
+  CHECK(s.suspensions == 1);
+}
+
+TEST_CASE("the planner gives the GPUs to the job that scales, not to the one that does not") {
+  const Workload workload = MustParse(
+      R"({"id": "scales", "arrival_seconds": 0, "profile": "linear", "samples": 2000000, "min_replicas": 1,)"
+      R"( "max_replicas": 8, "restart_cost_seconds": 10})"
+      "\n"
+      R"({"id": "flat", "arrival_seconds": 0, "profile": "flat", "samples": 400000, "min_replicas": 1,)"
+      R"( "max_replicas": 8, "restart_cost_seconds": 10})");
+  const SimulationResult r = MustSimulate(workload, Exact("planner", 8));
+  const JobOutcome& scales = Job(r, "scales");
+  const JobOutcome& flat = Job(r, "flat");
+  REQUIRE(scales.finished());
+  REQUIRE(flat.finished());
+  // Average GPUs of each while both run (until the scalable one is done):
+  // the scalable job gets most of the cluster.
+  const double both_until = scales.finish_seconds;
+  const double scales_gpus = AverageGpus(r, 0, both_until, "scales");
+  const double flat_gpus = AverageGpus(r, 0, both_until, "flat");
+  INFO("while both ran: scales " << scales_gpus << " GPUs on average, flat " << flat_gpus);
+  CHECK(scales_gpus > 5);
+  CHECK(flat_gpus < 2);
+  CHECK(scales.peak_replicas >= 6);
+}
+
+// A small Pollux-recipe workload (a dozen jobs), fast even in Debug+ASan.
+Workload SmallPolluxWorkload() {
+  GenerateOptions options;
+  options.jobs_per_hour = 24;
+  options.hours = 0.5;
+  options.seed = 3;
+  absl::StatusOr<Workload> workload = GenerateWorkload(options);
+  REQUIRE(workload.ok());
+  REQUIRE(workload->jobs.size() >= 5);
+  return *workload;
+}
+
+TEST_CASE("the same seed gives identical results; another seed, with noise, different ones") {
+  const Workload workload = SmallPolluxWorkload();
+  SimulationOptions options;
+  options.policy = "planner";
+  options.capacity_gpus = 16;
+  options.step_noise = 0.1;
+  options.seed = 11;
+  const SimulationResult a = MustSimulate(workload, options);
+  const SimulationResult b = MustSimulate(workload, options);
+  CHECK(Summarize(a) == Summarize(b));
+  CHECK(JobsCsv({a}) == JobsCsv({b}));
+  CHECK(TimelineCsv({a}) == TimelineCsv({b}));
+  CHECK(AllocationsCsv({a}) == AllocationsCsv({b}));
+  options.seed = 12;
+  const SimulationResult c = MustSimulate(workload, options);
+  CHECK(JobsCsv({a}) != JobsCsv({c}));
+  CHECK(Summarize(a).avg_jct_s != Summarize(c).avg_jct_s);
+}
+
+TEST_CASE("running policies in parallel gives the results of running them one by one") {
+  const Workload workload = SmallPolluxWorkload();
+  std::vector<SimulationTask> tasks;
+  for (const char* policy : {"planner", "static-max", "efficiency"}) {
+    SimulationOptions options;
+    options.policy = policy;
+    options.capacity_gpus = 16;
+    tasks.push_back({&workload, options});
+  }
+  std::vector<absl::StatusOr<SimulationResult>> parallel = RunSimulations(tasks, {.threads = 3, .progress = false});
+  REQUIRE(parallel.size() == 3);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    REQUIRE(parallel[i].ok());
+    const SimulationResult alone = MustSimulate(workload, tasks[i].options);
+    CHECK(parallel[i]->policy == tasks[i].options.policy);
+    CHECK(JobsCsv({*parallel[i]}) == JobsCsv({alone}));
+  }
+}
+
+TEST_CASE("no known policy runs more GPUs than the cluster has, while nodes are lost and added") {
+  const Workload workload = SmallPolluxWorkload();
+  for (const std::string& policy : DecisionEngine::KnownPolicies()) {
+    SimulationOptions options;
+    options.policy = policy;
+    options.capacity_gpus = 16;
+    options.capacity_changes = {{600, 8}, {1500, 12}, {2400, 20}};
+    const SimulationResult r = MustSimulate(workload, options);
+    INFO(policy);
+    for (const TimelinePoint& p : r.timeline) REQUIRE(p.allocated_gpus <= p.capacity_gpus);
+    const PolicySummary s = Summarize(r);
+    CHECK(s.finished == s.jobs);
+    CHECK(s.utilization <= 1.0 + 1e-9);
+  }
+}
+
+TEST_CASE("an unknown policy is rejected with the known ones listed") {
+  SimulationOptions options = Exact("no-such-policy", 8);
+  absl::StatusOr<SimulationResult> r = Simulate(MustParse(kLoneLinearJob), options);
+  REQUIRE(r.status().code() == absl::StatusCode::kInvalidArgument);
+  for (const std::string& known : DecisionEngine::KnownPolicies()) {
+    CHECK_THAT(std::string(r.status().message()), Catch::Matchers::Contains(known));
+  }
+}
+
+TEST_CASE("a job that can never fit is rejected before the run") {
+  SimulationOptions options = Exact("static-min", 1);
+  absl::StatusOr<SimulationResult> r = Simulate(MustParse(kLoneLinearJob), options);
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("measured profiles use the packed placement of each replica count") {
+  absl::StatusOr<const MeasuredApp*> app = LoadMeasuredApp("imagenet");
+  REQUIRE(app.ok());
+  const MeasuredApp& imagenet = **app;
+  // One node holds 4 GPUs: 4 replicas is placement "4"; 8 is "44" (2 nodes)
+  // and 5 is "14" (4 + 1) rather than "23".
+  CHECK(imagenet.placement.at(4) == "4");
+  CHECK(imagenet.placement.at(8) == "44");
+  CHECK(imagenet.placement.at(5) == "14");
+  CHECK(imagenet.placement.at(16) == "4444");
+  CHECK(imagenet.placement.at(20) == "6 nodes");  // scalability.csv, fewest nodes
+  // The table's value is the CSV's row: "4,20,..." in placements.csv.
+  const std::string_view csv = EmbeddedTrace("imagenet", "placements");
+  const size_t row = csv.find("\n4,20,");
+  REQUIRE(row != std::string_view::npos);
+  const std::vector<std::string> fields =
+      absl::StrSplit(std::string(csv.substr(row + 1, csv.find('\n', row + 1) - row - 1)), ',');
+  CHECK(imagenet.StepSeconds(4, 20) == std::stod(fields[2]));
+  // Between measured counts (16 and 20) step time is linear in replicas.
+  const double t16 = imagenet.StepSeconds(16, 115), t20 = imagenet.StepSeconds(20, 115);
+  CHECK(imagenet.StepSeconds(18, 115) == Approx((t16 + t20) / 2));
+  // Between measured batches, linear in the batch.
+  CHECK(imagenet.StepSeconds(1, 24) == Approx((imagenet.StepSeconds(1, 20) + imagenet.StepSeconds(1, 28)) / 2));
+  // Beyond 64 replicas: no extra throughput.
+  CHECK(imagenet.StepSeconds(128, 115) == Approx(2 * imagenet.StepSeconds(64, 115)));
+}
+
+TEST_CASE("every measured application parses and has a positive curve up to 64 replicas") {
+  for (std::string_view name : kPolluxApps) {
+    const BuiltinProfile* builtin = FindBuiltinProfile(name);
+    REQUIRE(builtin != nullptr);
+    absl::StatusOr<ProfileSpec> spec = ParseProfile(name);
+    REQUIRE(spec.ok());
+    absl::StatusOr<JobCurve> curve = MakeJobCurve(*spec, builtin->default_local_batch, 64);
+    REQUIRE(curve.ok());
+    for (uint32_t n = 1; n <= 64; ++n) CHECK(curve->StepSeconds(n) > 0);
+  }
+}
+
+TEST_CASE("curve and model profiles give the step times they describe") {
+  absl::StatusOr<ProfileSpec> curve = ParseProfile("curve:1=100;4=300");
+  REQUIRE(curve.ok());
+  absl::StatusOr<JobCurve> c = MakeJobCurve(*curve, 10, 8);
+  REQUIRE(c.ok());
+  CHECK(c->SamplesPerSecond(1) == Approx(100));
+  CHECK(c->SamplesPerSecond(2) == Approx(100 + 200.0 / 3));
+  CHECK(c->SamplesPerSecond(4) == Approx(300));
+  CHECK(c->SamplesPerSecond(8) == Approx(300));  // flat beyond the last point
+  absl::StatusOr<ProfileSpec> model = ParseProfile("model:a_c=0.1;b_c=0.01;a_r=0.05;b_r=0.01;a_n=0.2;b_n=0.02;g=1");
+  REQUIRE(model.ok());
+  absl::StatusOr<JobCurve> m = MakeJobCurve(*model, 10, 8);
+  REQUIRE(m.ok());
+  CHECK(m->StepSeconds(1) == Approx(0.2));
+  CHECK(m->StepSeconds(4) == Approx(0.2 + 0.05 + 0.02));  // one node
+  CHECK(m->StepSeconds(8) == Approx(0.2 + 0.2 + 0.12));   // two nodes
+  CHECK_FALSE(ParseProfile("curve:1=100;1=200").ok());
+  CHECK_FALSE(ParseProfile("model:speed=3").ok());
+  absl::StatusOr<ProfileSpec> unknown = ParseProfile("resnet");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(std::string(unknown.status().message()), Catch::Matchers::Contains("cifar10"));
+}
+
+TEST_CASE("JSONL, CSV and generated workloads read back identically") {
+  const Workload generated = SmallPolluxWorkload();
+  const Workload from_jsonl = MustParse(WorkloadToJsonl(generated), "jsonl");
+  const Workload from_csv = MustParse(WorkloadToCsv(generated), "csv");
+  REQUIRE(from_jsonl.jobs.size() == generated.jobs.size());
+  REQUIRE(from_csv.jobs.size() == generated.jobs.size());
+  for (size_t i = 0; i < generated.jobs.size(); ++i) {
+    for (const Workload* w : {&from_jsonl, &from_csv}) {
+      const JobDescription& a = generated.jobs[i];
+      const JobDescription& b = w->jobs[i];
+      CHECK(a.id == b.id);
+      CHECK(a.arrival_seconds == b.arrival_seconds);
+      CHECK(a.profile.text == b.profile.text);
+      CHECK(a.work_samples == b.work_samples);
+      CHECK(a.max_replicas == b.max_replicas);
+      CHECK(a.local_batch_size == b.local_batch_size);
+      CHECK(a.restart_cost_seconds == b.restart_cost_seconds);
+    }
+  }
+}
+
+TEST_CASE("a Pollux workload row maps to a job as documented") {
+  const Workload w = MustParse(
+      "name,time,application,num_replicas,batch_size\n"
+      "cifar10-0,107,cifar10,6,2048\n"
+      "imagenet-1,200,imagenet,48,6400\n"
+      "yolov3-2,300,yolov3,4,64\n",
+      "csv");
+  REQUIRE(w.jobs.size() == 3);
+  const JobDescription& cifar = w.jobs[0];
+  CHECK(cifar.work_samples == 100 * 50'000.0);  // 100 epochs of CIFAR-10
+  CHECK(cifar.min_replicas == 1);
+  CHECK(cifar.max_replicas == 24);             // 4 x 6
+  CHECK(cifar.local_batch_size == 363);        // 2048 / 6 = 341 -> nearest measured
+  CHECK(cifar.restart_cost_seconds == 30);
+  CHECK(w.jobs[1].max_replicas == 64);         // 4 x 48 capped
+  CHECK(w.jobs[2].local_batch_size == 8);      // 64 / 4 = 16, capped at 8
+}
+
+TEST_CASE("workload errors name the line and the field") {
+  auto error = [](const std::string& text, std::string_view format) {
+    absl::StatusOr<Workload> w = ParseWorkload(text, format);
+    REQUIRE_FALSE(w.ok());
+    return std::string(w.status().message());
+  };
+  CHECK_THAT(error(R"({"id": "a", "arrival_seconds": 0, "profile": "linear", "samples": 1})", "jsonl"),
+             Catch::Matchers::Contains("max_replicas"));
+  CHECK_THAT(error("id,arrival_seconds,profile,samples,max_replicas\na,0,linear,10,0\n", "csv"),
+             Catch::Matchers::Contains("line 2"));
+  CHECK_THAT(error(R"({"id": "a", "arrival_seconds": 0, "profile": "linear", "epochs": 3, "max_replicas": 2})",
+                   "jsonl"),
+             Catch::Matchers::Contains("dataset"));
+  CHECK_THAT(error(R"({"id": "a", "arrival_seconds": 0, "profile": "linear", "samples": 1, "max_replicas": 2,)"
+                   R"( "colour": "red"})",
+                   "jsonl"),
+             Catch::Matchers::Contains("colour"));
+}
+
+TEST_CASE("a JSONL workload carries the cluster's capacity and its changes") {
+  const Workload w = MustParse(std::string(R"({"capacity_gpus": 64})") + "\n" +
+                               R"({"capacity_gpus": 48, "at_seconds": 3600})" + "\n" + kLoneLinearJob);
+  CHECK(w.capacity_gpus == 64u);
+  REQUIRE(w.capacity_changes.size() == 1);
+  CHECK(w.capacity_changes[0] == CapacityChange{3600, 48});
+}
+
+TEST_CASE("the report directory holds the CSVs, the plots and report.md") {
+  const Workload workload = SmallPolluxWorkload();
+  std::vector<SimulationResult> results;
+  for (const char* policy : {"planner", "static-min"}) {
+    SimulationOptions options;
+    options.policy = policy;
+    options.capacity_gpus = 16;
+    results.push_back(MustSimulate(workload, options));
+  }
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / absl::StrFormat("rescale-sim-test-%d", ::getpid())).string();
+  RunDescription run;
+  run.workload = "small";
+  run.jobs = workload.jobs.size();
+  run.capacity_gpus = 16;
+  run.baseline = "planner";
+  REQUIRE(WriteRunReport(dir, run, results).ok());
+  absl::StatusOr<std::string> summary = ReadFile(dir + "/summary.csv");
+  REQUIRE(summary.ok());
+  for (const char* column : {"policy", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s",
+                             "utilization", "rescales", "suspensions"}) {
+    CHECK_THAT(summary->substr(0, summary->find('\n')), Catch::Matchers::Contains(column));
+  }
+  for (const char* file : {"jobs.csv", "timeline.csv", "allocations.csv", "jct_cdf.svg", "utilization.svg",
+                           "allocation-planner.svg", "allocation-static-min.svg"}) {
+    INFO(file);
+    CHECK(std::filesystem::file_size(dir + "/" + file) > 100);
+  }
+  absl::StatusOr<std::string> report = ReadFile(dir + "/report.md");
+  REQUIRE(report.ok());
+  CHECK_THAT(*report, Catch::Matchers::Contains("jct_cdf.svg"));
+  CHECK_THAT(*report, Catch::Matchers::Contains("| planner *"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("quantiles interpolate linearly between order statistics") {
+  CHECK(Quantile({}, 0.5) == 0);
+  CHECK(Quantile({3, 1, 2}, 0.5) == 2);
+  CHECK(Quantile({1, 2, 3, 4}, 0.5) == 2.5);
+  CHECK(Quantile({0, 100}, 0.99) == Approx(99));
+}
+
+}  // namespace
+}  // namespace rescale::sim
