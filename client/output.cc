@@ -570,24 +570,28 @@ std::string FormatClusterSummary(const v1::Cluster& cluster) {
   return text;
 }
 
+// The cells of a recommendation row, shared by `get recommendations` and
+// `watch` so the two tables always agree.
+static std::vector<std::string> RecommendationCells(const v1::Recommendation& rec) {
+  auto [ns, name] = SplitJobId(rec.job_id());
+  return {
+      ns,
+      name,
+      absl::StrCat(rec.replicas()),
+      ActionName(rec.action()),
+      absl::StrCat(rec.generation()),
+      ConstraintName(rec.binding_constraint()),
+      // 0 means "running", which a dash says more plainly than a zero.
+      rec.queue_position() == 0 ? "-" : absl::StrCat(rec.queue_position()),
+      OrNone(rec.reason()),
+  };
+}
+
 std::string FormatRecommendationsTable(
     const google::protobuf::RepeatedPtrField<v1::Recommendation>& recommendations) {
   Table table({"NAMESPACE", "NAME", "REPLICAS", "ACTION", "GENERATION", "CONSTRAINT", "QUEUE",
                "REASON"});
-  for (const auto& rec : recommendations) {
-    auto [ns, name] = SplitJobId(rec.job_id());
-    table.AddRow({
-        ns,
-        name,
-        absl::StrCat(rec.replicas()),
-        ActionName(rec.action()),
-        absl::StrCat(rec.generation()),
-        ConstraintName(rec.binding_constraint()),
-        // 0 means "running", which a dash says more plainly than a zero.
-        rec.queue_position() == 0 ? "-" : absl::StrCat(rec.queue_position()),
-        OrNone(rec.reason()),
-    });
-  }
+  for (const auto& rec : recommendations) table.AddRow(RecommendationCells(rec));
   return table.Render();
 }
 
@@ -932,19 +936,9 @@ void WatchTablePrinter::PrintEvent(const v1::RecommendationEvent& event) {
     PrintRow({EventTypeName(event.type())});
     return;
   }
-  const auto& rec = event.recommendation();
-  auto [ns, name] = SplitJobId(rec.job_id());
-  PrintRow({
-      EventTypeName(event.type()),
-      ns,
-      name,
-      absl::StrCat(rec.replicas()),
-      ActionName(rec.action()),
-      absl::StrCat(rec.generation()),
-      ConstraintName(rec.binding_constraint()),
-      rec.queue_position() == 0 ? "-" : absl::StrCat(rec.queue_position()),
-      OrNone(rec.reason()),
-  });
+  std::vector<std::string> cells = {EventTypeName(event.type())};
+  for (std::string& cell : RecommendationCells(event.recommendation())) cells.push_back(std::move(cell));
+  PrintRow(cells);
 }
 
 // ------------------------------------------------------------- pieces --
