@@ -361,7 +361,7 @@ void DecisionEngine::ReplanLocked() {
   struct Prepared {
     JobSpec spec;  // policy resolved
     PolicyDecision wish;
-    std::vector<CurvePoint> curve;
+    ThroughputModel model;
     bool planned_by_cluster = false;
   };
   std::vector<Prepared> prepared;
@@ -373,7 +373,6 @@ void DecisionEngine::ReplanLocked() {
     p.spec = entry.spec;
     if (p.spec.policy.empty()) p.spec.policy = options_.default_policy;
     const Fitted fitted = Fit(p.spec, now);
-    p.curve = CurveOf(p.spec, fitted);
     const PolicyOptions policy_options = ResolvePolicyOptions(options_.policy, p.spec.parameters);
     PolicyInput policy_input;
     policy_input.spec = &p.spec;
@@ -405,10 +404,11 @@ void DecisionEngine::ReplanLocked() {
     for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
       // Planner jobs: predicted samples/s. Others: any rising curve, so the
       // planner grows them toward their wish when GPUs allow.
-      const double predicted = fitted.model.empty() ? 0 : fitted.model.SamplesPerSecond(n);
-      job.throughput.push_back(p.planned_by_cluster && predicted > 0 ? predicted : double(n));
+      const double predicted = p.planned_by_cluster ? fitted.model.SamplesPerSecond(n) : 0;
+      job.throughput.push_back(predicted > 0 ? predicted : double(n));
     }
     planner_jobs.push_back(std::move(job));
+    p.model = fitted.model;
     prepared.push_back(std::move(p));
   }
 
@@ -451,8 +451,8 @@ void DecisionEngine::ReplanLocked() {
     rec.reason = policy_explains ? p.wish.reason : planned.reason;
     rec.binding_constraint = policy_explains ? p.wish.binding : planned.binding;
     rec.current_samples_per_second =
-        entry.status.suspended ? 0 : InterpolateThroughput(p.curve, entry.status.current_replicas);
-    rec.predicted_samples_per_second = InterpolateThroughput(p.curve, planned.replicas);
+        entry.status.suspended ? 0 : p.model.SamplesPerSecond(entry.status.current_replicas);
+    rec.predicted_samples_per_second = p.model.SamplesPerSecond(planned.replicas);
     rec.queue_position = planned.queue_position;
     rec.decided_at = now;
     rec.policy = p.spec.policy;

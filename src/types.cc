@@ -51,22 +51,6 @@ void IngestResult::Merge(const IngestResult& other, uint32_t index_offset) {
   }
 }
 
-double InterpolateThroughput(const std::vector<CurvePoint>& curve, uint32_t replicas) {
-  if (curve.empty() || replicas == 0) return 0;
-  if (replicas <= curve.front().replicas) {
-    return curve.front().samples_per_second * replicas / curve.front().replicas;
-  }
-  for (size_t i = 1; i < curve.size(); ++i) {
-    if (replicas <= curve[i].replicas) {
-      const CurvePoint& a = curve[i - 1];
-      const CurvePoint& b = curve[i];
-      double t = double(replicas - a.replicas) / double(b.replicas - a.replicas);
-      return a.samples_per_second + t * (b.samples_per_second - a.samples_per_second);
-    }
-  }
-  return curve.back().samples_per_second * replicas / curve.back().replicas;
-}
-
 std::string_view JobNamespace(std::string_view job_id) {
   size_t slash = job_id.find('/');
   return slash == std::string_view::npos ? std::string_view() : job_id.substr(0, slash);

@@ -199,10 +199,6 @@ struct ClusterView {
   bool plan_exact = true;
 };
 
-// Throughput at `replicas` read off a curve's points (linear between them,
-// proportional to replicas beyond them); 0 when there are none.
-double InterpolateThroughput(const std::vector<CurvePoint>& curve, uint32_t replicas);
-
 // "namespace" part of a job_id ("" when malformed).
 std::string_view JobNamespace(std::string_view job_id);
 
