@@ -22,6 +22,8 @@ packages=(
   nlohmann-json3-dev
   libyaml-cpp-dev
   libcli11-dev
+  libcurl4-openssl-dev
+  libcpp-httplib-dev
 )
 
 missing=()
