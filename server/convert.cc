@@ -170,6 +170,7 @@ void ToProto(const ClusterView& view, v1::Cluster* proto) {
 void ToProto(const IngestResult& result, v1::IngestSummary* proto) {
   proto->set_accepted(result.accepted);
   proto->set_rejected(result.rejected);
+  proto->set_duplicates(result.duplicates);
   for (const SampleRejection& r : result.rejections) {
     v1::SampleRejection* out = proto->add_rejections();
     out->set_index(r.index);

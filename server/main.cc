@@ -54,6 +54,9 @@ ABSL_FLAG(absl::Duration, cooldown, kDefaults.cooldown,
           "parameters.cooldown_seconds)");
 ABSL_FLAG(absl::Duration, horizon, kDefaults.horizon,
           "a scale-up must repay its restart cost within this span");
+ABSL_FLAG(uint32_t, gpus_per_node, kDefaults.gpus_per_node,
+          "GPUs per node: the throughput model adds an inter-node term for sizes that span "
+          "nodes (replicas packed onto the fewest nodes); 0 = unknown, one node assumed");
 ABSL_FLAG(absl::Duration, applied_debounce, kDefaults.applied_debounce,
           "a burst of ReportApplied calls is planned once, this long after the first");
 ABSL_FLAG(std::string, tls_cert_file, "", "PEM server certificate chain; enables TLS with --tls_key_file");
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
   options.cooldown = absl::GetFlag(FLAGS_cooldown);
   options.applied_debounce = absl::GetFlag(FLAGS_applied_debounce);
   options.horizon = absl::GetFlag(FLAGS_horizon);
+  options.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
 

@@ -101,6 +101,7 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   engine_options.store.max_step_seconds = options.max_step_seconds;
   engine_options.policy.cooldown = options.cooldown;
   engine_options.policy.horizon = options.horizon;
+  engine_options.model.gpus_per_node = options.gpus_per_node;
   if (options.capacity_gpus >= 0) {
     engine_options.capacity_gpus = static_cast<uint32_t>(options.capacity_gpus);
   }

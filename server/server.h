@@ -50,6 +50,9 @@ struct ServerOptions {
   // repay its restart cost within `horizon`.
   absl::Duration cooldown = absl::Seconds(60);
   absl::Duration horizon = absl::Minutes(10);
+  // GPUs per node, so the throughput model knows which sizes span nodes
+  // (replicas packed onto the fewest nodes); 0 = unknown, one node assumed.
+  uint32_t gpus_per_node = 0;
   // A burst of ReportApplied calls is planned once, this long after the
   // first (needs the plan timer; without it they replan inline).
   absl::Duration applied_debounce = absl::Milliseconds(200);

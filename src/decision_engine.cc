@@ -75,6 +75,7 @@ DecisionEngine::Fitted DecisionEngine::Fit(const JobSpec& spec, absl::Time now) 
   }
   ModelOptions model_options = options_.model;
   model_options.min_samples = options_.policy.min_samples;
+  model_options.gpus_per_replica = std::max<uint32_t>(spec.gpus_per_replica, 1);
   if (spec.local_batch_size > 0) model_options.default_local_batch = spec.local_batch_size;
   fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
   return fitted;
@@ -227,6 +228,7 @@ void DecisionEngine::AutoRegister(std::span<const StepSample> samples, IngestRes
   IngestResult merged;
   merged.accepted = result.accepted + second.accepted;
   merged.rejected = result.rejected - retry.size();
+  merged.duplicates = result.duplicates + second.duplicates;
   merged.rejected_for_limits = result.rejected_for_limits;
   merged.limit_reason = result.limit_reason;
   merged.rejected_unknown_job = result.rejected_unknown_job - retry.size();

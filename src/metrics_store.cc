@@ -15,6 +15,8 @@ namespace rescale {
 namespace {
 
 constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
+// ClaimStep stores step + 1, so the largest step cannot be represented.
+constexpr uint64_t kReservedStep = std::numeric_limits<uint64_t>::max();
 
 // Octave of a positive finite double, read off its exponent bits (frexp is
 // several times slower on this path), clamped to the histogram.
@@ -30,6 +32,33 @@ inline void AddRelaxed(std::atomic<double>& target, double value) {
   double old = target.load(std::memory_order_relaxed);
   while (!target.compare_exchange_weak(old, old + value, std::memory_order_relaxed)) {
   }
+}
+
+// De-duplication by step. `next` is one past the highest step accepted for a
+// pod (0: none yet); `seen` is the caller's cached copy of it, a lower bound
+// because `next` only grows. Returns whether `step` was above every accepted
+// step, and then raises `next` past it: the caller stores the sample.
+//
+// Why relaxed suffices: every successful CAS moves `next` from some v to
+// step + 1 > v, so it claims the steps [v, step] for its caller. All RMWs on
+// one atomic fall in a single modification order (in any memory order), so
+// the claimed intervals are disjoint and no step is claimed twice, whichever
+// writers race. Nothing else is published through `next`: the sample's
+// statistics are relaxed counters of their own (see the header), and no
+// reader infers anything about them from `next`, so no acquire/release is
+// needed. (If a writer claims step 10 while another is still at step 7 of a
+// run, steps 7..9 of the second become duplicates: de-duplication assumes
+// each pod's steps arrive in increasing order, which the agent guarantees.)
+inline bool ClaimStep(std::atomic<uint64_t>& next, uint64_t step, uint64_t& seen) {
+  while (step >= seen) {
+    if (next.compare_exchange_weak(seen, step + 1, std::memory_order_relaxed,
+                                   std::memory_order_relaxed)) {
+      seen = step + 1;
+      return true;
+    }
+    // `seen` now holds the current value; re-test.
+  }
+  return false;
 }
 
 inline void MaxRelaxed(std::atomic<int64_t>& target, int64_t value) {
@@ -161,6 +190,10 @@ struct MetricsStore::PodCell {
   std::atomic<double> recent_step{0};
   std::atomic<uint32_t> world_size{0};
   std::atomic<uint64_t> count{0};
+  // One past the highest `step` accepted for this pod; 0 = none. Only grows
+  // (ClaimStep). Kept when the pod table is rebuilt (cells are moved, not
+  // copied); lost when the pod is forgotten after pod_ttl.
+  std::atomic<uint64_t> next_step{0};
 };
 
 struct MetricsStore::PodTable {
@@ -453,6 +486,9 @@ std::string MetricsStore::RejectReason(const StepSample& s, const JobState* job,
   if (s.batch_size == 0 && job->local_batch_size.load(std::memory_order_relaxed) == 0) {
     return "batch_size is 0 and the job has no local_batch_size to default to";
   }
+  if (s.step.has_value() && *s.step == kReservedStep) {
+    return "step 18446744073709551615 (2^64-1) is reserved";
+  }
   if (s.timestamp_unix_nanos != 0) {
     absl::Time at = absl::FromUnixNanos(s.timestamp_unix_nanos);
     if (at > now + options_.max_future_skew) {
@@ -488,6 +524,7 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
   PendingSize size_pending;
   PendingPod pod_pending;
   std::string_view pod_key;
+  uint64_t pod_next_step = 0;  // cached PodCell::next_step of pod_pending.cell
 
   for (size_t i = 0; i < samples.size(); ++i) {
     const StepSample& s = samples[i];
@@ -515,7 +552,8 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
                        s.step_seconds <= options_.max_step_seconds &&  // false for NaN
                        s.world_size >= 1 && s.world_size <= max_replicas &&
                        (s.batch_size != 0 || local_batch != 0) &&
-                       (ts == 0 || (ts >= oldest_ns && ts <= newest_ns));
+                       (ts == 0 || (ts >= oldest_ns && ts <= newest_ns)) &&
+                       (!s.step.has_value() || *s.step != kReservedStep);
     if (!valid) {
       if (job == nullptr && !s.job_id.empty()) ++result.rejected_unknown_job;
       std::string reason = RejectReason(s, job, now);
@@ -550,6 +588,12 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
       }
       pod_pending.cell = cell;
       pod_key = s.pod;
+      pod_next_step = cell->next_step.load(std::memory_order_relaxed);
+    }
+    // Last check before storing: a claimed step is never given back.
+    if (s.step.has_value() && !ClaimStep(pod_pending.cell->next_step, *s.step, pod_next_step)) {
+      ++result.duplicates;
+      continue;
     }
     const double x = s.step_seconds;
     const int bin = BinOf(x);

@@ -2,47 +2,58 @@
 // workers n from what the metrics store measured at a few sizes (plus any
 // prior points from offline profiling), and predicts step time, whole-job
 // throughput, parallel efficiency and an uncertainty band for any n. Fit() is
-// a handful of 3x3 non-negative least-squares solves: no optimiser, no
+// a handful of 5x5 non-negative least-squares solves: no optimiser, no
 // randomness, microseconds per job (BM_ModelFit in bench/rescale_bench.cc).
 //
-// Model form. step(n) = compute + sync(n), with sync(1) = 0 and, for n >= 2,
-//   sync(n) = sync_base + sync_per_worker * (n - 2),   all three >= 0.
-// This is Pollux's throughput model (AdaptDL goodput.py, OSDI'21) reduced to
-// what our samples can identify. Data-parallel training at a fixed per-pod
-// batch does the same gradient work per pod at every n (the constant
-// `compute`); what n changes is the all-reduce, which costs nothing on one
-// worker, jumps as soon as there is a second one (a ring's bandwidth term
-// 2(n-1)/n * S/B is already half its asymptote at n = 2, plus fixed latency
-// and framework overhead) and then grows slowly (2(n-1) latency hops, more
-// links to share). Pollux fits two such sync laws, inside a node and across
-// nodes; our samples carry only the world size, not the placement, so one law
-// averages over whatever placements the job ran at. Pollux's compute/sync
-// overlap exponent g is fixed at 1 (times add): g is not identifiable from
-// step times at a few sizes, and with g = 1 the model is linear in its
-// parameters, which is what makes the fit closed-form. Optimus's
-// 1/(t0*M/w + t1 + t2*w) is the same idea (non-negative terms fitted by
-// NNLS) with the batch split across workers; at a fixed per-pod batch its
-// M/w term is our constant. The three parameters are identified one per new
-// size (n = 1 gives compute, n = 2 the jump, any n >= 3 the slope), so "fix
-// what the data cannot identify" (Pollux keeps its slopes fixed until it has
-// seen K > 2) falls out of the prior below. Non-negative parameters make
-// step(n) non-decreasing, so a prediction is never super-linear:
-// throughput(n) <= n * throughput(1) by construction, for every input.
-// Alternatives measured on the traces below with a prototype of this fit
-// (median step-time error at 8 workers, median / smallest / largest batch): the ring form
-// compute + a*(n-1)/n + b*(n-1) gives 13% / 15% / 7% against this form's
-// 12% / 15% / 5%, and its a/b split is poorly identified from sizes <= 4.
-// The two-parameter linear form compute + b*(n-1) (no jump at n = 2) gives
-// 9% / 15% / 2%, but only because it extrapolates more steeply into an
-// unusually slow two-node placement (see Validation); it is 122% off at 16
-// workers against 108% here, and it cannot represent a job whose cost is
-// mostly the jump to distributed training, so we did not switch to it.
+// Model form. step = compute + sync(n) + across(n), all terms >= 0:
+//   sync(n)   = [n >= 2] (sync_base + sync_per_worker * (n - 2))
+//   across(n) = [nodes > 1] (node_sync + node_sync_per_colocated * (per_node - 1))
+// where nodes is how many nodes the job spans and per_node the replicas on
+// its fullest node. This is Pollux's throughput model (AdaptDL goodput.py,
+// OSDI'21) in the form our samples can identify. Data-parallel training at a
+// fixed per-pod batch does the same gradient work per pod at every n (the
+// constant `compute`); what n changes is the all-reduce, which costs nothing
+// on one worker, jumps as soon as there is a second one (a ring's bandwidth
+// term 2(n-1)/n * S/B is already half its asymptote at n = 2, plus fixed
+// latency and framework overhead) and then grows slowly (2(n-1) latency
+// hops, more links to share). Pollux fits two such sync laws, one inside a
+// node and one across nodes; we keep the in-node law for every size and add
+// the cross-node cost on top, and make it grow with the replicas that share
+// one node's network link: in the Pollux traces a two-node placement of 4
+// GPUs ("22") is slower than a four-node one ("1111"), and the packed 8
+// ("44") slower again, which a cost in the node count alone cannot follow.
+// Where the job runs: observations may carry their node count (replicas
+// assumed spread evenly); otherwise, and for every prediction, replicas are
+// packed onto the fewest nodes of ModelOptions::gpus_per_node GPUs, as
+// gang schedulers place them. With the node size unknown (0) every size is
+// one node, the cross-node terms are never used, and the model is the
+// three-parameter in-node law. Pollux's compute/sync overlap exponent g is
+// fixed at 1 (times add): g is not identifiable from step times at a few
+// sizes, and with g = 1 the model is linear in its parameters, which is what
+// makes the fit closed-form. Optimus's 1/(t0*M/w + t1 + t2*w) is the same
+// idea (non-negative terms fitted by NNLS) with the batch split across
+// workers; at a fixed per-pod batch its M/w term is our constant. The
+// in-node parameters are identified one per new size (n = 1 gives compute,
+// n = 2 the jump, any n >= 3 the slope) and the cross-node ones by the
+// placements that span nodes, so "fix what the data cannot identify" (Pollux
+// keeps its slopes fixed until it has seen K > 2) falls out of the prior
+// below. Non-negative parameters and a packed placement whose node count and
+// fullest node never shrink as n grows make step time non-decreasing in n, so
+// a prediction is never super-linear: throughput(n) <= n * throughput(1) by
+// construction, for every input.
+// Alternatives measured on the traces below (median step-time error at 8
+// workers, median / smallest / largest batch): the in-node law alone, as
+// before placements were known, 12% / 15% / 5%; a cross-node cost in the
+// node count alone ([nodes > 1] * node_sync) 21% / - / -; in the replicas
+// per node alone 10% / 17% / 7%; the form above 4.2% / 16% / 3.4%. The
+// ring form compute + a*(n-1)/n + b*(n-1) gave 13% / 15% / 7% in place of
+// the in-node law, with its a/b split poorly identified from sizes <= 4.
 //
 // Fitting. Minimise the weighted squared log error of step time (Pollux's RMS
 // log error): step-time noise is multiplicative, and in log space one set of
 // constants serves a 10 ms and a 2 s step alike. Because step(n) is linear in
 // the parameters, each Gauss-Newton step on the log residuals is a
-// 3-variable weighted NNLS, solved exactly by enumerating the 7 possible
+// 5-variable weighted NNLS, solved exactly by enumerating the 31 possible
 // supports; the first step, linearised at the observed values, is the
 // closed-form relative-error fit, and at most kGaussNewtonSteps - 1 more
 // steps (each halved at most kStepHalvings times, and taken only when the true
@@ -63,10 +74,12 @@
 // the weighted mean of the observations' mean_batch; step times are not
 // rescaled for batch changes (recency weighting retires the old batch).
 // Prior. Published schedulers assume near-linear scaling without data
-// (Pollux: linear until profiled). We add two weak ridge rows saying
-// sync_base ~ 5% and sync_per_worker ~ 0.2% of compute (sigma = 20% of the
+// (Pollux: linear until profiled). We add four weak ridge rows saying
+// sync_base ~ 5% and sync_per_worker ~ 0.2% of compute, and likewise
+// node_sync ~ 5% and node_sync_per_colocated ~ 0.2% (sigma = 20% of the
 // reference step): they decide only what the data leave undetermined (with
-// one size, all of the compute/sync split; with sizes 1 and 2, the slope)
+// one size, all of the compute/sync split; with sizes 1 and 2, the slope;
+// with no placement across nodes, the cross-node cost)
 // and barely move a well-determined fit (a 4-size exact law is reproduced
 // within 1%). The prior alone gives efficiency 0.94 at 8 workers, 0.85 at
 // 64, 0.49 at 512. Compute is bounded below by 10% of the step at the
@@ -80,19 +93,15 @@
 // kExtrapolationPerLogSize per unit of |ln(n / anchor)| (about 21% per
 // doubling); the band is the smallest over anchors, capped at 100% of the
 // prediction. On the traces below the band at 2x the largest size covers
-// the throughput error of all six apps (errors 6-21%, bands 24-41%) and at
-// 4x it covers three of six.
+// the throughput error of all six apps (errors 0.4-9.3%, bands 22-24%) and
+// at 4x it covers two of six.
 //
 // Validation (tests/throughput_model_test.cc: Pollux traces, every placement
-// with <= 4 GPUs as observations, compared with the packed placement at 8 and
-// 16). Median absolute step-time error: 12.2% at 8 workers (target 10%, not
-// met) and 108% at 16. The sizes <= 4 mix one- to four-node placements; the
-// packed 8 ("44") is a two-node placement, and two-node placements in these
-// traces are slower than the others, so the model under-predicts its step
-// time in every app (by 6-17%). The packed 16 ("4444") is faster than the
-// packed 8 in every app, which no model with step time non-decreasing in n
-// can reproduce. A model that knew the node count could do better; our
-// samples do not carry it.
+// with <= 4 GPUs as observations with their node counts, nodes of 4 GPUs,
+// compared with the packed placement at 8 and 16). Median absolute step-time
+// error: 4.2% at 8 workers (target 10%; 0.4-10.2% per app) and 57% at 16.
+// The packed 16 ("4444") is faster than the packed 8 ("44") in every app,
+// which no model with step time non-decreasing in n can reproduce.
 #include "rescale/throughput_model.h"
 
 #include <algorithm>
@@ -118,6 +127,8 @@ constexpr double kMinPriorRelativeError = 0.05;
 // and this much more per worker after that.
 constexpr double kPriorSyncBaseShare = 0.05;
 constexpr double kPriorSyncPerWorkerShare = 0.002;
+// ...and this much more once it spans more than one node.
+constexpr double kPriorNodeSyncShare = 0.05;
 // Standard deviation of the prior rows, as a share of the reference step:
 // weak, so identified parameters follow the data.
 constexpr double kPriorShareSigma = 0.20;
@@ -133,23 +144,55 @@ constexpr int kStepHalvings = 4;
 constexpr double kNegligibleRecency = 1e-6;
 constexpr double kDefaultLocalBatch = 1.0;
 
-constexpr int kParams = 3;  // compute, sync_base, sync_per_worker
+// compute, sync_base, sync_per_worker, node_sync
+constexpr int kParams = 5;
 using Vec = std::array<double, kParams>;
 using Mat = std::array<Vec, kParams>;
 
-// d step(n) / d parameters: step(n) = Basis(n) . (compute, base, slope).
-Vec Basis(double n) {
-  if (n < 2) return {1.0, 0.0, 0.0};
-  return {1.0, 1.0, n - 2.0};
+// Where a job's replicas run: the nodes it spans and the replicas on its
+// fullest node (who share that node's network link).
+struct Placement {
+  double nodes = 1;
+  double per_node = 1;
+};
+
+// The placement a scheduler that packs replicas onto the fewest nodes gives
+// n replicas: full nodes first, so the fullest node holds
+// min(n, replicas per node). One node when the node size is unknown. Both
+// fields are non-decreasing in n, which keeps step time non-decreasing.
+Placement Packed(double n, uint32_t gpus_per_replica, uint32_t gpus_per_node) {
+  if (gpus_per_node == 0) return {1.0, n};
+  const double per_replica = std::max<uint32_t>(gpus_per_replica, 1);
+  const double replicas_per_node = std::max(1.0, std::floor(gpus_per_node / per_replica));
+  return {std::max(1.0, std::ceil(n / replicas_per_node)), std::min(n, replicas_per_node)};
 }
 
-double Dot(const Vec& a, const Vec& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+// A measured placement with a known node count, replicas spread evenly
+// (the fullest node holds at least ceil(n / nodes)).
+Placement Spread(double n, uint32_t nodes) {
+  return {static_cast<double>(nodes), std::ceil(n / nodes)};
+}
+
+// d step / d parameters: step = Basis(n, placement) . (compute, sync_base,
+// sync_per_worker, node_sync, node_sync_per_colocated).
+Vec Basis(double n, const Placement& where) {
+  if (n < 2) return {1.0, 0.0, 0.0, 0.0, 0.0};
+  const double across_nodes = where.nodes > 1 ? 1.0 : 0.0;
+  return {1.0, 1.0, n - 2.0, across_nodes, across_nodes * (where.per_node - 1.0)};
+}
+
+double Dot(const Vec& a, const Vec& b) {
+  double sum = 0;
+  for (int i = 0; i < kParams; ++i) sum += a[i] * b[i];
+  return sum;
+}
 
 bool Finite(double x) { return std::isfinite(x); }
 
 // One measured or prior step time, in units of the reference step.
 struct FitRow {
   double replicas = 0;
+  Placement where;
   double step = 0;      // relative to the reference step
   double weight = 0;    // inverse variance of log step, times recency
   bool observed = false;  // from an Observation (false: a prior point)
@@ -186,21 +229,21 @@ bool SolveOnSupport(const Mat& gram, const Vec& rhs, unsigned support, Vec& x) {
       for (int j = c; j <= k; ++j) a[r][j] -= f * a[c][j];
     }
   }
-  x = {0, 0, 0};
+  x = Vec{};
   for (int r = 0; r < k; ++r) x[index[r]] = a[r][k] / a[r][r];
   return true;
 }
 
-// argmin over x >= 0 of x'Gx - 2 b'x. With 3 variables the exact answer is
-// the best of the (at most 7) unconstrained solutions on a support that come
+// argmin over x >= 0 of x'Gx - 2 b'x. With 4 variables the exact answer is
+// the best of the (at most 15) unconstrained solutions on a support that come
 // out non-negative; enumeration in a fixed order keeps it deterministic.
 Vec SolveNonNegative(const Mat& gram, const Vec& rhs) {
-  Vec best = {0, 0, 0};
+  Vec best = Vec{};
   double best_value = 0;  // value of x = 0
   for (unsigned support = 1; support < (1u << kParams); ++support) {
     Vec x;
     if (!SolveOnSupport(gram, rhs, support, x)) continue;
-    if (x[0] < 0 || x[1] < 0 || x[2] < 0) continue;
+    if (std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) continue;
     Vec gx;
     for (int i = 0; i < kParams; ++i) gx[i] = Dot(gram[i], x);
     const double value = Dot(x, gx) - 2 * Dot(rhs, x);
@@ -219,9 +262,11 @@ struct PriorRow {
   double weight;
 };
 constexpr double kPriorWeight = 1.0 / (kPriorShareSigma * kPriorShareSigma);
-const std::array<PriorRow, 2> kPriorRows = {{
-    {{-kPriorSyncBaseShare, 1.0, 0.0}, kPriorWeight},
-    {{-kPriorSyncPerWorkerShare, 0.0, 1.0}, kPriorWeight},
+const std::array<PriorRow, 4> kPriorRows = {{
+    {{-kPriorSyncBaseShare, 1.0, 0.0, 0.0, 0.0}, kPriorWeight},
+    {{-kPriorSyncPerWorkerShare, 0.0, 1.0, 0.0, 0.0}, kPriorWeight},
+    {{-kPriorNodeSyncShare, 0.0, 0.0, 1.0, 0.0}, kPriorWeight},
+    {{-kPriorSyncPerWorkerShare, 0.0, 0.0, 0.0, 1.0}, kPriorWeight},
 }};
 
 // Weighted squared log error of the rows plus the prior rows; +inf when a
@@ -229,7 +274,7 @@ const std::array<PriorRow, 2> kPriorRows = {{
 double Objective(const std::vector<FitRow>& rows, const Vec& params) {
   double total = 0;
   for (const FitRow& row : rows) {
-    const double predicted = Dot(Basis(row.replicas), params);
+    const double predicted = Dot(Basis(row.replicas, row.where), params);
     if (!(predicted > 0)) return std::numeric_limits<double>::infinity();
     const double r = std::log(predicted / row.step);
     total += row.weight * r * r;
@@ -263,7 +308,7 @@ Vec FitParameters(const std::vector<FitRow>& rows, const Vec& lower) {
     };
     for (size_t i = 0; i < rows.size(); ++i) {
       const double m = linearised_at[i];
-      Vec a = Basis(rows[i].replicas);
+      Vec a = Basis(rows[i].replicas, rows[i].where);
       for (double& v : a) v /= m;
       accumulate(a, 1.0 + std::log(rows[i].step / m), rows[i].weight);
     }
@@ -294,7 +339,7 @@ Vec FitParameters(const std::vector<FitRow>& rows, const Vec& lower) {
       if (!improved) break;
     }
     for (size_t i = 0; i < rows.size(); ++i) {
-      linearised_at[i] = Dot(Basis(rows[i].replicas), params);
+      linearised_at[i] = Dot(Basis(rows[i].replicas, rows[i].where), params);
     }
   }
   return params;
@@ -325,7 +370,14 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   };
 
   struct Measured {
-    double replicas, step, weight;
+    double replicas;
+    Placement where;
+    double step, weight;
+  };
+  const uint32_t gpus_per_replica = std::max<uint32_t>(options.gpus_per_replica, 1);
+  auto placement_of = [&](const Observation& o) {
+    if (o.nodes > 0) return Spread(o.replicas, o.nodes);
+    return Packed(o.replicas, gpus_per_replica, options.gpus_per_node);
   };
   std::vector<Measured> measured;
   double batch_weight = 0, batch_sum = 0;
@@ -338,7 +390,7 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
         std::min(1.0, spread / (o.step_seconds * std::sqrt(static_cast<double>(o.sample_count))));
     const double weight =
         fresh / (standard_error * standard_error + kModelErrorFloor * kModelErrorFloor);
-    measured.push_back({static_cast<double>(o.replicas), o.step_seconds, weight});
+    measured.push_back({static_cast<double>(o.replicas), placement_of(o), o.step_seconds, weight});
     if (Finite(o.mean_batch) && o.mean_batch > 0) {
       batch_weight += weight;
       batch_sum += weight * o.mean_batch;
@@ -350,7 +402,9 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
 
   // ---- prior points, as step times at the same per-pod batch -----------------
   struct PriorStep {
-    double replicas, step, weight;
+    double replicas;
+    Placement where;
+    double step, weight;
   };
   std::vector<PriorStep> prior_steps;
   auto measured_at = [&](uint32_t n) {
@@ -368,17 +422,23 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
     if (Finite(p.uncertainty) && p.uncertainty > 0) {
       relative = std::max(kMinPriorRelativeError, p.uncertainty / p.samples_per_second);
     }
-    prior_steps.push_back({static_cast<double>(p.replicas), step, 1.0 / (relative * relative)});
+    prior_steps.push_back({static_cast<double>(p.replicas),
+                           Packed(p.replicas, gpus_per_replica, options.gpus_per_node), step,
+                           1.0 / (relative * relative)});
   }
   if (measured.empty() && prior_steps.empty()) return model;
 
   // ---- rows in units of the reference step, in a canonical order ----------------
   std::vector<FitRow> rows;
   rows.reserve(measured.size() + prior_steps.size());
-  for (const Measured& m : measured) rows.push_back({m.replicas, m.step, m.weight, true});
-  for (const PriorStep& p : prior_steps) rows.push_back({p.replicas, p.step, p.weight, false});
+  for (const Measured& m : measured) rows.push_back({m.replicas, m.where, m.step, m.weight, true});
+  for (const PriorStep& p : prior_steps) {
+    rows.push_back({p.replicas, p.where, p.step, p.weight, false});
+  }
   std::sort(rows.begin(), rows.end(), [](const FitRow& a, const FitRow& b) {
     if (a.replicas != b.replicas) return a.replicas < b.replicas;
+    if (a.where.nodes != b.where.nodes) return a.where.nodes < b.where.nodes;
+    if (a.where.per_node != b.where.per_node) return a.where.per_node < b.where.per_node;
     if (a.step != b.step) return a.step < b.step;
     if (a.weight != b.weight) return a.weight < b.weight;
     return a.observed < b.observed;
@@ -396,14 +456,16 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
 
   // The reference step is one at the smallest size, so the bound reads
   // "compute >= kMinComputeShare of the step there".
-  const Vec lower = {kMinComputeShare, 0.0, 0.0};
+  const Vec lower = {kMinComputeShare, 0.0, 0.0, 0.0, 0.0};
   Vec params = FitParameters(rows, lower);
-  if (!(Finite(params[0]) && Finite(params[1]) && Finite(params[2]))) {
+  if (!std::all_of(params.begin(), params.end(), Finite)) {
     // Unreachable with finite inputs; fall back to the prior through the
     // reference point rather than fail.
     const double n = rows.front().replicas;
-    const double shape = Dot(Basis(n), {1.0, kPriorSyncBaseShare, kPriorSyncPerWorkerShare});
-    params = {1.0 / shape, kPriorSyncBaseShare / shape, kPriorSyncPerWorkerShare / shape};
+    const Vec prior_shape = {1.0, kPriorSyncBaseShare, kPriorSyncPerWorkerShare,
+                             kPriorNodeSyncShare, kPriorSyncPerWorkerShare};
+    const double shape = Dot(Basis(n, rows.front().where), prior_shape);
+    for (int i = 0; i < kParams; ++i) params[i] = prior_shape[i] / shape;
   }
 
   model.empty_ = false;
@@ -411,6 +473,10 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   model.compute_seconds_ = params[0] * reference;
   model.sync_base_seconds_ = params[1] * reference;
   model.sync_per_worker_seconds_ = params[2] * reference;
+  model.node_sync_seconds_ = params[3] * reference;
+  model.node_sync_per_gpu_seconds_ = params[4] * reference;
+  model.gpus_per_replica_ = gpus_per_replica;
+  model.gpus_per_node_ = options.gpus_per_node;
 
   // ---- fit quality and uncertainty anchors --------------------------------------
   // RMS log error over the observations (over the prior points when there are
@@ -419,7 +485,7 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   double squared = 0, weight_sum = 0;
   for (const FitRow& row : rows) {
     if (row.observed != any_observed) continue;
-    const double r = std::log(Dot(Basis(row.replicas), params) / row.step);
+    const double r = std::log(Dot(Basis(row.replicas, row.where), params) / row.step);
     squared += row.weight * r * r;
     weight_sum += row.weight;
   }
@@ -445,8 +511,9 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
 
 double ThroughputModel::StepSeconds(uint32_t n) const {
   if (empty_ || n == 0) return 0;
-  return Dot(Basis(static_cast<double>(n)),
-             {compute_seconds_, sync_base_seconds_, sync_per_worker_seconds_});
+  return Dot(Basis(n, Packed(n, gpus_per_replica_, gpus_per_node_)),
+             {compute_seconds_, sync_base_seconds_, sync_per_worker_seconds_, node_sync_seconds_,
+              node_sync_per_gpu_seconds_});
 }
 
 double ThroughputModel::SamplesPerSecond(uint32_t n) const {
@@ -476,11 +543,18 @@ std::string ThroughputModel::Describe() const {
   for (const Anchor& anchor : anchors_) {
     absl::StrAppend(&sizes, sizes.empty() ? "" : ",", anchor.replicas);
   }
+  // The node term is shown only when the model knows node boundaries.
+  const std::string across_nodes =
+      gpus_per_node_ == 0 ? std::string()
+                          : absl::StrFormat(" + [nodes>1](%.4g + %.4g*(per_node-1)) (%u GPUs/node, "
+                                            "%u/replica)",
+                                            node_sync_seconds_, node_sync_per_gpu_seconds_,
+                                            gpus_per_node_, gpus_per_replica_);
   return absl::StrFormat(
-      "step(n) = %.4g + [n>1](%.4g + %.4g*(n-2)) s, batch %.4g, fitted at n=%s, rms log error "
+      "step(n) = %.4g + [n>1](%.4g + %.4g*(n-2))%s s, batch %.4g, fitted at n=%s, rms log error "
       "%.3f",
-      compute_seconds_, sync_base_seconds_, sync_per_worker_seconds_, local_batch_, sizes,
-      rms_log_error_);
+      compute_seconds_, sync_base_seconds_, sync_per_worker_seconds_, across_nodes, local_batch_,
+      sizes, rms_log_error_);
 }
 
 }  // namespace rescale

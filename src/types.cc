@@ -42,6 +42,7 @@ std::string_view BindingConstraintName(BindingConstraint constraint) {
 void IngestResult::Merge(const IngestResult& other, uint32_t index_offset) {
   accepted += other.accepted;
   rejected += other.rejected;
+  duplicates += other.duplicates;
   rejected_for_limits += other.rejected_for_limits;
   rejected_unknown_job += other.rejected_unknown_job;
   if (limit_reason.empty()) limit_reason = other.limit_reason;

@@ -145,3 +145,57 @@ TEST_CASE("concurrent ingest, reads, Tick and job churn count every sample exact
   store.Tick(clock.Now());
   CHECK(store.TotalAccepted() == expected_total);
 }
+
+// Two writers race to ingest overlapping step ranges of one pod: both start
+// at step 0 and send increasing steps in batches of different sizes (so the
+// race moves across batch boundaries), one up to 3N/2 and the other up to N.
+// Each writer's steps are contiguous and increasing, the contract the store
+// de-duplicates under, so every distinct step must be stored exactly once:
+// accepted + duplicates == sent, and the accepted total == distinct steps.
+TEST_CASE("two writers racing over overlapping steps of one pod store each step exactly once",
+          "[concurrency]") {
+  constexpr uint64_t kSteps = 60'000;
+  rescale::ManualClock clock;
+  rescale::MetricsStore store;
+  REQUIRE(store.AddJob("dedupe/job", 8, 32).ok());
+  struct Tally {
+    uint64_t sent = 0, accepted = 0, duplicates = 0, rejected = 0;
+  };
+  Tally tally[2];
+  const uint64_t last_step[2] = {kSteps * 3 / 2, kSteps};
+  const size_t batch_size[2] = {37, 64};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      std::vector<rescale::StepSample> batch;
+      uint64_t step = 0;
+      while (step < last_step[w]) {
+        batch.clear();
+        for (size_t i = 0; i < batch_size[w] && step < last_step[w]; ++i, ++step) {
+          rescale::StepSample s;
+          s.job_id = "dedupe/job";
+          s.pod = "dedupe-worker-0";
+          s.world_size = 2;
+          s.step_seconds = 0.25;
+          s.step = step;
+          batch.push_back(s);
+        }
+        rescale::IngestResult r = store.Ingest(batch, clock.Now());
+        tally[w].sent += batch.size();
+        tally[w].accepted += r.accepted;
+        tally[w].duplicates += r.duplicates;
+        tally[w].rejected += r.rejected;
+      }
+    });
+  }
+  for (std::thread& t : writers) t.join();
+  for (int w = 0; w < 2; ++w) {
+    INFO("writer " << w);
+    CHECK(tally[w].rejected == 0);
+    CHECK(tally[w].accepted + tally[w].duplicates == tally[w].sent);
+  }
+  const uint64_t distinct = kSteps * 3 / 2;
+  CHECK(tally[0].accepted + tally[1].accepted == distinct);
+  CHECK(store.SamplesAccepted("dedupe/job") == distinct);
+  CHECK(tally[0].duplicates + tally[1].duplicates == kSteps);
+}

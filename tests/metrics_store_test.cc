@@ -435,4 +435,97 @@ TEST_CASE("store's total counts samples of removed jobs exactly once") {
   CHECK(store.job_count() == 1);
 }
 
+// ---- de-duplication by step -------------------------------------------------
+
+std::vector<StepSample> Steps(uint64_t first, uint64_t last, const std::string* pod = nullptr) {
+  std::vector<StepSample> out;
+  for (uint64_t step = first; step <= last; ++step) {
+    StepSample s = Sample();
+    if (pod != nullptr) s.pod = *pod;
+    s.step = step;
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST_CASE("store counts a resent batch as duplicates, not as accepted or rejected") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  IngestResult first = store.Ingest(Steps(0, 9), kNow);
+  CHECK(first.accepted == 10);
+  CHECK(first.duplicates == 0);
+  IngestResult again = store.Ingest(Steps(0, 9), kNow);
+  CHECK(again.accepted == 0);
+  CHECK(again.duplicates == 10);
+  CHECK(again.rejected == 0);
+  CHECK(again.rejections.empty());
+  CHECK(store.SamplesAccepted(kJob) == 10);
+  // An overlapping batch stores only the new steps.
+  IngestResult overlap = store.Ingest(Steps(5, 14), kNow);
+  CHECK(overlap.accepted == 5);
+  CHECK(overlap.duplicates == 5);
+  CHECK(store.SamplesAccepted(kJob) == 15);
+  CHECK(store.Pods(kJob)[0].sample_count == 15);
+}
+
+TEST_CASE("store de-duplicates steps per pod, and a step behind the pod's highest is a duplicate") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  const std::string a = "w-0", b = "w-1";
+  CHECK(store.Ingest(Steps(0, 4, &a), kNow).accepted == 5);
+  CHECK(store.Ingest(Steps(0, 4, &b), kNow).accepted == 5);  // other pod: its own steps
+  std::vector<StepSample> out_of_order = Steps(10, 10, &a);
+  out_of_order.push_back(Steps(7, 7, &a)[0]);
+  IngestResult r = store.Ingest(out_of_order, kNow);
+  CHECK(r.accepted == 1);
+  CHECK(r.duplicates == 1);
+}
+
+TEST_CASE("store never de-duplicates samples without a step, and step 0 counts") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  std::vector<StepSample> plain = {Sample(), Sample(), Sample()};
+  CHECK(store.Ingest(plain, kNow).accepted == 3);
+  CHECK(store.Ingest(plain, kNow).accepted == 3);
+  CHECK(store.Ingest(Steps(0, 0), kNow).accepted == 1);
+  IngestResult r = store.Ingest(Steps(0, 0), kNow);
+  CHECK(r.duplicates == 1);
+  // Samples without a step do not move the pod's highest step either.
+  CHECK(store.Ingest(plain, kNow).accepted == 3);
+  CHECK(store.Ingest(Steps(1, 1), kNow).accepted == 1);
+}
+
+TEST_CASE("store rejects invalid samples before de-duplicating, so their step stays free") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  std::vector<StepSample> batch = Steps(3, 3);
+  batch[0].step_seconds = -1;
+  IngestResult bad = store.Ingest(batch, kNow);
+  CHECK(bad.rejected == 1);
+  CHECK(bad.duplicates == 0);
+  CHECK(store.Ingest(Steps(3, 3), kNow).accepted == 1);
+  std::vector<StepSample> reserved = Steps(0, 0);
+  reserved[0].step = std::numeric_limits<uint64_t>::max();
+  IngestResult r = store.Ingest(reserved, kNow);
+  REQUIRE(r.rejected == 1);
+  CHECK_THAT(r.rejections[0].reason, Contains("reserved"));
+}
+
+TEST_CASE("store keeps a pod's highest step when its pod table is rebuilt") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 2, 32).ok());
+  CHECK(store.Ingest(Steps(0, 9), kNow).accepted == 10);
+  // A larger max_replicas grows, and so rebuilds, the pod table.
+  REQUIRE(store.AddJob(kJob, 64, 32).ok());
+  CHECK(store.Ingest(Steps(0, 9), kNow).duplicates == 10);
+}
+
+TEST_CASE("IngestResult::Merge sums duplicates") {
+  IngestResult a, b;
+  a.duplicates = 2;
+  b.duplicates = 3;
+  a.Merge(b, 0);
+  CHECK(a.duplicates == 5);
+}
+
 }  // namespace rescale

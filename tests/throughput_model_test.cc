@@ -394,6 +394,65 @@ TEST_CASE("throughput counts the whole job at the observed per-pod batch", "[mod
   CHECK_THAT(model.Describe(), Catch::Matchers::Contains("batch 64"));
 }
 
+TEST_CASE("sizes that span nodes pay the cross-node cost the data show", "[model]") {
+  // In-node law plus a cross-node jump that grows with the replicas sharing
+  // a node's link, on packed nodes of 4 GPUs.
+  struct NodeLaw {
+    uint32_t gpus_per_replica = 1;
+    uint32_t gpus_per_node = 4;
+    double StepSeconds(uint32_t n) const {
+      const uint32_t per_node = gpus_per_node / gpus_per_replica;
+      const bool across = n > per_node;
+      return 0.2 + (n > 1 ? 0.02 + 0.004 * (n - 2) : 0.0) +
+             (across ? 0.08 + 0.02 * (std::min(n, per_node) - 1) : 0.0);
+    }
+  };
+  for (uint32_t gpus_per_replica : {1u, 2u}) {
+    INFO("GPUs per replica " << gpus_per_replica);
+    const NodeLaw law{gpus_per_replica, 8};
+    const uint32_t per_node = 8 / gpus_per_replica;
+    std::vector<Observation> observed;
+    for (uint32_t n : {1u, 2u, per_node, 2 * per_node}) {
+      observed.push_back(Observe(n, law.StepSeconds(n)));
+    }
+    ModelOptions options;
+    options.gpus_per_node = 8;
+    options.gpus_per_replica = gpus_per_replica;
+    const ThroughputModel aware = FitOnly(observed, {}, options);
+    const ThroughputModel blind = FitOnly(observed);
+    CheckSane(aware);
+    // The first size past a node boundary is where the cost appears...
+    CHECK(aware.StepSeconds(per_node + 1) > aware.StepSeconds(per_node) * 1.3);
+    CHECK(aware.StepSeconds(per_node + 1) ==
+          Approx(law.StepSeconds(per_node + 1)).epsilon(0.03));
+    // ...and four nodes are predicted from one- and two-node data far better
+    // than by a model that does not know where nodes end.
+    const uint32_t far = 4 * per_node;
+    const double aware_error = std::abs(aware.StepSeconds(far) / law.StepSeconds(far) - 1);
+    const double blind_error = std::abs(blind.StepSeconds(far) / law.StepSeconds(far) - 1);
+    CHECK(aware_error < 0.03);
+    CHECK(aware_error < blind_error / 2);
+    CHECK_THAT(aware.Describe(), Catch::Contains("[nodes>1]"));
+    CHECK_THAT(blind.Describe(), !Catch::Contains("[nodes>1]"));
+  }
+}
+
+TEST_CASE("observations with a node count teach the cross-node cost", "[model]") {
+  // 4 replicas measured on one node and spread over four: the spread one is
+  // slower, and that is what the model predicts for sizes that must span
+  // nodes, while one node stays as measured.
+  ModelOptions options;
+  options.gpus_per_node = 4;
+  std::vector<Observation> observed = {Observe(1, 0.2), Observe(2, 0.22), Observe(4, 0.23)};
+  Observation spread = Observe(4, 0.35);
+  spread.nodes = 4;
+  observed.push_back(spread);
+  const ThroughputModel model = FitOnly(observed, {}, options);
+  CHECK(model.StepSeconds(4) == Approx(0.23).epsilon(0.03));
+  CHECK(model.StepSeconds(5) > 0.3);
+  CheckSane(model);
+}
+
 // ---- validation on the Pollux traces -----------------------------------------------
 
 using CsvRow = std::map<std::string, std::string>;
@@ -535,6 +594,8 @@ struct AppResult {
 const std::vector<std::string> kApps = {"bert", "cifar10", "deepspeech2", "imagenet", "ncf",
                                         "yolov3"};
 constexpr uint32_t kMaxFitSize = 4;
+// The traces' cluster: placements list at most 4 GPUs on a node.
+constexpr uint32_t kTraceGpusPerNode = 4;
 constexpr uint32_t kTargets[2] = {8, 16};
 
 std::vector<AppResult> Validate(TieBreak tie_break) {
@@ -544,8 +605,9 @@ std::vector<AppResult> Validate(TieBreak tie_break) {
     AppResult r;
     r.app = app;
     r.batch = ChooseBatch(all, kMaxFitSize, tie_break);
-    // Each placements.csv row at <= 4 GPUs is one observation: the model sees
-    // only the world size, so "2" and "11" are two observations at n = 2.
+    // Each placements.csv row at <= 4 GPUs is one observation with its node
+    // count, so "2" and "11" are two observations at n = 2, on one and two
+    // nodes.
     std::vector<Observation> observed;
     for (const Measurement& m : all) {
       if (m.nodes > 4 || m.replicas > kMaxFitSize || m.local_bsz != r.batch) continue;
@@ -555,10 +617,13 @@ std::vector<AppResult> Validate(TieBreak tie_break) {
       o.spread_seconds = 0.05 * m.step_seconds;
       o.sample_count = 20;
       o.mean_batch = m.local_bsz;
+      o.nodes = m.nodes;
       observed.push_back(o);
     }
     r.observations = observed.size();
-    const ThroughputModel model = ThroughputModel::Fit(observed, {}, ModelOptions{});
+    ModelOptions options;
+    options.gpus_per_node = kTraceGpusPerNode;
+    const ThroughputModel model = ThroughputModel::Fit(observed, {}, options);
     REQUIRE(model.largest_observed() == kMaxFitSize);
     r.model = model.Describe();
     for (int t = 0; t < 2; ++t) {
@@ -624,20 +689,21 @@ TEST_CASE("the model fitted at <= 4 GPUs predicts the Pollux traces at 8 and 16"
   }
   std::cout << table.str() << std::flush;
 
-  // The target is a median error <= 10% at 8 GPUs (2x the largest fitted
-  // size). It is not met: the packed 8 is a two-node placement, and two-node
-  // placements in these traces are slower than the one-, three- and four-node
-  // placements that make up the rest of the <= 4 GPU data (bert at batch 8:
-  // "22" 2.10 s, "1111" 1.31 s, "4" 0.74 s), so a model in world size alone
-  // under-predicts it in every app (by 6-17%). We assert what the model achieves, so a regression
-  // shows; see src/throughput_model.cc for the discussion.
-  CHECK(median8 <= 0.13);
+  // The target: a median error <= 10% at 8 GPUs (2x the largest fitted
+  // size), a two-node placement the model reaches through its cross-node
+  // terms, fitted from the one- to four-node placements of <= 4 GPUs.
+  CHECK(median8 <= 0.10);
+  // No app is off by more than 12% at 2x, and the band the model claims
+  // there covers its actual throughput error in every app.
+  CHECK(*std::max_element(step8.begin(), step8.end()) <= 0.12);
+  for (const AppResult& r : results) {
+    INFO(r.app);
+    CHECK(r.throughput_error[0] <= r.band[0]);
+  }
   // At 16 (4x) the packed four-node placement is faster than the packed 8 in
   // every app, which no model whose step time is non-decreasing in n can
-  // follow; guard only against a blow-up.
-  CHECK(median16 <= 1.2);
-  // No app is off by more than 25% at 2x.
-  CHECK(*std::max_element(step8.begin(), step8.end()) <= 0.25);
+  // follow; guard against a blow-up.
+  CHECK(median16 <= 0.7);
 }
 
 }  // namespace

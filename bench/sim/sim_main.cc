@@ -61,6 +61,7 @@ struct RunFlags {
   int samples_per_tick = 10;
   double cooldown = 60;
   double horizon = 600;
+  uint32_t gpus_per_node = 4;
   unsigned threads = 0;
   double max_days = 30;
   double max_factor = 4;
@@ -94,6 +95,10 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--horizon", f.horizon, "engine horizon for restart costs, seconds")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus-per-node", f.gpus_per_node,
+                  "GPUs per node the engine's model assumes (rescaled's --gpus_per_node; 0 = "
+                  "unknown)")
+      ->capture_default_str();
   cmd->add_option("--threads", f.threads, "concurrent runs (0 = one per core)")->capture_default_str();
   cmd->add_option("--max-days", f.max_days, "stop this many virtual days after the last arrival")
       ->capture_default_str()
@@ -166,6 +171,7 @@ SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const 
   o.seed = f.seed;
   o.cooldown_seconds = f.cooldown;
   o.horizon_seconds = f.horizon;
+  o.gpus_per_node = f.gpus_per_node;
   o.max_seconds_after_last_arrival = f.max_days * 86400;
   return o;
 }

@@ -183,6 +183,7 @@ absl::Status Simulation::Prepare() {
   engine_options.capacity_gpus = options_.capacity_gpus;
   engine_options.policy.cooldown = absl::Seconds(options_.cooldown_seconds);
   engine_options.policy.horizon = absl::Seconds(options_.horizon_seconds);
+  engine_options.model.gpus_per_node = options_.gpus_per_node;
   // Samples are ingested once per interval, stamped inside it: the store
   // must accept samples an interval old, and keep a cell for every size a
   // job may try.

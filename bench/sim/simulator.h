@@ -67,6 +67,9 @@ struct SimulationOptions {
   // EngineOptions::policy defaults (rescaled's --cooldown and --horizon).
   double cooldown_seconds = 60;
   double horizon_seconds = 600;
+  // rescaled's --gpus_per_node: the built-in trace profiles were measured on
+  // nodes of 4 GPUs, packed.
+  uint32_t gpus_per_node = 4;
   // The run stops this long after the last arrival; jobs still running are
   // reported unfinished.
   double max_seconds_after_last_arrival = 30 * 86400.0;

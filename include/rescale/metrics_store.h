@@ -33,6 +33,13 @@
 //    half-applied across counters — harmless for a statistic and exact again
 //    as soon as the batch's RMWs are done. Exactly-once accounting holds per
 //    counter: every accepted sample is added to its job's `accepted` once.
+//  * De-duplication: each PodCell holds one past the highest `step` accepted
+//    for the pod, raised by a relaxed CAS loop (a fetch-max that reports
+//    whether it raised). A sample is stored only if its CAS succeeded, and
+//    successful CASes on one atomic are totally ordered and claim disjoint
+//    step intervals, so no step of a pod is stored twice, however writers
+//    race; relaxed is enough because nothing else is published through the
+//    mark (argument in full beside ClaimStep in metrics_store.cc).
 //  * The limits in JobState (max_replicas, local_batch_size) are relaxed
 //    atomics: a sample racing with UpdateJob is validated against the old or
 //    the new limit, either of which was valid at some instant.
@@ -124,8 +131,10 @@ class MetricsStore {
   void RemoveJob(std::string_view job_id);
 
   // Validates and stores samples; never blocks. `now` stamps samples whose
-  // timestamp is 0 and bounds their age. Each sample is accepted or rejected
-  // with a reason naming the field and the limit.
+  // timestamp is 0 and bounds their age. Each sample is accepted, rejected
+  // with a reason naming the field and the limit, or — when it carries a
+  // `step` not above the highest step already accepted for its pod — counted
+  // as a duplicate and not stored (see StepSample::step).
   IngestResult Ingest(std::span<const StepSample> samples, absl::Time now);
 
   // Rotates window snapshots, forgets pods unseen for pod_ttl and frees

@@ -39,6 +39,8 @@ struct Observation {
   uint64_t sample_count = 0;
   double mean_batch = 0;       // samples per pod per step
   double age_seconds = 0;      // since its newest sample (0 = now)
+  // Nodes the job spanned; 0 = unknown, assumed packed (ModelOptions).
+  uint32_t nodes = 0;
 };
 
 struct ModelOptions {
@@ -48,6 +50,12 @@ struct ModelOptions {
   uint64_t min_samples = 5;
   // Per-pod batch used when neither observations nor priors give one.
   double default_local_batch = 1;
+  // GPUs per node and per replica, to tell which sizes span nodes when the
+  // scheduler packs replicas: predictions and observations without a node
+  // count assume ceil(n * gpus_per_replica / gpus_per_node) nodes. 0 GPUs
+  // per node = unknown: every size is treated as one node.
+  uint32_t gpus_per_node = 0;
+  uint32_t gpus_per_replica = 1;
 };
 
 class ThroughputModel {
@@ -86,6 +94,10 @@ class ThroughputModel {
   double compute_seconds_ = 0;
   double sync_base_seconds_ = 0;
   double sync_per_worker_seconds_ = 0;
+  double node_sync_seconds_ = 0;
+  double node_sync_per_gpu_seconds_ = 0;
+  uint32_t gpus_per_replica_ = 1;
+  uint32_t gpus_per_node_ = 0;
   double local_batch_ = 1;
   uint32_t largest_observed_ = 0;
   uint32_t smallest_observed_ = 0;

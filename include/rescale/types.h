@@ -144,6 +144,10 @@ struct StepSample {
   double step_seconds = 0;
   uint32_t batch_size = 0;     // 0 = the job's local_batch_size
   int64_t timestamp_unix_nanos = 0;  // 0 = time received
+  // Training step index. When set, a pod's samples are de-duplicated by it:
+  // one whose step is not above the highest step already accepted for its
+  // pod is counted in IngestResult::duplicates instead of being stored, so a
+  // reporter may resend a batch whose acknowledgement it lost.
   std::optional<uint64_t> step;
 };
 
@@ -157,6 +161,10 @@ struct IngestResult {
   static constexpr size_t kMaxReportedRejections = 16;
   uint64_t accepted = 0;
   uint64_t rejected = 0;
+  // Valid samples not stored because their pod already had a sample with the
+  // same or a later step (a resend, or out of order). Not a rejection: no
+  // reason is reported. accepted + rejected + duplicates = samples.
+  uint64_t duplicates = 0;
   std::vector<SampleRejection> rejections;  // first kMaxReportedRejections
   // Samples rejected because a store limit (jobs, pods, sizes) was reached,
   // and the first such reason.
