@@ -17,6 +17,8 @@
 //    writers were told was accepted for it;
 //  * every sample is either accepted or rejected, never both or neither;
 //  * readers observe each stable job's count only growing;
+//  * de-duplication by step (second test): two writers racing over
+//    overlapping step ranges of one pod store each step exactly once;
 //  * under TSan: no data race, and (with ASan) no use-after-free of tables,
 //    jobs or pod cells retired while writers may hold them.
 #include <atomic>
