@@ -1,0 +1,35 @@
+# rescale-adapter: the Kubernetes controller adapter (client/adapter*,
+# client/kube*, client/curl_kube_client*) and its tests, which run the real
+# libcurl client against an in-process fake API server (cpp-httplib, test
+# only) and a real in-process rescaled. Included from the top-level
+# CMakeLists.txt after the tests section.
+find_package(CURL REQUIRED)
+find_package(PkgConfig REQUIRED)
+
+add_library(rescale_adapter_lib
+  client/adapter.cc
+  client/kube_config.cc
+  client/curl_kube_client.cc
+)
+target_include_directories(rescale_adapter_lib PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(rescale_adapter_lib PUBLIC rescale_core rescale_proto CURL::libcurl
+  nlohmann_json::nlohmann_json yaml-cpp absl::status absl::statusor absl::strings
+  absl::synchronization absl::time spdlog::spdlog Threads::Threads)
+
+add_executable(rescale-adapter client/adapter_main.cc)
+target_link_libraries(rescale-adapter PRIVATE rescale_adapter_lib CLI11::CLI11)
+install(TARGETS rescale-adapter RUNTIME DESTINATION bin)
+
+if(NOT RESCALE_SANITIZE STREQUAL "thread")
+  pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+  add_executable(adapter_tests
+    tests/test_main.cc
+    tests/fake_kube_api.cc
+    tests/adapter_test.cc
+  )
+  target_link_libraries(adapter_tests PRIVATE rescale_adapter_lib rescale_server
+    PkgConfig::CPP_HTTPLIB yaml-cpp Catch2::Catch2)
+  target_compile_definitions(adapter_tests PRIVATE
+    RESCALE_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
+  catch_discover_tests(adapter_tests PROPERTIES LABELS adapter)
+endif()

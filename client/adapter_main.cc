@@ -1,0 +1,172 @@
+// rescale-adapter: applies rescaled's recommendations to PyTorchJobs.
+//
+// Usage:
+//   rescale-adapter --server rescaled.rescale:50051              # in a pod
+//   rescale-adapter --server 127.0.0.1:50051 --kubeconfig ~/.kube/config --dry-run
+// Kubernetes credentials: --kubeconfig, else in-cluster (service-account
+// token and CA) when KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG, else
+// ~/.kube/config. TLS to the API server is always verified; an http://
+// server URL (in a kubeconfig) is honoured only because it is explicit, and
+// is meant for tests. Flags are parsed here and only here; SIGINT or SIGTERM
+// stop the adapter cleanly.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "client/adapter.h"
+#include "client/curl_kube_client.h"
+#include "client/kube_config.h"
+
+namespace {
+
+bool ConfigureLogging(const std::string& format, const std::string& level) {
+  auto logger = spdlog::stderr_logger_mt("rescale-adapter");
+  if (format == "json") {
+    logger->set_pattern(
+        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","logger":"%n","message":"%v"})",
+        spdlog::pattern_time_type::utc);
+  } else if (format == "text") {
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ %v");
+  } else {
+    std::cerr << "rescale-adapter: --log-format must be text or json, got \"" << format << "\"\n";
+    return false;
+  }
+  spdlog::level::level_enum parsed = spdlog::level::from_str(level);
+  if (parsed == spdlog::level::off && level != "off") {
+    std::cerr << "rescale-adapter: --log-level \"" << level << "\" is not a level\n";
+    return false;
+  }
+  logger->set_level(parsed);
+  spdlog::set_default_logger(logger);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rescale::adapter::AdapterOptions options;
+  std::string server;
+  std::string kubeconfig;
+  std::string context;
+  bool tls = false;
+  std::string ca_file;
+  std::string log_format = "text";
+  std::string log_level = "info";
+  std::vector<std::string> job_apis;
+  double backoff_initial = absl::ToDoubleSeconds(options.backoff.initial);
+  double backoff_max = absl::ToDoubleSeconds(options.backoff.max);
+
+  CLI::App app{"rescale-adapter: applies Rescale's recommendations to Kubeflow and KubeDL "
+               "PyTorchJobs (and their gang PodGroups) labelled rescale.io/managed=true"};
+  app.add_option("--server", server, "Address of rescaled, host:port")->required();
+  app.add_option("--kubeconfig", kubeconfig,
+                 "kubeconfig file (default: in-cluster service account, else $KUBECONFIG, else "
+                 "~/.kube/config)");
+  app.add_option("--context", context, "kubeconfig context (default: current-context)");
+  app.add_flag("--dry-run", options.dry_run,
+               "Print the patches that would be sent (stdout) and send none");
+  app.add_option("--namespace", options.ns, "Only jobs in this namespace (default: all)");
+  app.add_option("--label-selector", options.label_selector, "Jobs to manage")
+      ->capture_default_str();
+  app.add_option("--capacity-gpus", options.capacity_gpus,
+                 "Fixed GPU capacity to report; -1 = sum of nodes' allocatable nvidia.com/gpu")
+      ->capture_default_str();
+  app.add_option("--job-apis", job_apis,
+                 "PyTorchJob APIs to watch, group/version (default: kubeflow.org/v1 "
+                 "training.kubedl.io/v1alpha1)");
+  app.add_flag("--tls", tls, "Connect to rescaled with TLS, trusting the system's root CAs");
+  app.add_option("--ca-file", ca_file, "PEM CAs to trust for rescaled instead of the system's; implies --tls");
+  app.add_option("--backoff-initial", backoff_initial, "First retry delay, seconds")->capture_default_str();
+  app.add_option("--backoff-max", backoff_max, "Longest retry delay, seconds")->capture_default_str();
+  app.add_option("--max-conflict-retries", options.max_conflict_retries,
+                 "409 Conflicts retried per write")->capture_default_str();
+  app.add_option("--log-format", log_format, "text or json")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (!ConfigureLogging(log_format, log_level)) return 2;
+  options.backoff.initial = absl::Seconds(backoff_initial);
+  options.backoff.max = absl::Seconds(backoff_max);
+  if (!job_apis.empty()) {
+    options.job_apis.clear();
+    for (const std::string& text : job_apis) {
+      size_t slash = text.find('/');
+      if (slash == std::string::npos) {
+        std::cerr << "rescale-adapter: --job-apis \"" << text << "\" is not group/version\n";
+        return 2;
+      }
+      options.job_apis.push_back({text.substr(0, slash), text.substr(slash + 1)});
+    }
+  }
+
+  absl::StatusOr<rescale::adapter::KubeConfig> config;
+  if (!kubeconfig.empty()) {
+    config = rescale::adapter::LoadKubeconfig(kubeconfig, context);
+  } else {
+    config = rescale::adapter::InClusterConfig();
+    if (!config.ok() && config.status().code() == absl::StatusCode::kNotFound) {
+      std::string path = rescale::adapter::DefaultKubeconfigPath();
+      if (path.empty()) {
+        std::cerr << "rescale-adapter: not in a cluster and no kubeconfig (--kubeconfig, "
+                     "$KUBECONFIG, ~/.kube/config)\n";
+        return 2;
+      }
+      config = rescale::adapter::LoadKubeconfig(path, context);
+    }
+  }
+  if (!config.ok()) {
+    std::cerr << "rescale-adapter: " << config.status().message() << "\n";
+    return 2;
+  }
+  rescale::adapter::CurlKubeClientOptions kube_options;
+  kube_options.config = *config;
+  auto kube = rescale::adapter::CurlKubeClient::Create(kube_options);
+  if (!kube.ok()) {
+    std::cerr << "rescale-adapter: " << kube.status().message() << "\n";
+    return 2;
+  }
+
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (tls || !ca_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    if (!ca_file.empty()) {
+      std::ifstream file(ca_file, std::ios::binary);
+      std::ostringstream pem;
+      if (!file || !(pem << file.rdbuf())) {
+        std::cerr << "rescale-adapter: cannot read --ca-file \"" << ca_file << "\"\n";
+        return 2;
+      }
+      ssl.pem_root_certs = pem.str();
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments channel_args;
+  // Reconnect to a restarted rescaled within seconds, not gRPC's default
+  // two minutes at most.
+  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
+  auto channel = grpc::CreateCustomChannel(server, credentials, channel_args);
+
+  if (options.dry_run) options.dry_run_out = &std::cout;
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  spdlog::info("rescale-adapter: rescaled {} ; Kubernetes {} ; selector {}{}", server,
+               config->server, options.label_selector, options.dry_run ? " ; DRY RUN" : "");
+  rescale::adapter::Adapter adapter(options, kube->get(), channel);
+  adapter.Start();
+  int signal = 0;
+  sigwait(&signals, &signal);
+  spdlog::info("signal {}: stopping", signal);
+  adapter.Stop();
+  return 0;
+}
