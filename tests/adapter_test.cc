@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -173,8 +174,6 @@ class Harness {
     StartRescaled(0);
     rescale::adapter::CurlKubeClientOptions options;
     options.config.server = kube.url();
-    options.watch_timeout = std::chrono::seconds(60) == std::chrono::seconds(60) ? absl::Minutes(1)
-                                                                                 : absl::Minutes(1);
     auto created = rescale::adapter::CurlKubeClient::Create(options);
     REQUIRE(created.ok());
     client = std::move(created).value();
@@ -576,15 +575,370 @@ TEST_CASE("scale up and down send exact merge patches and each generation is app
   CHECK(job->status().last_applied_generation() == job->recommendation().generation());
   CHECK(job->recommendation().generation() > generation);
 
-  // Bookmarks and unrelated changes of the job do not re-apply anything.
+  // Bookmarks and changes that do not move the target re-apply nothing.
+  // The priority change is the marker: once rescaled has the update, the
+  // adapter has handled every event before it.
+  const size_t updates = h.log.CountOf(Kind::kRegistered, "default/bert");
   h.kube.SendBookmarks();
   h.kube.Update(path, [](json& job) { job["metadata"]["annotations"]["note"] = "x"; });
-  h.kube.Update(path, [](json& job) { job["metadata"]["annotations"]["note"] = "y"; });
-  REQUIRE(h.log.WaitFor([&](const std::vector<AdapterEvent>&) {
-    // The adapter has seen the last change once its watch moved past it:
-    // the last GET it made is not needed; what matters is no new PATCH.
-    return true;
-  }));
+  h.kube.Update(path, [](json& job) { job["metadata"]["annotations"]["rescale.io/priority"] = "3"; });
+  REQUIRE(h.log.WaitCount(Kind::kRegistered, "default/bert", updates + 1));
   CHECK(h.PatchesTo(path).size() == 2);
+  CHECK(h.log.CountOf(Kind::kApplied, "default/bert") == 2);
+}
+
+TEST_CASE("KubeDL PyTorchJobs are scaled at the same path in their own group") {
+  Harness h;
+  JobParams p;
+  p.api_version = "training.kubedl.io/v1alpha1";
+  p.name = "resnet";
+  h.kube.Put(PyTorchJob(p));
+  h.StartAdapter();
+  const std::string path = JobPath("default", "resnet", "training.kubedl.io/v1alpha1");
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/resnet", 1));
+  REQUIRE(h.PatchesTo(path).size() == 1);
+  json body = json::parse(h.PatchesTo(path)[0].body);
+  CHECK(body["spec"] == json::parse(R"({"pytorchReplicaSpecs":{"Worker":{"replicas":4}}})"));
+  CHECK(Workers(h.kube.Object(path)) == 4);
+  CHECK(h.GetJob("default/resnet")->status().current_replicas() == 4);
+}
+
+TEST_CASE("capacity is the sum of nodes' allocatable GPUs and follows node changes") {
+  Harness h;
+  h.kube.Put(Node("gpu-a", 8));
+  h.kube.Put(Node("gpu-b", 4));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  REQUIRE(h.log.WaitCount(Kind::kCapacitySet, "", 1, 12));
+  h.kube.Put(Node("gpu-c", 2));
+  REQUIRE(h.log.WaitCount(Kind::kCapacitySet, "", 1, 14));
+  h.kube.Delete("/api/v1/nodes/gpu-a");
+  REQUIRE(h.log.WaitCount(Kind::kCapacitySet, "", 1, 6));
+  grpc::ClientContext context;
+  v1::Cluster cluster;
+  REQUIRE(h.cluster->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok());
+  CHECK(cluster.total_gpus() == 6);
+  CHECK(cluster.capacity_known());
+}
+
+TEST_CASE("suspend and resume go through spec.runPolicy.suspend") {
+  Harness h;
+  // Two jobs of 2..4 one-GPU workers, planned by the cluster planner, on 2
+  // GPUs: the higher priority one runs, the other is suspended.
+  JobParams high;
+  high.name = "high";
+  high.min_replicas = 2;
+  high.max_replicas = 2;
+  high.annotations = {{"rescale.io/priority", "10"}, {"rescale.io/policy", "planner"}};
+  JobParams low = high;
+  low.name = "low";
+  low.annotations = {{"rescale.io/priority", "1"}, {"rescale.io/policy", "planner"}};
+  h.kube.Put(PyTorchJob(high));
+  h.kube.Put(PyTorchJob(low));
+  h.kube.Put(Node("gpu-a", 2));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  const std::string low_path = JobPath("default", "low");
+  REQUIRE(h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+    for (const AdapterEvent& event : events) {
+      if (event.kind == Kind::kApplied && event.job_id == "default/low" && event.detail == "suspend") return true;
+    }
+    return false;
+  }));
+  REQUIRE(h.PatchesTo(low_path).size() == 1);
+  json body = json::parse(h.PatchesTo(low_path)[0].body);
+  CHECK(body["spec"] == json::parse(R"({"runPolicy":{"suspend":true}})"));
+  CHECK(h.kube.Object(low_path)["spec"]["runPolicy"]["suspend"] == true);
+  auto low_job = h.GetJob("default/low");
+  CHECK(low_job->status().suspended());
+  CHECK(low_job->status().current_replicas() == 0);
+  CHECK(h.PatchesTo(JobPath("default", "high")).empty());  // already right
+
+  // More GPUs arrive: the low job resumes at its size.
+  h.kube.Put(Node("gpu-b", 2));
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/low", 2));
+  REQUIRE(h.PatchesTo(low_path).size() == 2);
+  body = json::parse(h.PatchesTo(low_path)[1].body);
+  CHECK(body["spec"] == json::parse(R"({"runPolicy":{"suspend":false}})"));
+  CHECK(h.kube.Object(low_path)["spec"]["runPolicy"]["suspend"] == false);
+  low_job = h.GetJob("default/low");
+  CHECK_FALSE(low_job->status().suspended());
+  CHECK(low_job->status().current_replicas() == 2);
+}
+
+TEST_CASE("PodGroup minMember follows the workers plus master, for both PodGroup flavours") {
+  for (const std::string api_version : {"scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"}) {
+    DYNAMIC_SECTION(api_version) {
+      Harness h;
+      JobParams p;  // 2 workers + 1 master; static-max -> 4 workers
+      p.master = true;
+      h.kube.Put(PyTorchJob(p));
+      h.kube.Put(PodGroup(api_version, "default", "bert", 3));
+      h.StartAdapter();
+      const std::string group_path = "/apis/" + api_version + "/namespaces/default/podgroups/bert";
+      REQUIRE(h.WaitForPatches(group_path, 1));
+      REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+      auto patch = h.PatchesTo(group_path)[0];
+      CHECK(patch.content_type == "application/merge-patch+json");
+      json body = json::parse(patch.body);
+      CHECK(body["spec"] == json::parse(R"({"minMember":5})"));
+      CHECK(body["metadata"]["resourceVersion"].is_string());
+      CHECK(h.kube.Object(group_path)["spec"]["minMember"] == 5);
+      CHECK(Workers(h.kube.Object(JobPath("default", "bert"))) == 4);
+      // The gang is widened before the job grows.
+      std::vector<std::string> order;
+      for (const RecordedRequest& request : h.kube.Writes()) order.push_back(request.path);
+      REQUIRE(order.size() == 2);
+      CHECK(order[0] == group_path);
+      CHECK(order[1] == JobPath("default", "bert"));
+    }
+  }
+}
+
+TEST_CASE("a 409 Conflict makes the adapter re-GET and retry with the new resourceVersion") {
+  Harness h;
+  const std::string path = JobPath("default", "bert");
+  h.kube.Put(PyTorchJob(JobParams{}));
+  h.kube.ConflictOnNextPatch(path, 2);
+  h.StartAdapter();
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  auto patches = h.PatchesTo(path);
+  REQUIRE(patches.size() == 3);  // two conflicts, then success
+  std::string rv0 = json::parse(patches[0].body)["metadata"]["resourceVersion"];
+  std::string rv1 = json::parse(patches[1].body)["metadata"]["resourceVersion"];
+  std::string rv2 = json::parse(patches[2].body)["metadata"]["resourceVersion"];
+  CHECK(rv0 != rv1);
+  CHECK(rv1 != rv2);
+  CHECK(h.kube.Object(path)["metadata"]["resourceVersion"] != rv2);  // the patch moved it on
+  CHECK(Workers(h.kube.Object(path)) == 4);
+  // Between the PATCHes, a GET of the object.
+  auto requests = h.kube.Requests();
+  int gets_between = 0;
+  bool after_first = false;
+  for (const RecordedRequest& request : requests) {
+    if (request.method == "PATCH" && request.path == path) {
+      if (after_first) break;
+      after_first = true;
+    } else if (after_first && request.method == "GET" && request.path == path) {
+      ++gets_between;
+    }
+  }
+  CHECK(gets_between == 1);
+  CHECK(h.GetJob("default/bert")->status().current_replicas() == 4);
+}
+
+TEST_CASE("a watch answered with 410 Gone relists and catches up") {
+  for (bool as_http : {true, false}) {
+    DYNAMIC_SECTION((as_http ? "HTTP 410" : "ERROR event with code 410")) {
+      Harness h;
+      h.kube.Put(PyTorchJob(JobParams{}));
+      h.StartAdapter();
+      REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+      REQUIRE(h.kube.WaitForOpenWatches(1));
+      // History is compacted and, meanwhile, a job appears and one goes.
+      h.kube.Compact(as_http);
+      JobParams second;
+      second.name = "gpt";
+      h.kube.Put(PyTorchJob(second));
+      h.kube.Delete(JobPath("default", "bert"));
+      REQUIRE(h.log.WaitCount(Kind::kWatchRelisted, "", 1));
+      REQUIRE(h.log.WaitCount(Kind::kRegistered, "default/gpt", 1));
+      REQUIRE(h.log.WaitCount(Kind::kDeregistered, "default/bert", 1));
+      CHECK_FALSE(h.GetJob("default/bert"));
+      CHECK(h.GetJob("default/gpt"));
+      // The relist came after a watch that asked for bookmarks.
+      bool bookmarks = false;
+      for (const RecordedRequest& request : h.kube.Requests()) {
+        if (request.is_watch()) bookmarks = request.query.count("allowWatchBookmarks") &&
+                                            request.query.at("allowWatchBookmarks") == "true";
+      }
+      CHECK(bookmarks);
+    }
+  }
+}
+
+TEST_CASE("an API server restart: the adapter re-watches from its resourceVersion") {
+  Harness h;
+  h.kube.Put(PyTorchJob(JobParams{}));
+  h.StartAdapter();
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  REQUIRE(h.kube.WaitForOpenWatches(1));
+  h.kube.SendBookmarks();
+  h.kube.Stop();
+  // While it is down, a new job is created (etcd keeps it).
+  JobParams second;
+  second.name = "gpt";
+  h.kube.Put(PyTorchJob(second));
+  h.kube.ClearRequests();
+  h.kube.Start();
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/gpt", 1));
+  CHECK(Workers(h.kube.Object(JobPath("default", "gpt"))) == 4);
+  // It resumed watching; it did not need to relist.
+  bool resumed_watch = false;
+  for (const RecordedRequest& request : h.kube.Requests()) {
+    if (request.is_watch() && request.path == "/apis/kubeflow.org/v1/pytorchjobs") {
+      resumed_watch = request.query.count("resourceVersion") && !request.query.at("resourceVersion").empty();
+    }
+  }
+  CHECK(resumed_watch);
+}
+
+TEST_CASE("a rescaled restart: the adapter reconnects, re-registers and reapplies") {
+  Harness h;
+  h.kube.Put(PyTorchJob(JobParams{}));
+  h.StartAdapter();
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  REQUIRE(h.log.WaitCount(Kind::kRescaledSynced, "", 1));
+  const int port = h.rescaled->port();
+  h.rescaled->Shutdown(absl::ZeroDuration());
+  h.rescaled.reset();
+  // A new, empty rescaled on the same address.
+  h.StartRescaled(port);
+  REQUIRE(h.log.WaitCount(Kind::kRescaledSynced, "", 2));
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 2));
+  auto job = h.GetJob("default/bert");
+  REQUIRE(job);
+  CHECK(job->spec().max_replicas() == 4);
+  CHECK(job->status().current_replicas() == 4);
+  CHECK(job->status().last_applied_generation() == job->recommendation().generation());
+  CHECK(job->status().last_applied_generation() > 0);
+  // The cluster already ran 4 workers: nothing more to write.
+  CHECK(h.PatchesTo(JobPath("default", "bert")).size() == 1);
+}
+
+TEST_CASE("dry run prints the exact patches and sends none") {
+  Harness h;
+  JobParams p;
+  p.master = true;
+  h.kube.Put(PyTorchJob(p));
+  h.kube.Put(PodGroup("scheduling.x-k8s.io/v1alpha1", "default", "bert", 3));
+  AdapterOptions options = h.Options();
+  options.dry_run = true;
+  h.StartAdapter(options);
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  h.adapter->Stop();
+  CHECK(h.kube.Writes().empty());
+  CHECK(Workers(h.kube.Object(JobPath("default", "bert"))) == 2);
+  std::vector<std::string> lines;
+  std::istringstream out(h.dry_run_out.str());
+  for (std::string line; std::getline(out, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 2);
+  const std::string group_rv = h.kube.Object("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/bert")
+                                   ["metadata"]["resourceVersion"];
+  const std::string job_rv = h.kube.Object(JobPath("default", "bert"))["metadata"]["resourceVersion"];
+  CHECK(lines[0] == "PATCH /apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/bert "
+                    "application/merge-patch+json {\"metadata\":{\"resourceVersion\":\"" + group_rv +
+                    "\"},\"spec\":{\"minMember\":5}}");
+  CHECK(lines[1] == "PATCH /apis/kubeflow.org/v1/namespaces/default/pytorchjobs/bert "
+                    "application/merge-patch+json {\"metadata\":{\"resourceVersion\":\"" + job_rv +
+                    "\"},\"spec\":{\"pytorchReplicaSpecs\":{\"Worker\":{\"replicas\":4}}}}");
+  // Nothing was applied, so rescaled still sees the 2 workers that run.
+  auto job = h.GetJob("default/bert");
+  CHECK(job->status().current_replicas() == 2);
+  CHECK(job->status().last_applied_generation() == 0);
+}
+
+TEST_CASE("jobs are deregistered when deleted and when they succeed") {
+  Harness h;
+  JobParams a;
+  a.name = "a";
+  JobParams b;
+  b.name = "b";
+  h.kube.Put(PyTorchJob(a));
+  h.kube.Put(PyTorchJob(b));
+  h.StartAdapter();
+  REQUIRE(h.log.WaitCount(Kind::kRegistered, "default/a", 1));
+  REQUIRE(h.log.WaitCount(Kind::kRegistered, "default/b", 1));
+  REQUIRE(h.GetJob("default/a"));
+  h.kube.Delete(JobPath("default", "a"));
+  REQUIRE(h.log.WaitCount(Kind::kDeregistered, "default/a", 1));
+  CHECK_FALSE(h.GetJob("default/a"));
+  h.kube.Update(JobPath("default", "b"), [](json& job) {
+    job["status"]["conditions"] = json::array({{{"type", "Succeeded"}, {"status", "True"}}});
+  });
+  REQUIRE(h.log.WaitCount(Kind::kDeregistered, "default/b", 1));
+  CHECK_FALSE(h.GetJob("default/b"));
+}
+
+// YAML as the API server would store it in JSON: plain scalars that read
+// as integers or booleans become those, quoted ones stay strings.
+json YamlToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& entry : node) out[entry.first.as<std::string>()] = YamlToJson(entry.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const YAML::Node& item : node) out.push_back(YamlToJson(item));
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      if (node.Tag() != "!") {
+        int64_t integer = 0;
+        bool boolean = false;
+        if (YAML::convert<int64_t>::decode(node, integer)) return integer;
+        if (YAML::convert<bool>::decode(node, boolean)) return boolean;
+      }
+      return node.as<std::string>();
+    }
+    default:
+      return nullptr;
+  }
+}
+
+TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs") {
+  const std::filesystem::path dir = std::filesystem::path(RESCALE_SOURCE_DIR) / "docker" / "k8s";
+  REQUIRE(std::filesystem::exists(dir));
+  std::map<std::string, YAML::Node> by_kind;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    for (const YAML::Node& doc : YAML::LoadAllFromFile(entry.path().string())) {
+      if (!doc || doc.IsNull()) continue;
+      REQUIRE(doc["kind"]);
+      REQUIRE(doc["apiVersion"]);
+      by_kind[doc["kind"].as<std::string>() + "/" + doc["metadata"]["name"].as<std::string>()] = doc;
+    }
+  }
+  REQUIRE(by_kind.count("ClusterRole/rescale-adapter"));
+  std::set<std::string> grants;
+  for (const YAML::Node& rule : by_kind["ClusterRole/rescale-adapter"]["rules"]) {
+    for (const YAML::Node& group : rule["apiGroups"]) {
+      for (const YAML::Node& resource : rule["resources"]) {
+        for (const YAML::Node& verb : rule["verbs"]) {
+          grants.insert(group.as<std::string>() + "/" + resource.as<std::string>() + ":" + verb.as<std::string>());
+        }
+      }
+    }
+  }
+  std::set<std::string> expected;
+  for (const char* group : {"kubeflow.org", "training.kubedl.io"}) {
+    for (const char* verb : {"get", "list", "watch", "patch"}) expected.insert(std::string(group) + "/pytorchjobs:" + verb);
+  }
+  for (const char* group : {"scheduling.x-k8s.io", "scheduling.volcano.sh"}) {
+    for (const char* verb : {"get", "patch"}) expected.insert(std::string(group) + "/podgroups:" + verb);
+  }
+  for (const char* verb : {"get", "list", "watch"}) expected.insert("/nodes:" + std::string(verb));
+  CHECK(grants == expected);
+  REQUIRE(by_kind.count("PyTorchJob/bert-elastic"));
+  YAML::Node job = by_kind["PyTorchJob/bert-elastic"];
+  CHECK(job["metadata"]["labels"]["rescale.io/managed"].as<std::string>() == "true");
+  // The example is one the adapter manages, with the values it documents.
+  auto info = rescale::adapter::ParsePyTorchJob(YamlToJson(job));
+  REQUIRE(info.ok());
+  CHECK(info->min_replicas == 1);
+  CHECK(info->max_replicas == 8);
+  CHECK(info->gpus_per_replica == 1u);
+  CHECK(info->priority == 10);
+  CHECK(info->restart_cost_seconds == 90);
+  CHECK_FALSE(info->operator_hpa);
+  REQUIRE(by_kind.count("Deployment/rescaled"));
+  REQUIRE(by_kind.count("Deployment/rescale-adapter"));
+  REQUIRE(by_kind.count("Service/rescaled"));
+  REQUIRE(by_kind.count("ServiceAccount/rescale-adapter"));
+  REQUIRE(by_kind.count("ClusterRoleBinding/rescale-adapter"));
 }
 }  // namespace
