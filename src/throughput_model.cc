@@ -237,10 +237,12 @@ bool SolveOnSupport(const Mat& gram, const Vec& rhs, unsigned support, Vec& x) {
 // argmin over x >= 0 of x'Gx - 2 b'x. With 4 variables the exact answer is
 // the best of the (at most 15) unconstrained solutions on a support that come
 // out non-negative; enumeration in a fixed order keeps it deterministic.
-Vec SolveNonNegative(const Mat& gram, const Vec& rhs) {
+// Only supports within `free` are tried: the other parameters stay 0.
+Vec SolveNonNegative(const Mat& gram, const Vec& rhs, unsigned free) {
   Vec best = Vec{};
   double best_value = 0;  // value of x = 0
   for (unsigned support = 1; support < (1u << kParams); ++support) {
+    if ((support & ~free) != 0) continue;
     Vec x;
     if (!SolveOnSupport(gram, rhs, support, x)) continue;
     if (std::any_of(x.begin(), x.end(), [](double v) { return v < 0; })) continue;
@@ -260,13 +262,14 @@ Vec SolveNonNegative(const Mat& gram, const Vec& rhs) {
 struct PriorRow {
   Vec coefficients;
   double weight;
+  bool cross_node;
 };
 constexpr double kPriorWeight = 1.0 / (kPriorShareSigma * kPriorShareSigma);
 const std::array<PriorRow, 4> kPriorRows = {{
-    {{-kPriorSyncBaseShare, 1.0, 0.0, 0.0, 0.0}, kPriorWeight},
-    {{-kPriorSyncPerWorkerShare, 0.0, 1.0, 0.0, 0.0}, kPriorWeight},
-    {{-kPriorNodeSyncShare, 0.0, 0.0, 1.0, 0.0}, kPriorWeight},
-    {{-kPriorSyncPerWorkerShare, 0.0, 0.0, 0.0, 1.0}, kPriorWeight},
+    {{-kPriorSyncBaseShare, 1.0, 0.0, 0.0, 0.0}, kPriorWeight, false},
+    {{-kPriorSyncPerWorkerShare, 0.0, 1.0, 0.0, 0.0}, kPriorWeight, false},
+    {{-kPriorNodeSyncShare, 0.0, 0.0, 1.0, 0.0}, kPriorWeight, true},
+    {{-kPriorSyncPerWorkerShare, 0.0, 0.0, 0.0, 1.0}, kPriorWeight, true},
 }};
 
 // Weighted squared log error of the rows plus the prior rows; +inf when a
@@ -290,6 +293,16 @@ double Objective(const std::vector<FitRow>& rows, const Vec& params) {
 // Gauss-Newton on the log residuals, each step an exact NNLS in the excess
 // over the lower bound.
 Vec FitParameters(const std::vector<FitRow>& rows, const Vec& lower) {
+  // When no row spans nodes, the cross-node parameters appear only in their
+  // prior rows, whose minimum (zero residual) is prior share x compute for
+  // any compute: solve the in-node law alone (7 supports, not 31) and set
+  // them from it. Same optimum, and the default (node size unknown) case
+  // stays as fast as the three-parameter model.
+  const bool spans_nodes = std::any_of(rows.begin(), rows.end(), [](const FitRow& row) {
+    return row.replicas >= 2 && row.where.nodes > 1;
+  });
+  constexpr unsigned kInNode = 0b00111;
+  constexpr unsigned kAll = (1u << kParams) - 1;
   std::vector<double> linearised_at(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) linearised_at[i] = rows[i].step;
   Vec params = lower;
@@ -312,10 +325,19 @@ Vec FitParameters(const std::vector<FitRow>& rows, const Vec& lower) {
       for (double& v : a) v /= m;
       accumulate(a, 1.0 + std::log(rows[i].step / m), rows[i].weight);
     }
-    for (const PriorRow& prior : kPriorRows) accumulate(prior.coefficients, 0.0, prior.weight);
-    const Vec excess = SolveNonNegative(gram, rhs);
+    for (const PriorRow& prior : kPriorRows) {
+      // Without node-spanning rows the cross-node prior rows are met exactly
+      // (below), so they add nothing.
+      if (prior.cross_node && !spans_nodes) continue;
+      accumulate(prior.coefficients, 0.0, prior.weight);
+    }
+    const Vec excess = SolveNonNegative(gram, rhs, spans_nodes ? kAll : kInNode);
     Vec proposal;
     for (int i = 0; i < kParams; ++i) proposal[i] = lower[i] + excess[i];
+    if (!spans_nodes) {
+      proposal[3] = kPriorNodeSyncShare * proposal[0];
+      proposal[4] = kPriorSyncPerWorkerShare * proposal[0];
+    }
 
     if (iteration == 0) {
       // Linearised at the observed values: the closed-form relative-error fit.
