@@ -490,6 +490,20 @@ void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
     it->second.info = job;
   }
   SyncJob(job.id);
+  ApplyLatest(job.id);
+}
+
+void Adapter::ApplyLatest(const std::string& id) {
+  std::optional<v1::Recommendation> latest;
+  {
+    absl::MutexLock lock(&mu_);
+    auto rec = latest_.find(id);
+    auto job = jobs_.find(id);
+    if (rec == latest_.end() || job == jobs_.end() || !job->second.registered) return;
+    if (rec->second.generation() <= job->second.applied_generation) return;
+    latest = rec->second;
+  }
+  Apply(*latest);
 }
 
 void Adapter::OnJobGone(const std::string& id, const std::string& why) {
@@ -519,6 +533,9 @@ void Adapter::OnJobGone(const std::string& id, const std::string& why) {
 
 void Adapter::SyncJob(const std::string& id) {
   absl::MutexLock sync(&sync_mu_);
+  // No apply may run between registering and reporting the initial state:
+  // the report would overwrite what the apply reported.
+  absl::MutexLock no_apply(&apply_mu_);
   JobInfo info;
   bool registered = false;
   std::optional<std::string> sent;
@@ -536,10 +553,12 @@ void Adapter::SyncJob(const std::string& id) {
 
   v1::Job job;
   grpc::Status status;
+  bool created = false;
   if (!registered) {
     v1::RegisterJobRequest request;
     *request.mutable_spec() = spec;
     status = jobs_stub_->RegisterJob(NewContext().get(), request, &job);
+    created = status.ok();
   }
   if (registered || status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
     v1::UpdateJobRequest request;
@@ -562,8 +581,17 @@ void Adapter::SyncJob(const std::string& id) {
   spdlog::info("job {} {} (replicas {}..{}, {} GPU/replica, priority {})", id,
                registered ? "updated" : "registered", info.min_replicas, info.max_replicas,
                info.gpus_per_replica.value_or(1), info.priority);
-  if (!registered) {
-    // Tell rescaled what runs now (generation 0: applied out of band).
+  if (created) {
+    // A job new to rescaled (first sight, or rescaled restarted): tell it
+    // what runs now, generation 0 = applied out of band. Read the object
+    // afresh: the watch cache may not have caught up with our own last
+    // patch yet. When rescaled already had the job (ALREADY_EXISTS) it
+    // also has what was applied, which a stale report would overwrite.
+    absl::StatusOr<json> fresh = kube_->Get(ResourcePath(info.api, "pytorchjobs", info.ns, info.name));
+    if (fresh.ok()) {
+      absl::StatusOr<JobInfo> parsed = ParsePyTorchJob(*fresh);
+      if (parsed.ok()) info = *std::move(parsed);
+    }
     ReportApplied(id, info.suspended ? 0 : info.workers, info.suspended, 0);
   }
   Emit({AdapterEvent::Kind::kRegistered, id, 0, registered ? "updated" : "registered"});
@@ -657,6 +685,10 @@ void Adapter::RunRecommendations() {
     request.set_namespace_(options_.ns);
     std::unique_ptr<grpc::ClientReader<v1::RecommendationEvent>> reader =
         recs_stub_->WatchRecommendations(&context, request);
+    {
+      absl::MutexLock lock(&mu_);
+      latest_.clear();  // generations are per rescaled process
+    }
     v1::RecommendationEvent event;
     bool synced = false;
     std::vector<v1::Recommendation> initial;
@@ -671,6 +703,14 @@ void Adapter::RunRecommendations() {
         for (const v1::Recommendation& recommendation : initial) Apply(recommendation);
         initial.clear();
         continue;
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        if (event.type() == v1::RecommendationEvent::DELETED) {
+          latest_.erase(event.recommendation().job_id());
+        } else {
+          latest_[event.recommendation().job_id()] = event.recommendation();
+        }
       }
       if (event.type() == v1::RecommendationEvent::DELETED) continue;
       if (!synced) {
@@ -692,6 +732,7 @@ void Adapter::RunRecommendations() {
 }
 
 void Adapter::Apply(const v1::Recommendation& recommendation) {
+  absl::MutexLock apply_lock(&apply_mu_);
   const std::string& id = recommendation.job_id();
   JobInfo info;
   {

@@ -234,6 +234,10 @@ class Adapter {
   void ResyncAll();
   void SendCapacity();
   void Apply(const v1::Recommendation& recommendation);
+  // Applies the stream's latest recommendation for `id` if it is newer than
+  // what was applied: for a job discovered after its recommendation came,
+  // and to retry one whose application failed.
+  void ApplyLatest(const std::string& id);
   // Writes one job (and its PodGroup) toward the target; returns the
   // replicas it now runs.
   absl::Status ApplyToKube(const JobInfo& job, uint32_t workers, bool suspend);
@@ -271,8 +275,15 @@ class Adapter {
   // deregister), which happens from the job watchers and the
   // recommendation thread.
   absl::Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // Serializes applying, which happens on the recommendation thread and
+  // (ApplyLatest) on the job watchers.
+  // SyncJob holds it too (after sync_mu_) so that an apply cannot slip in
+  // between a registration and its initial ReportApplied.
+  absl::Mutex apply_mu_ ABSL_ACQUIRED_AFTER(sync_mu_) ABSL_ACQUIRED_BEFORE(mu_);
   absl::Mutex mu_;
   std::map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
+  // The current stream's newest recommendation per job.
+  std::map<std::string, v1::Recommendation> latest_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> skipped_ ABSL_GUARDED_BY(mu_);  // id -> reason logged
   std::map<std::string, uint32_t> node_gpus_ ABSL_GUARDED_BY(mu_);
   std::optional<uint32_t> sent_capacity_ ABSL_GUARDED_BY(mu_);

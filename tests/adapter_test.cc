@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -170,7 +171,9 @@ class EventLog {
 class Harness {
  public:
   Harness() {
-    spdlog::set_level(spdlog::level::warn);
+    // RESCALE_TEST_LOG=info (or debug) shows what the adapter does.
+    const char* level = std::getenv("RESCALE_TEST_LOG");
+    spdlog::set_level(level ? spdlog::level::from_str(level) : spdlog::level::warn);
     StartRescaled(0);
     rescale::adapter::CurlKubeClientOptions options;
     options.config.server = kube.url();
@@ -500,7 +503,10 @@ TEST_CASE("discovery registers labelled jobs with their spec and skips unlabelle
   hpa.hpa_metrics = true;
   h.kube.Put(PyTorchJob(hpa));
 
-  h.StartAdapter();
+  // Dry run: rescaled's status then shows only the initial report.
+  AdapterOptions options = h.Options();
+  options.dry_run = true;
+  h.StartAdapter(options);
   REQUIRE(h.log.WaitCount(Kind::kRegistered, "default/bert", 1));
   REQUIRE(h.log.WaitCount(Kind::kSkipped, "default/hpa", 1));
   auto job = h.GetJob("default/bert");
@@ -658,7 +664,16 @@ TEST_CASE("suspend and resume go through spec.runPolicy.suspend") {
 
   // More GPUs arrive: the low job resumes at its size.
   h.kube.Put(Node("gpu-b", 2));
-  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/low", 2));
+  // An applied resume: after the suspend, an applied event with replicas.
+  REQUIRE(h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+    bool suspended = false;
+    for (const AdapterEvent& event : events) {
+      if (event.kind != Kind::kApplied || event.job_id != "default/low") continue;
+      if (event.detail == "suspend") suspended = true;
+      else if (suspended) return true;
+    }
+    return false;
+  }));
   REQUIRE(h.PatchesTo(low_path).size() == 2);
   body = json::parse(h.PatchesTo(low_path)[1].body);
   CHECK(body["spec"] == json::parse(R"({"runPolicy":{"suspend":false}})"));
@@ -806,6 +821,31 @@ TEST_CASE("a rescaled restart: the adapter reconnects, re-registers and reapplie
   CHECK(job->status().last_applied_generation() > 0);
   // The cluster already ran 4 workers: nothing more to write.
   CHECK(h.PatchesTo(JobPath("default", "bert")).size() == 1);
+}
+
+TEST_CASE("a recommendation that comes before its job is listed is applied once the job is") {
+  Harness h;
+  // rescaled already knows the job (a previous adapter registered it) and
+  // recommends 4; the API server is down when the adapter starts.
+  {
+    grpc::ClientContext context;
+    v1::RegisterJobRequest request;
+    request.mutable_spec()->set_job_id("default/bert");
+    request.mutable_spec()->set_min_replicas(1);
+    request.mutable_spec()->set_max_replicas(4);
+    request.mutable_spec()->set_policy("static-max");
+    v1::Job job;
+    REQUIRE(h.jobs->RegisterJob(&context, request, &job).ok());
+  }
+  h.kube.Put(PyTorchJob(JobParams{}));
+  h.kube.Stop();
+  h.StartAdapter();
+  REQUIRE(h.log.WaitCount(Kind::kRescaledSynced, "", 1));
+  h.kube.Start();
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  CHECK(Workers(h.kube.Object(JobPath("default", "bert"))) == 4);
+  CHECK(h.PatchesTo(JobPath("default", "bert")).size() == 1);
+  CHECK(h.GetJob("default/bert")->status().current_replicas() == 4);
 }
 
 TEST_CASE("dry run prints the exact patches and sends none") {

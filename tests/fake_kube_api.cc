@@ -142,6 +142,10 @@ void FakeKubeApi::Serve() {
   }
   httplib::Server* server = server_.get();
   thread_ = std::thread([server] { server->listen_after_bind(); });
+  // httplib's stop() is a no-op until the accept loop has marked itself
+  // running, so a Stop() right after Start() would hang in join(). The
+  // loop marks itself first thing; wait for that.
+  while (!server->is_running()) std::this_thread::yield();
 }
 
 void FakeKubeApi::Stop() {
