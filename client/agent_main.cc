@@ -12,7 +12,8 @@
 // Exit codes:
 //   0  the input ended (EOF, or SIGINT/SIGTERM) and every sample read was
 //      acknowledged by rescaled (stored, de-duplicated or rejected as invalid)
-//   1  --file could not be opened, or --ca-file could not be read
+//   1  --file exists but could not be opened (a missing file is waited
+//      for), or --ca-file could not be read
 //   2  usage: bad flags, no world size, bad --format
 //   3  samples were lost: dropped from a full buffer, refused for good, or
 //      still unacknowledged when --drain-timeout ran out
@@ -21,6 +22,7 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -49,6 +51,7 @@ struct Flags {
   std::string job;
   std::string pod;
   int64_t world_size = 0;
+  uint32_t batch_size = 0;
   std::string file;
   std::string format = "imagenet";
   bool from_start = false;
@@ -87,6 +90,15 @@ std::shared_ptr<grpc::Channel> Connect(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Signals are taken by one thread (sigwait), so the reader and sender
+  // never see EINTR and shutdown is an ordinary Close(). Blocked first, so
+  // every thread (gRPC's included) inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   Flags flags;
   CLI::App app{"rescale-agent: stream one pod's training step times to rescaled"};
   app.add_option("--server", flags.server, "rescaled address host:port")
@@ -96,6 +108,10 @@ int main(int argc, char** argv) {
   app.add_option("--pod", flags.pod, "pod whose log this is")->envname("POD_NAME")->required();
   app.add_option("--world-size", flags.world_size,
                  "workers in the job; default: $WORLD_SIZE, else $PET_NNODES when not a min:max range");
+  app.add_option("--batch-size", flags.batch_size,
+                 "samples per step on this pod, for lines that do not say; 0 = the job's "
+                 "local_batch_size")
+      ->capture_default_str();
   app.add_option("--file", flags.file, "follow this file (tail -f) instead of reading stdin");
   app.add_option("--format", flags.format, "imagenet, kv or regex:EXPR")->capture_default_str();
   app.add_flag("--from-start", flags.from_start,
@@ -146,14 +162,6 @@ int main(int argc, char** argv) {
   std::shared_ptr<grpc::Channel> channel = Connect(flags);
   if (channel == nullptr) return 1;
 
-  // Signals are taken by one thread (sigwait), so the reader and sender
-  // never see EINTR and shutdown is an ordinary Close().
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
   SenderOptions options;
   options.job_id = flags.job;
   options.pod = flags.pod;
@@ -164,7 +172,8 @@ int main(int argc, char** argv) {
   options.max_backoff = absl::Seconds(flags.max_backoff);
   rescale::agent::GrpcTransport transport(channel, absl::Seconds(flags.rpc_timeout));
   rescale::agent::SampleSender sender(options, &transport, rescale::Clock::Real());
-  rescale::agent::LineFeeder feeder(parser->get(), &sender, rescale::Clock::Real());
+  rescale::agent::LineFeeder feeder(parser->get(), &sender, rescale::Clock::Real(),
+                                    flags.batch_size);
 
   std::atomic<bool> stopping{false};
   std::atomic<int> exit_code{0};
@@ -184,7 +193,10 @@ int main(int argc, char** argv) {
     } else {
       rescale::agent::FileFollower follower(flags.file, flags.from_start);
       absl::Status first = follower.Poll([&](std::string_view line) { feeder.Feed(line); });
-      if (!first.ok()) {
+      if (absl::IsNotFound(first)) {
+        spdlog::warn("{}; waiting for it", std::string(first.message()));
+      }
+      if (!first.ok() && !absl::IsNotFound(first)) {
         spdlog::error("{}", std::string(first.message()));
         exit_code.store(1);
       } else {
@@ -199,9 +211,10 @@ int main(int argc, char** argv) {
   });
 
   sender.Run(absl::Seconds(flags.drain_timeout));
-  // A reader blocked on stdin after a signal cannot be woken portably; the
-  // process exits under it.
-  if (stopping.load() || exit_code.load() != 0) {
+  // A reader blocked on stdin after a signal cannot be woken portably: the
+  // process ends under it with _exit (no static destructors racing it).
+  const bool reader_may_block = stopping.load() || exit_code.load() != 0;
+  if (reader_may_block) {
     reader.detach();
   } else {
     reader.join();
@@ -214,13 +227,18 @@ int main(int argc, char** argv) {
       "duplicates=%d rejected=%d dropped=%d abandoned=%d unacknowledged=%d failed_rpcs=%d\n",
       f.lines_read, f.lines_parsed, s.sent, s.acked, s.accepted, s.duplicates, s.rejected,
       s.dropped, s.abandoned, s.pending, s.failed_rpcs);
-  if (exit_code.load() != 0) return exit_code.load();
-  if (s.dropped > 0 || s.abandoned > 0 || s.pending > 0) {
+  int code = exit_code.load();
+  if (code == 0 && (s.dropped > 0 || s.abandoned > 0 || s.pending > 0)) {
     if (s.pending > 0) {
       spdlog::error("{} samples still unacknowledged after --drain-timeout; last error: {}", s.pending,
                     sender.last_error().ToString());
     }
-    return 3;
+    code = 3;
   }
-  return 0;
+  if (reader_may_block) {
+    spdlog::shutdown();
+    std::cerr.flush();
+    std::_Exit(code);
+  }
+  return code;
 }

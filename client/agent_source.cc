@@ -105,7 +105,7 @@ void LineFeeder::Feed(std::string_view line) {
   AgentSample sample;
   sample.seconds = parsed->seconds;
   sample.step = parsed->step;
-  sample.batch_size = parsed->batch_size.value_or(0);
+  sample.batch_size = parsed->batch_size.value_or(batch_size_);
   sample.at = clock_->Now();
   sender_->Add(sample);
 }

@@ -65,8 +65,10 @@ struct FeedStats {
 // Thread-safe counters; Feed from one thread at a time.
 class LineFeeder {
  public:
-  LineFeeder(const LineParser* parser, SampleSender* sender, Clock* clock)
-      : parser_(parser), sender_(sender), clock_(clock) {}
+  // `batch_size`: samples per step for lines that do not say (0 = the job's
+  // local_batch_size on the server).
+  LineFeeder(const LineParser* parser, SampleSender* sender, Clock* clock, uint32_t batch_size = 0)
+      : parser_(parser), sender_(sender), clock_(clock), batch_size_(batch_size) {}
   void Feed(std::string_view line);
   FeedStats stats() const {
     return {lines_read_.load(std::memory_order_relaxed), lines_parsed_.load(std::memory_order_relaxed)};
@@ -76,6 +78,7 @@ class LineFeeder {
   const LineParser* parser_;
   SampleSender* sender_;
   Clock* clock_;
+  const uint32_t batch_size_;
   // Relaxed: counters read for the final report after the reader joined,
   // or approximately while it runs.
   std::atomic<uint64_t> lines_read_{0};

@@ -407,6 +407,30 @@ TEST_CASE("sender abandons a batch the server refuses for good and counts it") {
   CHECK(sender.last_error().code() == absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("line feeder counts lines, stamps samples and fills the default batch size") {
+  ManualClock clock;
+  ScriptedTransport transport;
+  SampleSender sender(SmallOptions(), &transport, &clock, [] { return 0.5; });
+  auto parser = Parser("kv");
+  LineFeeder feeder(parser.get(), &sender, &clock, /*batch_size=*/16);
+  feeder.Feed("step=1 step_time=0.2 batch_size=64");
+  feeder.Feed("loading data");
+  clock.Advance(absl::Seconds(1));
+  feeder.Feed("step=2 step_time=0.3");
+  CHECK(feeder.stats().lines_read == 3);
+  CHECK(feeder.stats().lines_parsed == 2);
+  sender.Close();
+  CHECK(sender.MaybeSend());
+  REQUIRE(transport.batches.size() == 1);
+  REQUIRE(transport.batches[0].samples_size() == 2);
+  CHECK(transport.batches[0].samples(0).batch_size() == 64);
+  CHECK(transport.batches[0].samples(1).batch_size() == 16);
+  CHECK(transport.batches[0].samples(1).step_seconds() == Approx(0.3));
+  CHECK(transport.batches[0].samples(1).timestamp_unix_nanos() -
+            transport.batches[0].samples(0).timestamp_unix_nanos() ==
+        1'000'000'000);
+}
+
 // ---- against a real rescaled ---------------------------------------------------------
 
 struct AgentServer {
