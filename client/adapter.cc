@@ -378,7 +378,10 @@ void Adapter::ListWatch(const std::string& path, const std::string& selector,
             }
             const json& rv = At(event.object, {"metadata", "resourceVersion"});
             if (rv.is_string()) resource_version = rv.get<std::string>();
-            if (event.type == "BOOKMARK") return true;
+            if (event.type == "BOOKMARK") {
+              Emit({AdapterEvent::Kind::kBookmark, "", 0, resource_version});
+              return true;
+            }
             on_event(event);
             return true;
           },

@@ -158,6 +158,7 @@ struct AdapterEvent {
     kCapacitySet,      // SetCapacity sent; value = GPUs
     kRescaledSynced,   // a WatchRecommendations stream delivered SYNCED
     kWatchRelisted,    // a watch got 410 Gone and relists
+    kBookmark,         // a watch moved to a BOOKMARK's resourceVersion (detail)
   };
   Kind kind;
   std::string job_id;

@@ -481,6 +481,40 @@ TEST_CASE("the curl client sends the bearer token and re-reads a rotated token f
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("in-cluster config reads the service-account mount and the service environment") {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("adapter_test_sa_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "token") << "sa-token\n";
+  std::ofstream(dir / "ca.crt") << "PEM";
+  std::ofstream(dir / "namespace") << "rescale";
+  ::setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
+  ::setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+  auto config = rescale::adapter::InClusterConfig(dir.string());
+  REQUIRE(config.ok());
+  CHECK(config->server == "https://10.0.0.1:443");
+  CHECK(config->token_file == (dir / "token").string());
+  CHECK(config->ca_file == (dir / "ca.crt").string());
+  CHECK(config->default_namespace == "rescale");
+  ::setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
+  CHECK(rescale::adapter::InClusterConfig(dir.string())->server == "https://[fd00::1]:443");
+  ::unsetenv("KUBERNETES_SERVICE_HOST");
+  auto outside = rescale::adapter::InClusterConfig(dir.string());
+  REQUIRE_FALSE(outside.ok());
+  CHECK(outside.status().code() == absl::StatusCode::kNotFound);
+  ::unsetenv("KUBERNETES_SERVICE_PORT");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the curl client refuses a CA file it cannot read, naming it") {
+  rescale::adapter::CurlKubeClientOptions options;
+  options.config.server = "https://127.0.0.1:6443";
+  options.config.ca_file = "/nonexistent/ca.crt";
+  auto client = rescale::adapter::CurlKubeClient::Create(options);
+  REQUIRE_FALSE(client.ok());
+  CHECK_THAT(std::string(client.status().message()), Catch::Contains("/nonexistent/ca.crt"));
+}
+
 // ----------------------------------------------------------- end to end --
 
 TEST_CASE("discovery registers labelled jobs with their spec and skips unlabelled and HPA jobs") {
@@ -779,8 +813,15 @@ TEST_CASE("an API server restart: the adapter re-watches from its resourceVersio
   h.kube.Put(PyTorchJob(JobParams{}));
   h.StartAdapter();
   REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
-  REQUIRE(h.kube.WaitForOpenWatches(1));
+  REQUIRE(h.kube.WaitForOpenWatches(2));
+  // A write the job watches do not see moves the resourceVersion on; a
+  // bookmark brings them up to it, so they resume from there.
+  const std::string bookmark_rv = h.kube.Put(Node("cpu-only", 0))["metadata"]["resourceVersion"];
   h.kube.SendBookmarks();
+  REQUIRE(h.log.WaitCount(Kind::kBookmark, "", 2));
+  for (const AdapterEvent& event : h.log.Events()) {
+    if (event.kind == Kind::kBookmark) CHECK(event.detail == bookmark_rv);
+  }
   h.kube.Stop();
   // While it is down, a new job is created (etcd keeps it).
   JobParams second;
@@ -790,14 +831,16 @@ TEST_CASE("an API server restart: the adapter re-watches from its resourceVersio
   h.kube.Start();
   REQUIRE(h.log.WaitCount(Kind::kApplied, "default/gpt", 1));
   CHECK(Workers(h.kube.Object(JobPath("default", "gpt"))) == 4);
-  // It resumed watching; it did not need to relist.
-  bool resumed_watch = false;
+  // It resumed watching from the bookmark; it did not need to relist.
+  std::string first_watch_rv;
+  bool relisted = false;
   for (const RecordedRequest& request : h.kube.Requests()) {
-    if (request.is_watch() && request.path == "/apis/kubeflow.org/v1/pytorchjobs") {
-      resumed_watch = request.query.count("resourceVersion") && !request.query.at("resourceVersion").empty();
-    }
+    if (request.path != "/apis/kubeflow.org/v1/pytorchjobs") continue;
+    if (!request.is_watch()) relisted = true;
+    if (request.is_watch() && first_watch_rv.empty()) first_watch_rv = request.query.at("resourceVersion");
   }
-  CHECK(resumed_watch);
+  CHECK(first_watch_rv == bookmark_rv);
+  CHECK_FALSE(relisted);
 }
 
 TEST_CASE("a rescaled restart: the adapter reconnects, re-registers and reapplies") {
