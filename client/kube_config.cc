@@ -143,7 +143,12 @@ absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::st
 absl::StatusOr<KubeConfig> InClusterConfig(const std::string& mount_dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-  if (host == nullptr || port == nullptr || *host == '\0' || *port == '\0') {
+  return InClusterConfigFrom(host ? host : "", port ? port : "", mount_dir);
+}
+
+absl::StatusOr<KubeConfig> InClusterConfigFrom(const std::string& host, const std::string& port,
+                                               const std::string& mount_dir) {
+  if (host.empty() || port.empty()) {
     return absl::NotFoundError(
         "not in a cluster: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are unset");
   }

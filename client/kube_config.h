@@ -30,6 +30,11 @@ absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text, const s
 absl::StatusOr<KubeConfig> InClusterConfig(
     const std::string& mount_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
 
+// Same, with the service host and port given (what InClusterConfig reads
+// from the environment); tests use it instead of changing the environment.
+absl::StatusOr<KubeConfig> InClusterConfigFrom(const std::string& host, const std::string& port,
+                                               const std::string& mount_dir);
+
 // The kubeconfig path to use when --kubeconfig is not given: $KUBECONFIG
 // (its first entry), else ~/.kube/config. Empty when neither is known.
 std::string DefaultKubeconfigPath();

@@ -488,21 +488,21 @@ TEST_CASE("in-cluster config reads the service-account mount and the service env
   std::ofstream(dir / "token") << "sa-token\n";
   std::ofstream(dir / "ca.crt") << "PEM";
   std::ofstream(dir / "namespace") << "rescale";
-  ::setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1", 1);
-  ::setenv("KUBERNETES_SERVICE_PORT", "443", 1);
-  auto config = rescale::adapter::InClusterConfig(dir.string());
+  auto config = rescale::adapter::InClusterConfigFrom("10.0.0.1", "443", dir.string());
   REQUIRE(config.ok());
   CHECK(config->server == "https://10.0.0.1:443");
   CHECK(config->token_file == (dir / "token").string());
   CHECK(config->ca_file == (dir / "ca.crt").string());
   CHECK(config->default_namespace == "rescale");
-  ::setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
-  CHECK(rescale::adapter::InClusterConfig(dir.string())->server == "https://[fd00::1]:443");
-  ::unsetenv("KUBERNETES_SERVICE_HOST");
-  auto outside = rescale::adapter::InClusterConfig(dir.string());
+  CHECK(rescale::adapter::InClusterConfigFrom("fd00::1", "443", dir.string())->server ==
+        "https://[fd00::1]:443");
+  auto outside = rescale::adapter::InClusterConfigFrom("", "", dir.string());
   REQUIRE_FALSE(outside.ok());
   CHECK(outside.status().code() == absl::StatusCode::kNotFound);
-  ::unsetenv("KUBERNETES_SERVICE_PORT");
+  std::filesystem::remove(dir / "token");
+  auto no_token = rescale::adapter::InClusterConfigFrom("10.0.0.1", "443", dir.string());
+  REQUIRE_FALSE(no_token.ok());
+  CHECK_THAT(std::string(no_token.status().message()), Catch::Contains("token"));
   std::filesystem::remove_all(dir);
 }
 
