@@ -515,6 +515,66 @@ TEST_CASE("the curl client refuses a CA file it cannot read, naming it") {
   CHECK_THAT(std::string(client.status().message()), Catch::Contains("/nonexistent/ca.crt"));
 }
 
+// Self-signed for localhost and 127.0.0.1, valid 2000-2100, test use only
+// (the same pair tests/rescalectl_test.cc uses).
+constexpr char kTestCertificate[] = R"(-----BEGIN CERTIFICATE-----
+MIIBaDCCAQ2gAwIBAgIBATAKBggqhkjOPQQDAjAUMRIwEAYDVQQDDAlsb2NhbGhv
+c3QwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMBQxEjAQBgNVBAMM
+CWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABH0mgLAlzVxXwcuC
++9NHYUJTBmf47DX9NVoHj92K0ZSbajmvGPIiUvLC0lUOkJBF60jvSuWKxl6lK/Q2
+1aWpComjTjBMMBoGA1UdEQQTMBGCCWxvY2FsaG9zdIcEfwAAATAPBgNVHRMBAf8E
+BTADAQH/MB0GA1UdDgQWBBRByvbaKpaamG1/9cGdhKn2bhOlxzAKBggqhkjOPQQD
+AgNJADBGAiEAoFTIRqoj2ySdeht/wuPQLdAtCoH6eB73uYNQXQ83qgYCIQCGApK5
+HqN2rbdaQiyFHS+WjTBtEdYGL6OQs5u1i0U6Xw==
+-----END CERTIFICATE-----
+)";
+constexpr char kTestPrivateKey[] = R"(-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgh3dea56dMqyZEDpy
+HExSqbIX5z1sgtc6f1149+f0Q4yhRANCAAR9JoCwJc1cV8HLgvvTR2FCUwZn+Ow1
+/TVaB4/ditGUm2o5rxjyIlLywtJVDpCQRetI70rlisZepSv0NtWlqQqJ
+-----END PRIVATE KEY-----
+)";
+
+TEST_CASE("over https the curl client verifies the API server against the configured CA") {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("adapter_test_tls_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tls.crt") << kTestCertificate;
+  std::ofstream(dir / "tls.key") << kTestPrivateKey;
+  {
+    FakeKubeApi kube((dir / "tls.crt").string(), (dir / "tls.key").string());
+    kube.Put(Node("gpu-a", 8));
+    REQUIRE(kube.url().rfind("https://", 0) == 0);
+
+    rescale::adapter::CurlKubeClientOptions options;
+    options.config.server = kube.url();
+    options.config.ca_file = (dir / "tls.crt").string();
+    auto trusted = rescale::adapter::CurlKubeClient::Create(options);
+    REQUIRE(trusted.ok());
+    auto nodes = (*trusted)->List("/api/v1/nodes", "");
+    INFO(nodes.status().ToString());
+    REQUIRE(nodes.ok());
+    CHECK((*nodes)["items"].size() == 1);
+
+    // The same CA as kubeconfig certificate-authority-data (PEM bytes).
+    options.config.ca_file.clear();
+    options.config.ca_data = kTestCertificate;
+    auto from_data = rescale::adapter::CurlKubeClient::Create(options);
+    REQUIRE(from_data.ok());
+    CHECK((*from_data)->List("/api/v1/nodes", "").ok());
+
+    // Without that CA (the system's roots do not know it) it refuses.
+    options.config.ca_data.clear();
+    auto untrusted = rescale::adapter::CurlKubeClient::Create(options);
+    REQUIRE(untrusted.ok());
+    auto refused = (*untrusted)->List("/api/v1/nodes", "");
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == absl::StatusCode::kUnavailable);
+    CHECK(kube.Requests().size() == 2);  // the refused one never reached the server
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // ----------------------------------------------------------- end to end --
 
 TEST_CASE("discovery registers labelled jobs with their spec and skips unlabelled and HPA jobs") {

@@ -112,12 +112,26 @@ FakeKubeApi::FakeKubeApi() {
   Serve();
 }
 
+FakeKubeApi::FakeKubeApi(const std::string& tls_cert_file, const std::string& tls_key_file)
+    : tls_cert_file_(tls_cert_file), tls_key_file_(tls_key_file) {
+  std::signal(SIGPIPE, SIG_IGN);
+  Serve();
+}
+
 FakeKubeApi::~FakeKubeApi() { Stop(); }
 
-std::string FakeKubeApi::url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+std::string FakeKubeApi::url() const {
+  return (tls_cert_file_.empty() ? "http://127.0.0.1:" : "https://127.0.0.1:") + std::to_string(port_);
+}
 
 void FakeKubeApi::Serve() {
-  server_ = std::make_unique<httplib::Server>();
+  if (tls_cert_file_.empty()) {
+    server_ = std::make_unique<httplib::Server>();
+  } else {
+    auto tls = std::make_unique<httplib::SSLServer>(tls_cert_file_.c_str(), tls_key_file_.c_str());
+    if (!tls->is_valid()) throw std::runtime_error("FakeKubeApi: cannot load the TLS certificate or key");
+    server_ = std::move(tls);
+  }
   // Each open watch holds a worker; leave room for the adapter's requests.
   server_->new_task_queue = [] { return new httplib::ThreadPool(32); };
   server_->Get(".*", [this](const httplib::Request& req, httplib::Response& res) {

@@ -53,12 +53,15 @@ struct RecordedRequest {
 
 class FakeKubeApi {
  public:
-  // Starts serving on 127.0.0.1:0.
+  // Starts serving plain HTTP on 127.0.0.1:0.
   FakeKubeApi();
+  // Starts serving HTTPS on 127.0.0.1:0 with this PEM certificate and key
+  // (to test that the client verifies the server).
+  FakeKubeApi(const std::string& tls_cert_file, const std::string& tls_key_file);
   ~FakeKubeApi();
 
   int port() const { return port_; }
-  // "http://127.0.0.1:PORT"
+  // "http://127.0.0.1:PORT" (https:// when serving TLS)
   std::string url() const;
 
   // Stops serving (open watches end, connections close); objects are kept.
@@ -132,6 +135,8 @@ class FakeKubeApi {
   std::vector<RecordedRequest> requests_;
 
   int port_ = 0;
+  std::string tls_cert_file_;
+  std::string tls_key_file_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
 };
