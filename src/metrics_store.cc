@@ -15,8 +15,14 @@ namespace rescale {
 namespace {
 
 constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
-// ClaimStep stores step + 1, so the largest step cannot be represented.
-constexpr uint64_t kReservedStep = std::numeric_limits<uint64_t>::max();
+// A pod's de-duplication mark packs the world size of the run it belongs to
+// (high bits) with one past the highest step accepted in that run (low
+// bits), so one relaxed CAS covers both; see ClaimStep.
+constexpr int kMarkStepBits = 44;
+constexpr uint64_t kMarkStepMask = (uint64_t{1} << kMarkStepBits) - 1;
+constexpr uint64_t kMarkWorldSizeMask = (uint64_t{1} << (64 - kMarkStepBits)) - 1;
+// step + 1 must fit the low bits.
+constexpr uint64_t kMaxStep = kMarkStepMask - 1;
 
 // Octave of a positive finite double, read off its exponent bits (frexp is
 // several times slower on this path), clamped to the histogram.
@@ -34,31 +40,42 @@ inline void AddRelaxed(std::atomic<double>& target, double value) {
   }
 }
 
-// De-duplication by step. `next` is one past the highest step accepted for a
-// pod (0: none yet); `seen` is the caller's cached copy of it, a lower bound
-// because `next` only grows. Returns whether `step` was above every accepted
-// step, and then raises `next` past it: the caller stores the sample.
+// De-duplication by step. `next` is the pod's mark: the world size of its
+// current run and one past the highest step accepted in it (0: none yet);
+// `seen` is the caller's cached copy. A sample of the run's world size is a
+// duplicate when its step is not above that highest step. A sample of
+// another world size starts a new run: training that is resized restarts
+// and may number its steps afresh (the ImageNet example's epoch x batches
+// per epoch + i shrinks when the world grows), and those samples are the
+// ones the planner needs. Returns whether the sample is new, and then moves
+// the mark to it: the caller stores the sample.
 //
-// Why relaxed suffices: every successful CAS moves `next` from some v to
-// step + 1 > v, so it claims the steps [v, step] for its caller. All RMWs on
-// one atomic fall in a single modification order (in any memory order), so
-// the claimed intervals are disjoint and no step is claimed twice, whichever
-// writers race. Nothing else is published through `next`: the sample's
-// statistics are relaxed counters of their own (see the header), and no
-// reader infers anything about them from `next`, so no acquire/release is
-// needed. (If a writer claims step 10 while another is still at step 7 of a
-// run, steps 7..9 of the second become duplicates: de-duplication assumes
-// each pod's steps arrive in increasing order, which the agent guarantees.)
-inline bool ClaimStep(std::atomic<uint64_t>& next, uint64_t step, uint64_t& seen) {
-  while (step >= seen) {
-    if (next.compare_exchange_weak(seen, step + 1, std::memory_order_relaxed,
+// Why relaxed suffices: within one run every successful CAS moves the mark
+// from some v to a larger step + 1, claiming the steps [v, step] for its
+// caller. All RMWs on one atomic fall in a single modification order (in any
+// memory order), so the intervals claimed in a run are disjoint and no step
+// is stored twice, whichever writers race. Nothing else is published through
+// the mark: the sample's statistics are relaxed counters of their own (see
+// the header), and no reader infers anything about them from it, so no
+// acquire/release is needed. De-duplication assumes each pod's samples
+// arrive in order, which the agent guarantees: if a writer claims step 10
+// while another is still at step 7, steps 7..9 of the second are counted as
+// duplicates, and a resend of the old world size's samples after the new
+// one's would be stored again. World sizes are compared modulo 2^20.
+inline bool ClaimStep(std::atomic<uint64_t>& next, uint32_t world_size, uint64_t step,
+                      uint64_t& seen) {
+  const uint64_t run = world_size & kMarkWorldSizeMask;
+  const uint64_t mark = (run << kMarkStepBits) | (step + 1);
+  for (;;) {
+    const bool same_run = (seen >> kMarkStepBits) == run;
+    if (same_run && step < (seen & kMarkStepMask)) return false;
+    if (next.compare_exchange_weak(seen, mark, std::memory_order_relaxed,
                                    std::memory_order_relaxed)) {
-      seen = step + 1;
+      seen = mark;
       return true;
     }
-    // `seen` now holds the current value; re-test.
+    // `seen` now holds the current mark; re-test.
   }
-  return false;
 }
 
 inline void MaxRelaxed(std::atomic<int64_t>& target, int64_t value) {
@@ -190,8 +207,8 @@ struct MetricsStore::PodCell {
   std::atomic<double> recent_step{0};
   std::atomic<uint32_t> world_size{0};
   std::atomic<uint64_t> count{0};
-  // One past the highest `step` accepted for this pod; 0 = none. Only grows
-  // (ClaimStep). Kept when the pod table is rebuilt (cells are moved, not
+  // De-duplication mark: the world size of the pod's current run and one
+  // past the highest `step` accepted in it; 0 = none (ClaimStep). Kept when the pod table is rebuilt (cells are moved, not
   // copied); lost when the pod is forgotten after pod_ttl.
   std::atomic<uint64_t> next_step{0};
 };
@@ -486,8 +503,8 @@ std::string MetricsStore::RejectReason(const StepSample& s, const JobState* job,
   if (s.batch_size == 0 && job->local_batch_size.load(std::memory_order_relaxed) == 0) {
     return "batch_size is 0 and the job has no local_batch_size to default to";
   }
-  if (s.step.has_value() && *s.step == kReservedStep) {
-    return "step 18446744073709551615 (2^64-1) is reserved";
+  if (s.step.has_value() && *s.step > kMaxStep) {
+    return absl::StrFormat("step %d exceeds the limit of %d (2^44-2)", *s.step, kMaxStep);
   }
   if (s.timestamp_unix_nanos != 0) {
     absl::Time at = absl::FromUnixNanos(s.timestamp_unix_nanos);
@@ -553,7 +570,7 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
                        s.world_size >= 1 && s.world_size <= max_replicas &&
                        (s.batch_size != 0 || local_batch != 0) &&
                        (ts == 0 || (ts >= oldest_ns && ts <= newest_ns)) &&
-                       (!s.step.has_value() || *s.step != kReservedStep);
+                       (!s.step.has_value() || *s.step <= kMaxStep);
     if (!valid) {
       if (job == nullptr && !s.job_id.empty()) ++result.rejected_unknown_job;
       std::string reason = RejectReason(s, job, now);
@@ -591,7 +608,8 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
       pod_next_step = cell->next_step.load(std::memory_order_relaxed);
     }
     // Last check before storing: a claimed step is never given back.
-    if (s.step.has_value() && !ClaimStep(pod_pending.cell->next_step, *s.step, pod_next_step)) {
+    if (s.step.has_value() && !ClaimStep(pod_pending.cell->next_step, s.world_size, *s.step,
+                                         pod_next_step)) {
       ++result.duplicates;
       continue;
     }

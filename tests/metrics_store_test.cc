@@ -504,11 +504,36 @@ TEST_CASE("store rejects invalid samples before de-duplicating, so their step st
   CHECK(bad.rejected == 1);
   CHECK(bad.duplicates == 0);
   CHECK(store.Ingest(Steps(3, 3), kNow).accepted == 1);
-  std::vector<StepSample> reserved = Steps(0, 0);
-  reserved[0].step = std::numeric_limits<uint64_t>::max();
-  IngestResult r = store.Ingest(reserved, kNow);
-  REQUIRE(r.rejected == 1);
-  CHECK_THAT(r.rejections[0].reason, Contains("reserved"));
+  for (uint64_t too_large : {uint64_t{1} << 44, std::numeric_limits<uint64_t>::max()}) {
+    std::vector<StepSample> beyond = Steps(0, 0);
+    beyond[0].step = too_large;
+    IngestResult r = store.Ingest(beyond, kNow);
+    REQUIRE(r.rejected == 1);
+    CHECK_THAT(r.rejections[0].reason, Contains("step") && Contains("limit of 17592186044414"));
+  }
+  std::vector<StepSample> largest = Steps((uint64_t{1} << 44) - 2, (uint64_t{1} << 44) - 2);
+  CHECK(store.Ingest(largest, kNow).accepted == 1);
+  CHECK(store.Ingest(largest, kNow).duplicates == 1);
+}
+
+TEST_CASE("store starts a pod's steps afresh when its world size changes") {
+  // Resized training restarts and may number its steps from a lower value
+  // (the ImageNet example's epoch x batches per epoch + i): those samples,
+  // at the new size, are what the planner needs, so they are not duplicates.
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  auto at_size = [](uint32_t world_size, uint64_t first, uint64_t last) {
+    std::vector<StepSample> out = Steps(first, last);
+    for (StepSample& s : out) s.world_size = world_size;
+    return out;
+  };
+  CHECK(store.Ingest(at_size(2, 100, 199), kNow).accepted == 100);
+  IngestResult resized = store.Ingest(at_size(4, 50, 59), kNow);
+  CHECK(resized.accepted == 10);
+  CHECK(resized.duplicates == 0);
+  // Within the new run, resends are still duplicates.
+  CHECK(store.Ingest(at_size(4, 55, 64), kNow).duplicates == 5);
+  CHECK(store.SamplesAccepted(kJob) == 115);
 }
 
 TEST_CASE("store keeps a pod's highest step when its pod table is rebuilt") {

@@ -33,9 +33,10 @@
 //    half-applied across counters — harmless for a statistic and exact again
 //    as soon as the batch's RMWs are done. Exactly-once accounting holds per
 //    counter: every accepted sample is added to its job's `accepted` once.
-//  * De-duplication: each PodCell holds one past the highest `step` accepted
-//    for the pod, raised by a relaxed CAS loop (a fetch-max that reports
-//    whether it raised). A sample is stored only if its CAS succeeded, and
+//  * De-duplication: each PodCell holds a mark, the world size of the pod's
+//    current run and one past the highest `step` accepted in it, moved by a
+//    relaxed CAS loop (a fetch-max within a run, a reset when the world size
+//    changes, since resized training may number its steps afresh). A sample is stored only if its CAS succeeded, and
 //    successful CASes on one atomic are totally ordered and claim disjoint
 //    step intervals, so no step of a pod is stored twice, however writers
 //    race; relaxed is enough because nothing else is published through the
@@ -133,7 +134,8 @@ class MetricsStore {
   // Validates and stores samples; never blocks. `now` stamps samples whose
   // timestamp is 0 and bounds their age. Each sample is accepted, rejected
   // with a reason naming the field and the limit, or — when it carries a
-  // `step` not above the highest step already accepted for its pod — counted
+  // `step` not above the highest step already accepted for its pod at the
+  // same world size (a new world size starts afresh) — counted
   // as a duplicate and not stored (see StepSample::step).
   IngestResult Ingest(std::span<const StepSample> samples, absl::Time now);
 
