@@ -17,7 +17,8 @@ target_link_libraries(rescale_adapter_lib PUBLIC rescale_core rescale_proto CURL
   absl::synchronization absl::time spdlog::spdlog Threads::Threads)
 
 add_executable(rescale-adapter client/adapter_main.cc)
-target_link_libraries(rescale-adapter PRIVATE rescale_adapter_lib CLI11::CLI11)
+target_link_libraries(rescale-adapter PRIVATE rescale_adapter_lib rescale_client_credentials
+  CLI11::CLI11)
 install(TARGETS rescale-adapter RUNTIME DESTINATION bin)
 
 if(NOT RESCALE_SANITIZE STREQUAL "thread")

@@ -17,38 +17,13 @@
 
 #include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "client/adapter.h"
 #include "client/curl_kube_client.h"
+#include "client/credentials.h"
 #include "client/kube_config.h"
-
-namespace {
-
-bool ConfigureLogging(const std::string& format, const std::string& level) {
-  auto logger = spdlog::stderr_logger_mt("rescale-adapter");
-  if (format == "json") {
-    logger->set_pattern(
-        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","logger":"%n","message":"%v"})",
-        spdlog::pattern_time_type::utc);
-  } else if (format == "text") {
-    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ %v");
-  } else {
-    std::cerr << "rescale-adapter: --log-format must be text or json, got \"" << format << "\"\n";
-    return false;
-  }
-  spdlog::level::level_enum parsed = spdlog::level::from_str(level);
-  if (parsed == spdlog::level::off && level != "off") {
-    std::cerr << "rescale-adapter: --log-level \"" << level << "\" is not a level\n";
-    return false;
-  }
-  logger->set_level(parsed);
-  spdlog::set_default_logger(logger);
-  return true;
-}
-
-}  // namespace
+#include "rescale/logging.h"
 
 int main(int argc, char** argv) {
   rescale::adapter::AdapterOptions options;
@@ -90,7 +65,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  if (!ConfigureLogging(log_format, log_level)) return 2;
+  if (absl::Status logging = rescale::ConfigureLogging("rescale-adapter", log_format, log_level);
+      !logging.ok()) {
+    std::cerr << "rescale-adapter: --log-format/--log-level: " << logging.message() << "\n";
+    return 2;
+  }
   options.backoff.initial = absl::Seconds(backoff_initial);
   options.backoff.max = absl::Seconds(backoff_max);
   if (!job_apis.empty()) {
@@ -132,25 +111,16 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (tls || !ca_file.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    if (!ca_file.empty()) {
-      std::ifstream file(ca_file, std::ios::binary);
-      std::ostringstream pem;
-      if (!file || !(pem << file.rdbuf())) {
-        std::cerr << "rescale-adapter: cannot read --ca-file \"" << ca_file << "\"\n";
-        return 2;
-      }
-      ssl.pem_root_certs = pem.str();
-    }
-    credentials = grpc::SslCredentials(ssl);
+  auto credentials = rescale::client::RescaledCredentials(tls, ca_file);
+  if (!credentials.ok()) {
+    std::cerr << "rescale-adapter: " << credentials.status().message() << "\n";
+    return 2;
   }
   grpc::ChannelArguments channel_args;
   // Reconnect to a restarted rescaled within seconds, not gRPC's default
   // two minutes at most.
   channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  auto channel = grpc::CreateCustomChannel(server, credentials, channel_args);
+  auto channel = grpc::CreateCustomChannel(server, *credentials, channel_args);
 
   if (options.dry_run) options.dry_run_out = &std::cout;
 

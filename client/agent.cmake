@@ -16,7 +16,8 @@ target_link_libraries(rescale_agent_lib PUBLIC rescale_core rescale_proto gRPC::
   spdlog::spdlog)
 
 add_executable(rescale-agent client/agent_main.cc)
-target_link_libraries(rescale-agent PRIVATE rescale_agent_lib CLI11::CLI11 absl::str_format)
+target_link_libraries(rescale-agent PRIVATE rescale_agent_lib rescale_client_credentials
+  CLI11::CLI11 absl::str_format)
 
 if(NOT RESCALE_SANITIZE STREQUAL "thread")
   add_executable(agent_tests tests/test_main.cc tests/agent_test.cc)

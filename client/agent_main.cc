@@ -38,6 +38,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/credentials.h"
 #include "client/agent_parser.h"
 #include "client/agent_sender.h"
 #include "client/agent_source.h"
@@ -67,24 +68,12 @@ struct Flags {
 };
 
 std::shared_ptr<grpc::Channel> Connect(const Flags& flags) {
-  // Same rules as rescalectl's --tls/--ca-file: a CA file implies TLS and
-  // replaces the system roots.
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (flags.tls || !flags.ca_file.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    if (!flags.ca_file.empty()) {
-      std::ifstream file(flags.ca_file, std::ios::binary);
-      std::ostringstream pem;
-      if (!file || !(pem << file.rdbuf())) {
-        std::cerr << "rescale-agent: cannot read --ca-file \"" << flags.ca_file
-                  << "\": " << std::strerror(errno) << "\n";
-        return nullptr;
-      }
-      ssl.pem_root_certs = pem.str();
-    }
-    credentials = grpc::SslCredentials(ssl);
+  auto credentials = rescale::client::RescaledCredentials(flags.tls, flags.ca_file);
+  if (!credentials.ok()) {
+    std::cerr << "rescale-agent: " << credentials.status().message() << "\n";
+    return nullptr;
   }
-  return grpc::CreateChannel(flags.server, credentials);
+  return grpc::CreateChannel(flags.server, *credentials);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/credentials.h"
 #include "client/output.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rescale/v1/rescale.grpc.pb.h"
@@ -522,24 +523,12 @@ int ApplyStatus(Session& session, const ApplyStatusFlags& flags) {
 // TLS when --tls or --ca-file is given (the CA file replaces the system
 // roots), plaintext otherwise.
 std::shared_ptr<grpc::Channel> Connect(const GlobalFlags& flags, std::ostream& err) {
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
-  if (flags.tls || !flags.ca_file.empty()) {
-    grpc::SslCredentialsOptions ssl_options;
-    if (!flags.ca_file.empty()) {
-      std::ifstream file(flags.ca_file, std::ios::binary);
-      std::ostringstream pem;
-      if (!file || !(pem << file.rdbuf())) {
-        err << "error: cannot read --ca-file \"" << flags.ca_file << "\": "
-            << std::strerror(errno) << "\n";
-        return nullptr;
-      }
-      ssl_options.pem_root_certs = pem.str();
-    }
-    credentials = grpc::SslCredentials(ssl_options);
-  } else {
-    credentials = grpc::InsecureChannelCredentials();
+  auto credentials = client::RescaledCredentials(flags.tls, flags.ca_file);
+  if (!credentials.ok()) {
+    err << "error: " << credentials.status().message() << "\n";
+    return nullptr;
   }
-  return grpc::CreateChannel(flags.server, credentials);
+  return grpc::CreateChannel(flags.server, *credentials);
 }
 
 // Subcommand help only lists the subcommand's own flags; this reminds the

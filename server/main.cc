@@ -11,13 +11,13 @@
 #include <cstdlib>
 #include <iostream>
 
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "rescale/logging.h"
 #include "server/server.h"
 
 namespace {
@@ -64,39 +64,16 @@ ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "how long in-flight calls may run after SIGINT/SIGTERM");
 
-namespace {
-
-bool ConfigureLogging(const std::string& format, const std::string& level) {
-  auto logger = spdlog::stderr_logger_mt("rescaled");
-  if (format == "json") {
-    logger->set_pattern(
-        R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","logger":"%n","message":"%v"})",
-        spdlog::pattern_time_type::utc);
-  } else if (format == "text") {
-    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ %v");
-  } else {
-    std::cerr << "rescaled: --log_format must be text or json, got \"" << format << "\"\n";
-    return false;
-  }
-  spdlog::level::level_enum parsed = spdlog::level::from_str(level);
-  if (parsed == spdlog::level::off && level != "off") {
-    std::cerr << "rescaled: --log_level \"" << level << "\" is not a level\n";
-    return false;
-  }
-  logger->set_level(parsed);
-  spdlog::set_default_logger(logger);
-  return true;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "rescaled: elastic-scaling decision service for distributed training.\n"
       "Serves rescale.v1 (Metrics, Job, Recommendation, Cluster), grpc.health.v1 and "
       "reflection.");
   absl::ParseCommandLine(argc, argv);
-  if (!ConfigureLogging(absl::GetFlag(FLAGS_log_format), absl::GetFlag(FLAGS_log_level))) {
+  if (absl::Status logging = rescale::ConfigureLogging(
+          "rescaled", absl::GetFlag(FLAGS_log_format), absl::GetFlag(FLAGS_log_level));
+      !logging.ok()) {
+    std::cerr << "rescaled: --log_format/--log_level: " << logging.message() << "\n";
     return 2;
   }
 
