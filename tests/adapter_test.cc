@@ -37,6 +37,7 @@
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "tests/fake_kube_api.h"
+#include "tests/test_certificates.h"
 
 namespace {
 
@@ -515,25 +516,8 @@ TEST_CASE("the curl client refuses a CA file it cannot read, naming it") {
   CHECK_THAT(std::string(client.status().message()), Catch::Contains("/nonexistent/ca.crt"));
 }
 
-// Self-signed for localhost and 127.0.0.1, valid 2000-2100, test use only
-// (the same pair tests/rescalectl_test.cc uses).
-constexpr char kTestCertificate[] = R"(-----BEGIN CERTIFICATE-----
-MIIBaDCCAQ2gAwIBAgIBATAKBggqhkjOPQQDAjAUMRIwEAYDVQQDDAlsb2NhbGhv
-c3QwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMBQxEjAQBgNVBAMM
-CWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABH0mgLAlzVxXwcuC
-+9NHYUJTBmf47DX9NVoHj92K0ZSbajmvGPIiUvLC0lUOkJBF60jvSuWKxl6lK/Q2
-1aWpComjTjBMMBoGA1UdEQQTMBGCCWxvY2FsaG9zdIcEfwAAATAPBgNVHRMBAf8E
-BTADAQH/MB0GA1UdDgQWBBRByvbaKpaamG1/9cGdhKn2bhOlxzAKBggqhkjOPQQD
-AgNJADBGAiEAoFTIRqoj2ySdeht/wuPQLdAtCoH6eB73uYNQXQ83qgYCIQCGApK5
-HqN2rbdaQiyFHS+WjTBtEdYGL6OQs5u1i0U6Xw==
------END CERTIFICATE-----
-)";
-constexpr char kTestPrivateKey[] = R"(-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgh3dea56dMqyZEDpy
-HExSqbIX5z1sgtc6f1149+f0Q4yhRANCAAR9JoCwJc1cV8HLgvvTR2FCUwZn+Ow1
-/TVaB4/ditGUm2o5rxjyIlLywtJVDpCQRetI70rlisZepSv0NtWlqQqJ
------END PRIVATE KEY-----
-)";
+using rescale::testing::kTestCertificate;
+using rescale::testing::kTestPrivateKey;
 
 TEST_CASE("over https the curl client verifies the API server against the configured CA") {
   auto dir = std::filesystem::temp_directory_path() /

@@ -35,6 +35,7 @@
 #include "client/rescalectl_cli.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
+#include "tests/test_certificates.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -731,24 +732,8 @@ TEST_CASE("watch prints a job registered while it runs", "[rescalectl]") {
                                              "SYNCED"});
 }
 
-// Self-signed for localhost and 127.0.0.1, valid 2000-2100, test use only.
-constexpr char kTestCertificate[] = R"(-----BEGIN CERTIFICATE-----
-MIIBaDCCAQ2gAwIBAgIBATAKBggqhkjOPQQDAjAUMRIwEAYDVQQDDAlsb2NhbGhv
-c3QwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMBQxEjAQBgNVBAMM
-CWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABH0mgLAlzVxXwcuC
-+9NHYUJTBmf47DX9NVoHj92K0ZSbajmvGPIiUvLC0lUOkJBF60jvSuWKxl6lK/Q2
-1aWpComjTjBMMBoGA1UdEQQTMBGCCWxvY2FsaG9zdIcEfwAAATAPBgNVHRMBAf8E
-BTADAQH/MB0GA1UdDgQWBBRByvbaKpaamG1/9cGdhKn2bhOlxzAKBggqhkjOPQQD
-AgNJADBGAiEAoFTIRqoj2ySdeht/wuPQLdAtCoH6eB73uYNQXQ83qgYCIQCGApK5
-HqN2rbdaQiyFHS+WjTBtEdYGL6OQs5u1i0U6Xw==
------END CERTIFICATE-----
-)";
-constexpr char kTestPrivateKey[] = R"(-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgh3dea56dMqyZEDpy
-HExSqbIX5z1sgtc6f1149+f0Q4yhRANCAAR9JoCwJc1cV8HLgvvTR2FCUwZn+Ow1
-/TVaB4/ditGUm2o5rxjyIlLywtJVDpCQRetI70rlisZepSv0NtWlqQqJ
------END PRIVATE KEY-----
-)";
+using rescale::testing::kTestCertificate;
+using rescale::testing::kTestPrivateKey;
 
 TEST_CASE("a --ca-file client connects over TLS to a server with that certificate", "[rescalectl]") {
   TempFile certificate(kTestCertificate, ".pem");
@@ -1354,8 +1339,8 @@ TEST_CASE("the jobs table appends GPUS, STATE and QUEUE after the eleven contrac
   CHECK(rows[2].at("RECOMMENDED") == "<none>");
 }
 
-TEST_CASE("the cluster summary line gives allocated of total GPUs, jobs waiting and the plan gap",
-          "[rescalectl][output]") {
+// 48 of 64 GPUs allocated, two jobs waiting.
+static rescale::v1::Cluster ThreeQuartersAllocated() {
   rescale::v1::Cluster cluster;
   cluster.set_capacity_known(true);
   cluster.set_total_gpus(64);
@@ -1363,6 +1348,12 @@ TEST_CASE("the cluster summary line gives allocated of total GPUs, jobs waiting 
   cluster.set_free_gpus(16);
   cluster.set_utilization(0.75);
   cluster.set_waiting_jobs(2);
+  return cluster;
+}
+
+TEST_CASE("the cluster summary line gives allocated of total GPUs, jobs waiting and the plan gap",
+          "[rescalectl][output]") {
+  rescale::v1::Cluster cluster = ThreeQuartersAllocated();
   CHECK(rescale::cli::FormatClusterSummary(cluster) ==
         "Cluster: 48/64 GPUs allocated (75%), 2 jobs waiting; plan gap 0.00%");
 
@@ -1387,13 +1378,7 @@ TEST_CASE("the cluster summary line gives allocated of total GPUs, jobs waiting 
 }
 
 TEST_CASE("capacity get adds utilisation and the plan gap to the totals", "[rescalectl][output]") {
-  rescale::v1::Cluster cluster;
-  cluster.set_capacity_known(true);
-  cluster.set_total_gpus(64);
-  cluster.set_allocated_gpus(48);
-  cluster.set_free_gpus(16);
-  cluster.set_utilization(0.75);
-  cluster.set_waiting_jobs(2);
+  rescale::v1::Cluster cluster = ThreeQuartersAllocated();
   cluster.set_optimality_gap(0.0125);
   std::vector<std::string> lines = SplitLines(rescale::cli::FormatCluster(cluster));
   REQUIRE(lines.size() >= 2);

@@ -1,0 +1,28 @@
+// A certificate and key for tests that serve TLS: self-signed for localhost
+// and 127.0.0.1, valid 2000-2100. Test use only.
+#ifndef RESCALE_TESTS_TEST_CERTIFICATES_H_
+#define RESCALE_TESTS_TEST_CERTIFICATES_H_
+
+namespace rescale::testing {
+
+inline constexpr char kTestCertificate[] = R"(-----BEGIN CERTIFICATE-----
+MIIBaDCCAQ2gAwIBAgIBATAKBggqhkjOPQQDAjAUMRIwEAYDVQQDDAlsb2NhbGhv
+c3QwIBcNMDAwMTAxMDAwMDAwWhgPMjEwMDAxMDEwMDAwMDBaMBQxEjAQBgNVBAMM
+CWxvY2FsaG9zdDBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABH0mgLAlzVxXwcuC
++9NHYUJTBmf47DX9NVoHj92K0ZSbajmvGPIiUvLC0lUOkJBF60jvSuWKxl6lK/Q2
+1aWpComjTjBMMBoGA1UdEQQTMBGCCWxvY2FsaG9zdIcEfwAAATAPBgNVHRMBAf8E
+BTADAQH/MB0GA1UdDgQWBBRByvbaKpaamG1/9cGdhKn2bhOlxzAKBggqhkjOPQQD
+AgNJADBGAiEAoFTIRqoj2ySdeht/wuPQLdAtCoH6eB73uYNQXQ83qgYCIQCGApK5
+HqN2rbdaQiyFHS+WjTBtEdYGL6OQs5u1i0U6Xw==
+-----END CERTIFICATE-----
+)";
+inline constexpr char kTestPrivateKey[] = R"(-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgh3dea56dMqyZEDpy
+HExSqbIX5z1sgtc6f1149+f0Q4yhRANCAAR9JoCwJc1cV8HLgvvTR2FCUwZn+Ow1
+/TVaB4/ditGUm2o5rxjyIlLywtJVDpCQRetI70rlisZepSv0NtWlqQqJ
+-----END PRIVATE KEY-----
+)";
+
+}  // namespace rescale::testing
+
+#endif  // RESCALE_TESTS_TEST_CERTIFICATES_H_
