@@ -94,7 +94,7 @@
 // doubling); the band is the smallest over anchors, capped at 100% of the
 // prediction. On the traces below the band at 2x the largest size covers
 // the throughput error of all six apps (errors 0.4-9.3%, bands 22-24%) and
-// at 4x it covers two of six.
+// at 4x five of six (yolov3: error 47%, band 43%).
 //
 // Validation (tests/throughput_model_test.cc: Pollux traces, every placement
 // with <= 4 GPUs as observations with their node counts, nodes of 4 GPUs,
@@ -496,7 +496,7 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   model.sync_base_seconds_ = params[1] * reference;
   model.sync_per_worker_seconds_ = params[2] * reference;
   model.node_sync_seconds_ = params[3] * reference;
-  model.node_sync_per_gpu_seconds_ = params[4] * reference;
+  model.node_sync_per_colocated_seconds_ = params[4] * reference;
   model.gpus_per_replica_ = gpus_per_replica;
   model.gpus_per_node_ = options.gpus_per_node;
 
@@ -535,7 +535,7 @@ double ThroughputModel::StepSeconds(uint32_t n) const {
   if (empty_ || n == 0) return 0;
   return Dot(Basis(n, Packed(n, gpus_per_replica_, gpus_per_node_)),
              {compute_seconds_, sync_base_seconds_, sync_per_worker_seconds_, node_sync_seconds_,
-              node_sync_per_gpu_seconds_});
+              node_sync_per_colocated_seconds_});
 }
 
 double ThroughputModel::SamplesPerSecond(uint32_t n) const {
@@ -570,7 +570,7 @@ std::string ThroughputModel::Describe() const {
       gpus_per_node_ == 0 ? std::string()
                           : absl::StrFormat(" + [nodes>1](%.4g + %.4g*(per_node-1)) (%u GPUs/node, "
                                             "%u/replica)",
-                                            node_sync_seconds_, node_sync_per_gpu_seconds_,
+                                            node_sync_seconds_, node_sync_per_colocated_seconds_,
                                             gpus_per_node_, gpus_per_replica_);
   return absl::StrFormat(
       "step(n) = %.4g + [n>1](%.4g + %.4g*(n-2))%s s, batch %.4g, fitted at n=%s, rms log error "

@@ -95,7 +95,7 @@ class ThroughputModel {
   double sync_base_seconds_ = 0;
   double sync_per_worker_seconds_ = 0;
   double node_sync_seconds_ = 0;
-  double node_sync_per_gpu_seconds_ = 0;
+  double node_sync_per_colocated_seconds_ = 0;
   uint32_t gpus_per_replica_ = 1;
   uint32_t gpus_per_node_ = 0;
   double local_batch_ = 1;
