@@ -1,0 +1,60 @@
+// The per-job rules every part of Rescale must agree on, each in one place:
+// what "running" means, namespace filtering, observed throughput, how far a
+// job may explore beyond its measurements, and whether a restart pays for
+// itself. The engine, the policies, the planner, the simulator and the
+// adapter call these instead of restating them, so they cannot drift apart.
+//
+// All functions are pure and thread-safe.
+#ifndef RESCALE_JOB_RULES_H_
+#define RESCALE_JOB_RULES_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "rescale/types.h"
+
+namespace rescale {
+
+// A job runs when the cluster applied at least one replica and did not
+// suspend it. A suspended job keeps its last replica count for resuming.
+bool IsRunning(const JobStatus& status);
+// Replicas that hold GPUs now: the current count while running, else 0.
+uint32_t RunningReplicas(const JobStatus& status);
+
+// True when `job_id` ("namespace/name") is in `namespace_filter`; an empty
+// filter matches every job. Job ids without a namespace are in "".
+bool InNamespace(std::string_view job_id, std::string_view namespace_filter);
+
+// Whole-job samples/s measured at `replicas` workers that each process
+// `mean_local_batch` samples per step of `step_seconds`. 0 when the step time
+// is not positive (nothing measured).
+double ObservedSamplesPerSecond(uint32_t replicas, double mean_local_batch, double step_seconds);
+
+// The largest size a job may take without having measured it: twice the
+// largest size with enough samples (`largest_trusted`, 0 = none), never below
+// min_replicas nor the size it runs at (`running_replicas`), never above
+// max_replicas. Without any trusted size the job starts at min_replicas.
+uint32_t ExplorationCap(const JobSpec& spec, uint32_t largest_trusted, uint32_t running_replicas);
+
+// The smallest share of a resized job's throughput still counted over the
+// horizon, so a huge restart cost makes a resize nearly worthless rather than
+// negative (which would break the planner's concave utilities).
+inline constexpr double kMinRestartFactor = 0.01;
+
+// Share of the planning horizon a resized job still makes progress in:
+// 1 - restart_cost/horizon, clamped to [kMinRestartFactor, 1]. A horizon
+// that is not positive leaves no time to recoup a restart; a negative
+// restart cost counts as 0.
+double RestartFactor(double restart_cost_seconds, double horizon_seconds);
+
+// Whether resizing from `rate_now` to `rate_new` samples/s repays the restart
+// over the horizon: rate_new * RestartFactor > rate_now, i.e. the work done
+// at the new size in (horizon - restart) beats the work at the current size
+// in the whole horizon. The planner applies the same factor to any resize
+// through its utility (see cluster_planner.h).
+bool RestartPaysOff(double rate_now, double rate_new, double restart_cost_seconds,
+                    double horizon_seconds);
+
+}  // namespace rescale
+
+#endif  // RESCALE_JOB_RULES_H_

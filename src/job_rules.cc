@@ -1,0 +1,41 @@
+// The shared per-job rules (see rescale/job_rules.h).
+#include "rescale/job_rules.h"
+
+#include <algorithm>
+
+namespace rescale {
+
+bool IsRunning(const JobStatus& status) {
+  return status.current_replicas > 0 && !status.suspended;
+}
+
+uint32_t RunningReplicas(const JobStatus& status) {
+  return IsRunning(status) ? status.current_replicas : 0;
+}
+
+bool InNamespace(std::string_view job_id, std::string_view namespace_filter) {
+  return namespace_filter.empty() || JobNamespace(job_id) == namespace_filter;
+}
+
+double ObservedSamplesPerSecond(uint32_t replicas, double mean_local_batch, double step_seconds) {
+  return step_seconds > 0 ? replicas * mean_local_batch / step_seconds : 0;
+}
+
+uint32_t ExplorationCap(const JobSpec& spec, uint32_t largest_trusted, uint32_t running_replicas) {
+  const uint64_t explored = largest_trusted == 0 ? 0 : 2 * uint64_t{largest_trusted};
+  const uint64_t cap = std::max<uint64_t>({spec.min_replicas, running_replicas, explored});
+  return static_cast<uint32_t>(std::min<uint64_t>(cap, spec.max_replicas));
+}
+
+double RestartFactor(double restart_cost_seconds, double horizon_seconds) {
+  if (!(horizon_seconds > 0)) return kMinRestartFactor;
+  const double cost = std::max(0.0, restart_cost_seconds);
+  return std::clamp(1 - cost / horizon_seconds, kMinRestartFactor, 1.0);
+}
+
+bool RestartPaysOff(double rate_now, double rate_new, double restart_cost_seconds,
+                    double horizon_seconds) {
+  return rate_new * RestartFactor(restart_cost_seconds, horizon_seconds) > rate_now;
+}
+
+}  // namespace rescale
