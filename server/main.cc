@@ -21,43 +21,45 @@
 #include "server/server.h"
 
 namespace {
+// Flag defaults are the options' own defaults, so they are stated once.
 const rescale::server::ServerOptions kDefaults;
+const rescale::EngineOptions& kEngine = kDefaults.engine;
 }  // namespace
 
 ABSL_FLAG(std::string, listen, kDefaults.listen, "host:port to serve gRPC on (port 0 = any free port)");
 ABSL_FLAG(std::string, log_format, "text", "log format: text or json (one object per line)");
 ABSL_FLAG(std::string, log_level, "info", "log level: trace, debug, info, warn, error");
-ABSL_FLAG(absl::Duration, plan_interval, kDefaults.plan_interval,
+ABSL_FLAG(absl::Duration, plan_interval, kEngine.plan_interval,
           "time between periodic replans (events also replan at once)");
-ABSL_FLAG(int64_t, capacity_gpus, kDefaults.capacity_gpus,
+ABSL_FLAG(int64_t, capacity_gpus, -1,
           "GPUs the planner may hand out; -1 = unknown until ClusterService.SetCapacity");
-ABSL_FLAG(std::string, default_policy, kDefaults.default_policy,
+ABSL_FLAG(std::string, default_policy, kEngine.default_policy,
           "policy for jobs whose spec leaves `policy` empty");
-ABSL_FLAG(int, max_jobs, kDefaults.max_jobs, "registered jobs at most");
-ABSL_FLAG(int, max_watchers, kDefaults.max_watchers, "concurrent WatchRecommendations streams at most");
+ABSL_FLAG(int, max_jobs, kEngine.max_jobs, "registered jobs at most");
+ABSL_FLAG(int, max_watchers, kEngine.max_watchers, "concurrent WatchRecommendations streams at most");
 ABSL_FLAG(int, max_batch_samples, kDefaults.max_batch_samples, "samples in one SampleBatch at most");
 ABSL_FLAG(int, max_message_bytes, kDefaults.max_message_bytes, "largest gRPC message, bytes");
-ABSL_FLAG(bool, auto_register, kDefaults.auto_register,
+ABSL_FLAG(bool, auto_register, kEngine.auto_register,
           "samples for unknown jobs register them with defaults instead of being rejected");
-ABSL_FLAG(absl::Duration, window, kDefaults.window, "span of the windowed step-time statistics");
-ABSL_FLAG(absl::Duration, pod_ttl, kDefaults.pod_ttl, "pods unseen this long are forgotten");
-ABSL_FLAG(int, max_pods_per_job, kDefaults.max_pods_per_job,
+ABSL_FLAG(absl::Duration, window, kEngine.store.window, "span of the windowed step-time statistics");
+ABSL_FLAG(absl::Duration, pod_ttl, kEngine.store.pod_ttl, "pods unseen this long are forgotten");
+ABSL_FLAG(int, max_pods_per_job, kEngine.store.max_pods_per_job,
           "pods tracked per job at most (also at most 4 x max_replicas + 16)");
-ABSL_FLAG(int, max_sizes_per_job, kDefaults.max_sizes_per_job,
+ABSL_FLAG(int, max_sizes_per_job, kEngine.store.max_sizes_per_job,
           "distinct world sizes tracked per job at most");
-ABSL_FLAG(double, min_step_seconds, kDefaults.min_step_seconds,
+ABSL_FLAG(double, min_step_seconds, kEngine.store.min_step_seconds,
           "samples with a shorter step_seconds are rejected as implausible");
-ABSL_FLAG(double, max_step_seconds, kDefaults.max_step_seconds,
+ABSL_FLAG(double, max_step_seconds, kEngine.store.max_step_seconds,
           "samples with a longer step_seconds are rejected as implausible");
-ABSL_FLAG(absl::Duration, cooldown, kDefaults.cooldown,
+ABSL_FLAG(absl::Duration, cooldown, kEngine.policy.cooldown,
           "no replica change for this long after the cluster applied one (per job: "
           "parameters.cooldown_seconds)");
-ABSL_FLAG(absl::Duration, horizon, kDefaults.horizon,
+ABSL_FLAG(absl::Duration, horizon, kEngine.policy.horizon,
           "a scale-up must repay its restart cost within this span");
-ABSL_FLAG(uint32_t, gpus_per_node, kDefaults.gpus_per_node,
+ABSL_FLAG(uint32_t, gpus_per_node, kEngine.model.gpus_per_node,
           "GPUs per node: the throughput model adds an inter-node term for sizes that span "
           "nodes (replicas packed onto the fewest nodes); 0 = unknown, one node assumed");
-ABSL_FLAG(absl::Duration, applied_debounce, kDefaults.applied_debounce,
+ABSL_FLAG(absl::Duration, applied_debounce, kEngine.applied_debounce,
           "a burst of ReportApplied calls is planned once, this long after the first");
 ABSL_FLAG(std::string, tls_cert_file, "", "PEM server certificate chain; enables TLS with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
@@ -87,26 +89,35 @@ int main(int argc, char** argv) {
 
   rescale::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
-  options.plan_interval = absl::GetFlag(FLAGS_plan_interval);
-  options.capacity_gpus = absl::GetFlag(FLAGS_capacity_gpus);
-  options.default_policy = absl::GetFlag(FLAGS_default_policy);
-  options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
-  options.max_watchers = absl::GetFlag(FLAGS_max_watchers);
   options.max_batch_samples = absl::GetFlag(FLAGS_max_batch_samples);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  options.auto_register = absl::GetFlag(FLAGS_auto_register);
-  options.window = absl::GetFlag(FLAGS_window);
-  options.pod_ttl = absl::GetFlag(FLAGS_pod_ttl);
-  options.max_pods_per_job = absl::GetFlag(FLAGS_max_pods_per_job);
-  options.max_sizes_per_job = absl::GetFlag(FLAGS_max_sizes_per_job);
-  options.min_step_seconds = absl::GetFlag(FLAGS_min_step_seconds);
-  options.max_step_seconds = absl::GetFlag(FLAGS_max_step_seconds);
-  options.cooldown = absl::GetFlag(FLAGS_cooldown);
-  options.applied_debounce = absl::GetFlag(FLAGS_applied_debounce);
-  options.horizon = absl::GetFlag(FLAGS_horizon);
-  options.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  rescale::EngineOptions& engine = options.engine;
+  engine.plan_interval = absl::GetFlag(FLAGS_plan_interval);
+  engine.applied_debounce = absl::GetFlag(FLAGS_applied_debounce);
+  const int64_t capacity = absl::GetFlag(FLAGS_capacity_gpus);
+  if (capacity < -1 || capacity > UINT32_MAX) {
+    std::cerr << "rescaled: --capacity_gpus must be -1 (unknown) or a GPU count up to "
+              << UINT32_MAX << ", got " << capacity << "\n";
+    return 2;
+  }
+  if (capacity >= 0) engine.capacity_gpus = static_cast<uint32_t>(capacity);
+  engine.default_policy = absl::GetFlag(FLAGS_default_policy);
+  engine.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  engine.max_watchers = absl::GetFlag(FLAGS_max_watchers);
+  engine.auto_register = absl::GetFlag(FLAGS_auto_register);
+  // The window is both the span of the statistics and the age past which a
+  // sample no longer counts.
+  engine.store.window = engine.store.max_sample_age = absl::GetFlag(FLAGS_window);
+  engine.store.pod_ttl = absl::GetFlag(FLAGS_pod_ttl);
+  engine.store.max_pods_per_job = absl::GetFlag(FLAGS_max_pods_per_job);
+  engine.store.max_sizes_per_job = absl::GetFlag(FLAGS_max_sizes_per_job);
+  engine.store.min_step_seconds = absl::GetFlag(FLAGS_min_step_seconds);
+  engine.store.max_step_seconds = absl::GetFlag(FLAGS_max_step_seconds);
+  engine.policy.cooldown = absl::GetFlag(FLAGS_cooldown);
+  engine.policy.horizon = absl::GetFlag(FLAGS_horizon);
+  engine.model.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
 
   auto server = rescale::server::RescaleServer::Start(options);
   if (!server.ok()) {
@@ -115,9 +126,9 @@ int main(int argc, char** argv) {
   }
   spdlog::info("rescaled serving on {} ({}; capacity {}; default policy {}; plan interval {})",
                (*server)->address(), options.tls_cert_file.empty() ? "plaintext" : "TLS",
-               options.capacity_gpus < 0 ? std::string("unknown")
-                                         : std::to_string(options.capacity_gpus) + " GPUs",
-               options.default_policy, absl::FormatDuration(options.plan_interval));
+               engine.capacity_gpus ? std::to_string(*engine.capacity_gpus) + " GPUs"
+                                    : std::string("unknown"),
+               engine.default_policy, absl::FormatDuration(engine.plan_interval));
 
   int received = 0;
   sigwait(&signals, &received);

@@ -57,62 +57,23 @@ struct RescaleServer::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOptions options) {
-  if (options.max_batch_samples < 1 || options.max_watchers < 1 || options.max_jobs < 1 ||
-      options.max_pods_per_job < 1 || options.max_sizes_per_job < 1 ||
-      options.max_message_bytes < 1024) {
-    return absl::InvalidArgumentError(
-        "limits must be positive: --max_batch_samples, --max_watchers, --max_jobs, "
-        "--max_pods_per_job, --max_sizes_per_job >= 1 and --max_message_bytes >= 1024");
+  if (options.max_batch_samples < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_samples must be at least 1, got ", options.max_batch_samples));
   }
-  if (options.window <= absl::ZeroDuration() || options.pod_ttl <= absl::ZeroDuration() ||
-      options.horizon <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--window, --pod_ttl and --horizon must be positive");
-  }
-  if (options.cooldown < absl::ZeroDuration() || options.applied_debounce < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--cooldown and --applied_debounce must not be negative");
-  }
-  if (!(options.min_step_seconds > 0 && options.min_step_seconds < options.max_step_seconds)) {
-    return absl::InvalidArgumentError(
-        "--min_step_seconds must be positive and below --max_step_seconds");
-  }
-  if (options.plan_interval <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--plan_interval must be positive");
-  }
-  if (options.capacity_gpus < -1 || options.capacity_gpus > UINT32_MAX) {
-    return absl::InvalidArgumentError("--capacity_gpus must be -1 (unknown) or a GPU count");
+  if (options.max_message_bytes < 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes must be at least 1024, got ", options.max_message_bytes));
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();
+  absl::StatusOr<std::unique_ptr<DecisionEngine>> engine =
+      DecisionEngine::Create(options.engine, options.clock);
+  if (!engine.ok()) return engine.status();
 
   std::unique_ptr<RescaleServer> self(new RescaleServer());
   self->options_ = options;
-
-  EngineOptions engine_options;
-  engine_options.default_policy = options.default_policy;
-  engine_options.max_jobs = options.max_jobs;
-  engine_options.max_watchers = options.max_watchers;
-  engine_options.auto_register = options.auto_register;
-  engine_options.store.window = options.window;
-  engine_options.store.max_sample_age = options.window;
-  engine_options.store.pod_ttl = options.pod_ttl;
-  engine_options.store.max_pods_per_job = options.max_pods_per_job;
-  engine_options.store.max_sizes_per_job = options.max_sizes_per_job;
-  engine_options.store.min_step_seconds = options.min_step_seconds;
-  engine_options.store.max_step_seconds = options.max_step_seconds;
-  engine_options.policy.cooldown = options.cooldown;
-  engine_options.policy.horizon = options.horizon;
-  engine_options.model.gpus_per_node = options.gpus_per_node;
-  if (options.capacity_gpus >= 0) {
-    engine_options.capacity_gpus = static_cast<uint32_t>(options.capacity_gpus);
-  }
-  {
-    std::vector<std::string> known = DecisionEngine::KnownPolicies();
-    if (std::find(known.begin(), known.end(), options.default_policy) == known.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("--default_policy \"", options.default_policy,
-                                                     "\" is not a known policy"));
-    }
-  }
-  self->engine_ = std::make_unique<DecisionEngine>(engine_options, options.clock);
+  self->engine_ = *std::move(engine);
 
   auto impl = std::make_unique<Impl>();
   impl->metrics = std::make_unique<MetricsServiceImpl>(
@@ -147,7 +108,7 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   self->impl_ = std::move(impl);
   self->engine_->Replan();
   if (options.run_plan_timer) {
-    self->engine_->StartTimer(options.plan_interval, options.applied_debounce);
+    self->engine_->StartTimer();
   }
   return self;
 }
@@ -172,7 +133,7 @@ void RescaleServer::Shutdown(absl::Duration grace) {
   impl_->server->GetHealthCheckService()->Shutdown();
   // Watch streams never end on their own: close them first so Shutdown does
   // not wait out the grace period for them.
-  engine_->board().CloseAll();
+  engine_->CloseWatches();
   impl_->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
   impl_->server->Wait();
   impl_->stopped.Notify();

@@ -76,8 +76,8 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
 // callback finds null instead of freed memory.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::RecommendationEvent> {
  public:
-  WatchReactor(RecommendationBoard& board, std::shared_ptr<Subscription> subscription)
-      : board_(board), subscription_(std::move(subscription)), gate_(std::make_shared<Gate>()) {
+  WatchReactor(DecisionEngine& engine, std::shared_ptr<Subscription> subscription)
+      : engine_(engine), subscription_(std::move(subscription)), gate_(std::make_shared<Gate>()) {
     absl::MutexLock lock(&gate_->mu);
     gate_->reactor = this;
     subscription_->SetReadyCallback([gate = gate_] {
@@ -111,7 +111,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::RecommendationEve
     }
     // Outside the gate: the board may call the ready callback under its own
     // lock, which takes the gate (lock order board -> gate).
-    board_.Unsubscribe(subscription_);
+    engine_.Unwatch(subscription_);
     delete this;
   }
 
@@ -150,7 +150,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::RecommendationEve
     Finish(status);
   }
 
-  RecommendationBoard& board_;
+  DecisionEngine& engine_;
   const std::shared_ptr<Subscription> subscription_;
   const std::shared_ptr<Gate> gate_;
   // Guarded by gate_->mu (not annotated: the lock lives in a shared object).
@@ -184,11 +184,18 @@ grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServer
   }
   std::vector<StepSample> samples = FromProto(*batch);
   IngestResult result = engine_.Ingest(samples);
-  ToProto(result, summary);
+  // The contract (rescale.proto, ReportSamples): a non-OK reply carries no
+  // body, so the error's message carries the whole summary.
   if (result.accepted == 0 && result.rejected_for_limits > 0) {
-    return FinishUnary(context, absl::ResourceExhaustedError(
-                                    "no sample accepted: " + result.limit_reason));
+    return FinishUnary(
+        context,
+        absl::ResourceExhaustedError(absl::StrFormat(
+            "0 of %d samples accepted: %d refused by a limit (%s), %d rejected for other "
+            "reasons, %d duplicates; nothing was stored: retry later or raise the limit",
+            batch->samples_size(), result.rejected_for_limits, result.limit_reason,
+            result.rejected - result.rejected_for_limits, result.duplicates)));
   }
+  ToProto(result, summary);
   return FinishUnary(context, absl::OkStatus());
 }
 
@@ -267,10 +274,9 @@ grpc::ServerWriteReactor<v1::RecommendationEvent>* RecommendationServiceImpl::Wa
     return new RejectedWatchReactor(absl::InvalidArgumentError(absl::StrFormat(
         "namespace \"%s\" is not a DNS-1123 label", request->namespace_())));
   }
-  absl::StatusOr<std::shared_ptr<Subscription>> sub =
-      engine_.board().Subscribe(request->namespace_());
+  absl::StatusOr<std::shared_ptr<Subscription>> sub = engine_.Watch(request->namespace_());
   if (!sub.ok()) return new RejectedWatchReactor(sub.status());
-  return new WatchReactor(engine_.board(), *std::move(sub));
+  return new WatchReactor(engine_, *std::move(sub));
 }
 
 grpc::ServerUnaryReactor* RecommendationServiceImpl::ReportApplied(

@@ -6,19 +6,16 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "rescale/job_rules.h"
 #include "rescale/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace rescale {
 namespace {
 
-bool InNamespace(const std::string& job_id, const std::string& filter) {
-  return filter.empty() || JobNamespace(job_id) == filter;
-}
-
 // What the cluster must do to go from `status` to `replicas`.
 Action ActionFor(const JobStatus& status, uint32_t replicas) {
-  const bool running = status.current_replicas > 0 && !status.suspended;
+  const bool running = IsRunning(status);
   if (replicas == 0) return running ? Action::kSuspend : Action::kHold;
   if (!running) return status.suspended ? Action::kResume : Action::kScaleUp;
   if (replicas > status.current_replicas) return Action::kScaleUp;
@@ -27,6 +24,56 @@ Action ActionFor(const JobStatus& status, uint32_t replicas) {
 }
 
 }  // namespace
+
+absl::Status DecisionEngine::ValidateOptions(const EngineOptions& options) {
+  auto at_least = [](std::string_view name, int64_t value, int64_t limit) {
+    return value >= limit ? absl::OkStatus()
+                          : absl::InvalidArgumentError(absl::StrFormat(
+                                "%s must be at least %d, got %d", name, limit, value));
+  };
+  auto positive = [](std::string_view name, absl::Duration value) {
+    return value > absl::ZeroDuration()
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError(absl::StrFormat(
+                     "%s must be positive, got %s", name, absl::FormatDuration(value)));
+  };
+  auto not_negative = [](std::string_view name, absl::Duration value) {
+    return value >= absl::ZeroDuration()
+               ? absl::OkStatus()
+               : absl::InvalidArgumentError(absl::StrFormat(
+                     "%s must not be negative, got %s", name, absl::FormatDuration(value)));
+  };
+  const std::vector<std::string> known = KnownPolicies();
+  if (std::find(known.begin(), known.end(), options.default_policy) == known.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("default_policy \"%s\" is not a known policy; known: %s",
+                        options.default_policy, absl::StrJoin(known, ", ")));
+  }
+  RETURN_IF_ERROR(at_least("max_jobs", options.max_jobs, 1));
+  RETURN_IF_ERROR(at_least("max_watchers", options.max_watchers, 1));
+  RETURN_IF_ERROR(at_least("max_pods_per_job", options.store.max_pods_per_job, 1));
+  RETURN_IF_ERROR(at_least("max_sizes_per_job", options.store.max_sizes_per_job, 1));
+  RETURN_IF_ERROR(at_least("auto_register_max_replicas", options.auto_register_max_replicas, 1));
+  RETURN_IF_ERROR(positive("plan_interval", options.plan_interval));
+  RETURN_IF_ERROR(not_negative("applied_debounce", options.applied_debounce));
+  RETURN_IF_ERROR(positive("window", options.store.window));
+  RETURN_IF_ERROR(positive("pod_ttl", options.store.pod_ttl));
+  RETURN_IF_ERROR(positive("horizon", options.policy.horizon));
+  RETURN_IF_ERROR(not_negative("cooldown", options.policy.cooldown));
+  if (!(options.store.min_step_seconds > 0 &&
+        options.store.min_step_seconds < options.store.max_step_seconds)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "min_step_seconds must be positive and below max_step_seconds, got %g and %g",
+        options.store.min_step_seconds, options.store.max_step_seconds));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DecisionEngine>> DecisionEngine::Create(EngineOptions options,
+                                                                       Clock* clock) {
+  RETURN_IF_ERROR(ValidateOptions(options));
+  return std::unique_ptr<DecisionEngine>(new DecisionEngine(std::move(options), clock));
+}
 
 DecisionEngine::DecisionEngine(EngineOptions options, Clock* clock)
     : options_(std::move(options)),
@@ -96,7 +143,7 @@ std::vector<CurvePoint> DecisionEngine::CurveOf(const JobSpec& spec, const Fitte
       if (o.replicas != n || o.step_seconds <= 0) continue;
       p.observed = true;
       p.sample_count = o.sample_count;
-      p.observed_samples_per_second = n * o.mean_batch / o.step_seconds;
+      p.observed_samples_per_second = ObservedSamplesPerSecond(n, o.mean_batch, o.step_seconds);
     }
     curve.push_back(p);
   }
@@ -118,10 +165,12 @@ std::vector<CurvePoint> DecisionEngine::CurveOf(const JobSpec& spec, const Fitte
 absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
   std::lock_guard<std::mutex> lock(mu_);
-  return RegisterLocked(std::move(spec));
+  ASSIGN_OR_RETURN(JobEntry * entry, AddJobLocked(std::move(spec)));
+  ReplanLocked();
+  return ViewLocked(*entry);
 }
 
-absl::StatusOr<JobView> DecisionEngine::RegisterLocked(JobSpec spec) {
+absl::StatusOr<DecisionEngine::JobEntry*> DecisionEngine::AddJobLocked(JobSpec spec) {
   if (jobs_.contains(spec.job_id)) {
     return absl::AlreadyExistsError(absl::StrFormat(
         "job \"%s\" is already registered; use UpdateJob to change its spec", spec.job_id));
@@ -136,8 +185,7 @@ absl::StatusOr<JobView> DecisionEngine::RegisterLocked(JobSpec spec) {
   entry.spec = spec;
   entry.status.registered_at = clock_->Now();
   auto it = jobs_.emplace(spec.job_id, std::move(entry)).first;
-  ReplanLocked();
-  return ViewLocked(it->second);
+  return &it->second;
 }
 
 absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
@@ -207,7 +255,7 @@ void DecisionEngine::AutoRegister(std::span<const StepSample> samples, IngestRes
       spec.min_replicas = 1;
       spec.max_replicas = std::max(options_.auto_register_max_replicas, it->second);
       absl::StatusOr<JobSpec> normalized = Normalize(std::move(spec));
-      if (normalized.ok() && RegisterLocked(*std::move(normalized)).ok()) {
+      if (normalized.ok() && AddJobLocked(*std::move(normalized)).ok()) {
         ++it;
       } else {
         it = wanted.erase(it);  // malformed id or limit: the rejection stands
@@ -247,6 +295,7 @@ void DecisionEngine::AutoRegister(std::span<const StepSample> samples, IngestRes
   merged.rejected_for_limits += second.rejected_for_limits;
   if (merged.limit_reason.empty()) merged.limit_reason = second.limit_reason;
   result = std::move(merged);
+  // One plan for every job this batch registered, with their samples in.
   Replan();
 }
 
@@ -271,8 +320,11 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
         "generation %d is newer than the job's latest recommendation (generation %d)",
         generation, latest_generation));
   }
-  const uint32_t running_before = entry.status.suspended ? 0 : entry.status.current_replicas;
-  const uint32_t running_after = suspended ? 0 : replicas;
+  const uint32_t running_before = RunningReplicas(entry.status);
+  JobStatus after;
+  after.current_replicas = replicas;
+  after.suspended = suspended;
+  const uint32_t running_after = RunningReplicas(after);
   if (entry.has_applied && running_after != running_before) {
     // A change the cluster made: starts the cooldown and feeds the
     // policies' memory (previous size, HPA scale events).
@@ -331,6 +383,7 @@ ClusterView DecisionEngine::ClusterLocked() const {
   view.plan_utility = last_plan_utility_;
   view.plan_upper_bound = last_plan_upper_bound_;
   view.optimality_gap = last_plan_gap_;
+  view.plans_run = plans_run_;
   view.plan_exact = last_plan_exact_;
   for (const Recommendation& rec : board_.List()) {
     auto it = jobs_.find(rec.job_id);
@@ -396,8 +449,8 @@ void DecisionEngine::ReplanLocked() {
     job.gpus_per_replica = p.spec.gpus_per_replica;
     job.priority = p.spec.priority;
     job.preemptible = p.spec.preemptible;
-    const bool running = entry.status.current_replicas > 0 && !entry.status.suspended;
-    job.current_replicas = running ? entry.status.current_replicas : 0;
+    const bool running = IsRunning(entry.status);
+    job.current_replicas = RunningReplicas(entry.status);
     job.suspended = entry.status.suspended;
     job.in_cooldown = running && entry.last_change_at != absl::InfinitePast() &&
                       now - entry.last_change_at < policy_options.cooldown;
@@ -467,10 +520,11 @@ void DecisionEngine::ReplanLocked() {
   }
   board_.Publish(std::move(recs));
   planned_at_ = now;
+  ++plans_run_;
 }
 
 void DecisionEngine::RequestReplanLocked() {
-  if (applied_debounce_ <= absl::ZeroDuration()) {
+  if (!debounce_applied_) {
     ReplanLocked();
     return;
   }
@@ -478,11 +532,22 @@ void DecisionEngine::RequestReplanLocked() {
     std::lock_guard<std::mutex> lock(timer_mu_);
     if (replan_requested_) return;  // one replan covers the whole burst
     replan_requested_ = true;
+    requested_at_ = clock_->Now();
   }
   timer_cv_.notify_all();
 }
 
-void DecisionEngine::StartTimer(absl::Duration interval, absl::Duration applied_debounce) {
+absl::StatusOr<std::shared_ptr<Subscription>> DecisionEngine::Watch(std::string namespace_filter) {
+  return board_.Subscribe(std::move(namespace_filter));
+}
+
+void DecisionEngine::Unwatch(const std::shared_ptr<Subscription>& subscription) {
+  board_.Unsubscribe(subscription);
+}
+
+void DecisionEngine::CloseWatches() { board_.CloseAll(); }
+
+void DecisionEngine::StartTimer() {
   StopTimer();
   {
     std::lock_guard<std::mutex> lock(timer_mu_);
@@ -491,31 +556,49 @@ void DecisionEngine::StartTimer(absl::Duration interval, absl::Duration applied_
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    applied_debounce_ = applied_debounce;
+    debounce_applied_ = options_.applied_debounce > absl::ZeroDuration();
   }
-  timer_thread_ = std::thread([this, interval, applied_debounce] {
-    std::unique_lock<std::mutex> lock(timer_mu_);
-    auto next_tick = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(interval);
-    while (true) {
-      // Wakes for StopTimer, a debounced request, or the periodic tick.
-      timer_cv_.wait_until(lock, next_tick, [this] { return timer_stop_ || replan_requested_; });
-      if (timer_stop_) return;
-      if (replan_requested_) {
-        // Let the rest of the burst arrive, then plan once.
-        timer_cv_.wait_for(lock, absl::ToChronoNanoseconds(applied_debounce),
-                           [this] { return timer_stop_; });
-        if (timer_stop_) return;
-        replan_requested_ = false;
-      } else if (std::chrono::steady_clock::now() < next_tick) {
-        continue;  // spurious wake-up
-      } else {
-        next_tick = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(interval);
-      }
-      lock.unlock();
-      Replan();
-      lock.lock();
-    }
+  // Registered without timer_mu_ held: the listener takes timer_mu_ under
+  // the clock's own lock, so that is the only order the two are taken in.
+  clock_listener_ = clock_->OnTimeChange([this] {
+    // Taking the lock orders the notify after the timer thread's check of
+    // the clock, so a jump between that check and its wait is not lost.
+    std::lock_guard<std::mutex> lock(timer_mu_);
+    timer_cv_.notify_all();
   });
+  timer_thread_ = std::thread([this] { RunTimer(); });
+}
+
+void DecisionEngine::RunTimer() {
+  const absl::Duration interval = options_.plan_interval;
+  const absl::Duration debounce = options_.applied_debounce;
+  std::unique_lock<std::mutex> lock(timer_mu_);
+  absl::Time next_tick = clock_->Now() + interval;
+  while (!timer_stop_) {
+    const absl::Time now = clock_->Now();
+    // The rest of a burst arrives during the first report's debounce and is
+    // planned with it.
+    const absl::Time debounce_until =
+        replan_requested_ ? requested_at_ + debounce : absl::InfiniteFuture();
+    const absl::Time deadline = std::min(next_tick, debounce_until);
+    if (now < deadline) {
+      // Wakes for StopTimer, a request, a jump of a ManualClock, or real
+      // time reaching the deadline (the real clock).
+      const absl::Duration wait = clock_->RealTimeUntil(deadline);
+      if (wait == absl::InfiniteDuration()) {
+        timer_cv_.wait(lock);
+      } else {
+        timer_cv_.wait_for(lock, absl::ToChronoNanoseconds(wait));
+      }
+      continue;
+    }
+    if (now >= next_tick) next_tick = now + interval;
+    // This replan covers any request made so far; later ones start anew.
+    replan_requested_ = false;
+    lock.unlock();
+    Replan();
+    lock.lock();
+  }
 }
 
 void DecisionEngine::StopTimer() {
@@ -525,11 +608,20 @@ void DecisionEngine::StopTimer() {
   }
   timer_cv_.notify_all();
   if (timer_thread_.joinable()) timer_thread_.join();
+  clock_listener_.reset();
+  // Without the thread nothing would run a debounced replan: reports go
+  // inline from now on, and those still waiting for their debounce are
+  // planned here. mu_ before timer_mu_, as in RequestReplanLocked, so no
+  // report can slip a request in between.
+  std::lock_guard<std::mutex> lock(mu_);
+  debounce_applied_ = false;
+  bool pending;
   {
-    // Without the thread, nothing would run a debounced replan: go inline.
-    std::lock_guard<std::mutex> lock(mu_);
-    applied_debounce_ = absl::ZeroDuration();
+    std::lock_guard<std::mutex> timer_lock(timer_mu_);
+    pending = replan_requested_;
+    replan_requested_ = false;
   }
+  if (pending) ReplanLocked();
 }
 
 }  // namespace rescale

@@ -3,31 +3,30 @@
 
 #include <algorithm>
 
+#include "rescale/job_rules.h"
+
 namespace rescale {
-namespace {
-
-bool InNamespace(const std::string& job_id, const std::string& filter) {
-  return filter.empty() || JobNamespace(job_id) == filter;
-}
-
-}  // namespace
 
 // ---- Subscription -----------------------------------------------------------
 
 Subscription::Poll Subscription::Next(RecommendationEvent* event) {
   std::lock_guard<std::mutex> lock(mu_);
-  while (!order_.empty()) {
-    std::string key = std::move(order_.front());
-    order_.pop_front();
-    auto it = pending_.find(key);
-    if (it == pending_.end()) continue;  // dropped: added and deleted unseen
-    *event = std::move(it->second);
+  if (!order_.empty()) {
+    auto first = order_.begin();
+    auto it = pending_.find(first->second);
+    *event = std::move(it->second.event);
     pending_.erase(it);
+    order_.erase(first);
     return Poll::kEvent;
   }
   if (closed_) return Poll::kClosed;
   reader_waiting_ = true;
   return Poll::kEmpty;
+}
+
+size_t Subscription::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return order_.size();
 }
 
 void Subscription::SetReadyCallback(std::function<void()> callback) {
@@ -44,22 +43,26 @@ void Subscription::Push(RecommendationEvent event) {
         event.type == RecommendationEvent::Type::kSynced ? std::string() : event.recommendation.job_id;
     auto it = pending_.find(key);
     if (it == pending_.end()) {
-      order_.push_back(key);
-      pending_.emplace(key, std::move(event));
-    } else if (it->second.type == RecommendationEvent::Type::kAdded &&
+      const uint64_t sequence = next_sequence_++;
+      order_.emplace(sequence, key);
+      pending_.emplace(key, Pending{std::move(event), sequence});
+    } else if (it->second.event.type == RecommendationEvent::Type::kAdded &&
                event.type == RecommendationEvent::Type::kDeleted) {
-      // The reader never saw the job: it needs neither event. Its key stays
-      // in order_ and Next() skips it.
+      // The reader never saw the job: it needs neither event, and its place
+      // in the delivery order goes too, so a job added and deleted again and
+      // again while the reader stalls costs nothing.
+      order_.erase(it->second.sequence);
       pending_.erase(it);
       return;
     } else {
       // Coalesce: the reader has not seen the older event, so it only needs
-      // the newest state. An ADDED it never saw stays ADDED.
-      if (it->second.type == RecommendationEvent::Type::kAdded &&
+      // the newest state, delivered at the older event's place. An ADDED it
+      // never saw stays ADDED.
+      if (it->second.event.type == RecommendationEvent::Type::kAdded &&
           event.type == RecommendationEvent::Type::kModified) {
         event.type = RecommendationEvent::Type::kAdded;
       }
-      it->second = std::move(event);
+      it->second.event = std::move(event);
     }
     if (reader_waiting_) {
       reader_waiting_ = false;

@@ -2,14 +2,7 @@
 // the core types.
 #include "rescale/types.h"
 
-#include "rescale/clock.h"
-
 namespace rescale {
-
-Clock* Clock::Real() {
-  static RealClock* const clock = new RealClock();
-  return clock;
-}
 
 std::string_view ActionName(Action action) {
   switch (action) {

@@ -454,7 +454,7 @@ struct AgentServer {
     v1::Job job;
     REQUIRE(jobs->RegisterJob(&ctx, req, &job).ok());
   }
-  uint64_t Accepted() { return server->engine().store().SamplesAccepted("ns/job"); }
+  uint64_t Accepted() { return server->engine().GetJob("ns/job").value().status.samples_accepted; }
 
   ManualClock clock;
   std::unique_ptr<server::RescaleServer> server;
@@ -546,7 +546,7 @@ TEST_CASE("agent pipeline feeds imagenet log lines through to rescaled's pod sta
   CHECK(sender.stats().pending == 0);
   CHECK(sender.stats().accepted == 10);
   CHECK(sender.stats().duplicates == 10);
-  std::vector<PodStatus> pods = server.server->engine().store().Pods("ns/job");
+  std::vector<PodStatus> pods = server.server->engine().GetJob("ns/job").value().pods;
   REQUIRE(pods.size() == 1);
   CHECK(pods[0].pod == "job-worker-0");
   CHECK(pods[0].sample_count == 10);

@@ -33,6 +33,48 @@ EngineOptions StaticMinOptions() {
   return options;
 }
 
+std::unique_ptr<DecisionEngine> MustCreate(EngineOptions options, Clock* clock) {
+  absl::StatusOr<std::unique_ptr<DecisionEngine>> engine =
+      DecisionEngine::Create(std::move(options), clock);
+  INFO(engine.status().ToString());
+  REQUIRE(engine.ok());
+  return *std::move(engine);
+}
+
+// Blocks until the watcher has an event (its ready callback fired), then
+// returns every queued event. No timeouts: the caller caused the event.
+class WatchReader {
+ public:
+  explicit WatchReader(std::shared_ptr<Subscription> sub) : sub_(std::move(sub)) {
+    sub_->SetReadyCallback([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++ready_;
+      cv_.notify_all();
+    });
+  }
+  std::vector<RecommendationEvent> Drain() {
+    std::vector<RecommendationEvent> events;
+    RecommendationEvent event;
+    while (sub_->Next(&event) == Subscription::Poll::kEvent) events.push_back(event);
+    return events;
+  }
+  std::vector<RecommendationEvent> WaitForEvents() {
+    while (true) {
+      std::vector<RecommendationEvent> events = Drain();
+      if (!events.empty()) return events;
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return ready_ > 0; });
+      ready_ = 0;
+    }
+  }
+
+ private:
+  std::shared_ptr<Subscription> sub_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int ready_ = 0;
+};
+
 std::string testing_join(const std::vector<uint32_t>& v) {
   std::string out;
   for (uint32_t x : v) out += std::to_string(x) + " ";
@@ -67,7 +109,8 @@ Recommendation MustRecommendation(const DecisionEngine& engine, const std::strin
 
 TEST_CASE("engine registers a job and publishes generation 1 with SCALE_UP at the clock's time") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   JobView view = MustRegister(engine, Spec("team-a/resnet", 2, 8));
   CHECK(view.spec.job_id == "team-a/resnet");
   CHECK(view.status.registered_at == clock.Now());
@@ -93,7 +136,8 @@ TEST_CASE("engine registers a job and publishes generation 1 with SCALE_UP at th
 
 TEST_CASE("engine rejects an invalid spec with INVALID_ARGUMENT naming the field") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   JobSpec spec = Spec("team-a/resnet", 5, 2);
   absl::StatusOr<JobView> view = engine.RegisterJob(spec);
   REQUIRE(view.status().code() == absl::StatusCode::kInvalidArgument);
@@ -108,7 +152,8 @@ TEST_CASE("engine rejects an invalid spec with INVALID_ARGUMENT naming the field
 
 TEST_CASE("engine rejects registering a known job with ALREADY_EXISTS") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a"));
   absl::StatusOr<JobView> again = engine.RegisterJob(Spec("ns/a", 1, 4));
   REQUIRE(again.status().code() == absl::StatusCode::kAlreadyExists);
@@ -121,7 +166,8 @@ TEST_CASE("engine rejects registering a known job with ALREADY_EXISTS") {
 
 TEST_CASE("engine rejects an unknown policy listing the known ones") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   JobSpec spec = Spec("ns/a");
   spec.policy = "magic";
   absl::StatusOr<JobView> view = engine.RegisterJob(spec);
@@ -138,7 +184,8 @@ TEST_CASE("engine refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
   ManualClock clock;
   EngineOptions options;
   options.max_jobs = 2;
-  DecisionEngine engine(options, &clock);
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a"));
   MustRegister(engine, Spec("ns/b"));
   absl::StatusOr<JobView> third = engine.RegisterJob(Spec("ns/c"));
@@ -151,7 +198,8 @@ TEST_CASE("engine refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
 
 TEST_CASE("engine turns the action to HOLD once the recommendation is applied, keeping the generation") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a", 3, 8));
   clock.Advance(absl::Seconds(30));
 
@@ -180,7 +228,8 @@ TEST_CASE("engine turns the action to HOLD once the recommendation is applied, k
 
 TEST_CASE("engine asks to scale down when the cluster runs more than recommended") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a", 2, 8));
   REQUIRE(engine.ReportApplied("ns/a", 5, false, 1).ok());
   Recommendation rec = MustRecommendation(engine, "ns/a");
@@ -191,7 +240,8 @@ TEST_CASE("engine asks to scale down when the cluster runs more than recommended
 
 TEST_CASE("engine rejects a generation newer than the latest recommendation") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a"));
   absl::StatusOr<JobStatus> status = engine.ReportApplied("ns/a", 2, false, 2);
   REQUIRE(status.status().code() == absl::StatusCode::kInvalidArgument);
@@ -205,7 +255,8 @@ TEST_CASE("engine rejects a generation newer than the latest recommendation") {
 
 TEST_CASE("engine rejects applied replicas above max_replicas") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a", 2, 8));
   absl::StatusOr<JobStatus> status = engine.ReportApplied("ns/a", 9, false, 1);
   REQUIRE(status.status().code() == absl::StatusCode::kInvalidArgument);
@@ -215,7 +266,8 @@ TEST_CASE("engine rejects applied replicas above max_replicas") {
 
 TEST_CASE("engine reports NOT_FOUND or INVALID_ARGUMENT for applied state of unknown or malformed jobs") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   CHECK(engine.ReportApplied("ns/none", 1, false, 0).status().code() ==
         absl::StatusCode::kNotFound);
   CHECK(engine.ReportApplied("bad", 1, false, 0).status().code() ==
@@ -225,7 +277,8 @@ TEST_CASE("engine reports NOT_FOUND or INVALID_ARGUMENT for applied state of unk
 
 TEST_CASE("engine makes the lower-priority job wait when capacity falls below demand") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/high", 4, 4, /*priority=*/10));
   MustRegister(engine, Spec("ns/low", 4, 4, /*priority=*/1));
   REQUIRE(MustRecommendation(engine, "ns/low").replicas == 4);
@@ -267,7 +320,8 @@ TEST_CASE("engine suspends a running lower-priority job preempted by a higher-pr
   ManualClock clock;
   EngineOptions options;
   options.capacity_gpus = 4;
-  DecisionEngine engine(options, &clock);
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/low", 4, 4, /*priority=*/1));
   REQUIRE(engine.ReportApplied("ns/low", 4, false, 1).ok());
   MustRegister(engine, Spec("ns/high", 4, 4, /*priority=*/10));
@@ -293,7 +347,8 @@ TEST_CASE("engine suspends a running lower-priority job preempted by a higher-pr
 
 TEST_CASE("engine reports an unknown capacity as unset in the cluster view") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a", 3, 8));
   ClusterView cluster = engine.GetCluster();
   CHECK_FALSE(cluster.total_gpus.has_value());
@@ -303,9 +358,10 @@ TEST_CASE("engine reports an unknown capacity as unset in the cluster view") {
 
 TEST_CASE("engine forgets a deregistered job and tells watchers DELETED") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a"));
-  absl::StatusOr<std::shared_ptr<Subscription>> sub = engine.board().Subscribe();
+  absl::StatusOr<std::shared_ptr<Subscription>> sub = engine.Watch();
   REQUIRE(sub.ok());
   RecommendationEvent event;
   while ((*sub)->Next(&event) == Subscription::Poll::kEvent) {
@@ -340,7 +396,8 @@ TEST_CASE("engine forgets a deregistered job and tells watchers DELETED") {
 
 TEST_CASE("engine feeds ingested samples into the job's curve and samples_accepted") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a", 2, 8));  // local_batch_size 32
 
   std::vector<StepSample> batch;
@@ -388,7 +445,8 @@ TEST_CASE("engine feeds ingested samples into the job's curve and samples_accept
 
 TEST_CASE("engine lists jobs ordered by id and filtered by namespace") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("team-b/x"));
   MustRegister(engine, Spec("team-a/z"));
   MustRegister(engine, Spec("team-a/y"));
@@ -409,7 +467,8 @@ TEST_CASE("engine lists jobs ordered by id and filtered by namespace") {
 
 TEST_CASE("engine UpdateJob of an unknown job is NOT_FOUND") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   absl::StatusOr<JobView> view = engine.UpdateJob(Spec("ns/none"));
   REQUIRE(view.status().code() == absl::StatusCode::kNotFound);
   CHECK_THAT(std::string(view.status().message()), Contains("ns/none"));
@@ -418,7 +477,8 @@ TEST_CASE("engine UpdateJob of an unknown job is NOT_FOUND") {
 
 TEST_CASE("engine UpdateJob replans with the new spec and bumps the generation") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a", 2, 8));
   JobSpec spec = Spec("ns/a", 2, 8);
   spec.policy = "static-max";
@@ -438,7 +498,8 @@ TEST_CASE("engine UpdateJob replans with the new spec and bumps the generation")
 
 TEST_CASE("engine replan refreshes decided_at without a new generation") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a"));
   clock.Advance(absl::Minutes(5));
   engine.Replan();
@@ -448,26 +509,138 @@ TEST_CASE("engine replan refreshes decided_at without a new generation") {
   CHECK(engine.GetCluster().planned_at == clock.Now());
 }
 
-TEST_CASE("engine timer starts and stops without hanging") {
+TEST_CASE("engine timer starts and stops, and restarts") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a"));
-  engine.StartTimer(absl::Hours(1));
+  engine.StartTimer();
+  CHECK(clock.listener_count() == 1);
   engine.StopTimer();
+  CHECK(clock.listener_count() == 0);
   // Restarting and stopping again works, and so does a second StopTimer.
-  engine.StartTimer(absl::Hours(1));
+  engine.StartTimer();
   engine.StopTimer();
   engine.StopTimer();
+  CHECK(clock.listener_count() == 0);
   CHECK(MustRecommendation(engine, "ns/a").generation == 1);
 }
 
-TEST_CASE("engine destructor stops a running timer") {
+TEST_CASE("engine destructor stops a running timer and lets go of the clock") {
   ManualClock clock;
   {
-    DecisionEngine engine(StaticMinOptions(), &clock);
-    engine.StartTimer(absl::Hours(1));
+    auto engine = MustCreate(StaticMinOptions(), &clock);
+    engine->StartTimer();
+    CHECK(clock.listener_count() == 1);
   }
-  SUCCEED("destroyed without hanging");
+  // The timer thread was joined and unregistered: moving the clock now
+  // calls nothing of the destroyed engine.
+  CHECK(clock.listener_count() == 0);
+  clock.Advance(absl::Hours(2));
+}
+
+TEST_CASE("engine timer replans when the injected clock passes the plan interval") {
+  ManualClock clock;
+  EngineOptions options;  // the planner: samples widen what it may choose
+  options.plan_interval = absl::Seconds(30);
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
+  MustRegister(engine, Spec("ns/a", 1, 8));
+  REQUIRE(engine.ReportApplied("ns/a", 1, false, 1).ok());
+  std::vector<StepSample> batch(20);
+  for (StepSample& s : batch) {
+    s.job_id = "ns/a";
+    s.pod = "a-0";
+    s.world_size = 1;
+    s.step_seconds = 0.2;
+  }
+  REQUIRE(engine.Ingest(batch).accepted == batch.size());
+  WatchReader reader(engine.Watch().value());
+  reader.Drain();  // ADDED, SYNCED
+  engine.StartTimer();
+  // Ingesting does not plan: the job still may not grow.
+  CHECK(MustRecommendation(engine, "ns/a").replicas == 1);
+  clock.Advance(absl::Seconds(29));
+  CHECK(MustRecommendation(engine, "ns/a").replicas == 1);
+  clock.Advance(absl::Seconds(1));  // the tick: the timer plans the samples in
+  std::vector<RecommendationEvent> events = reader.WaitForEvents();
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].recommendation.replicas == 2);  // 2x the measured size
+  engine.StopTimer();
+}
+
+TEST_CASE("StopTimer plans the applied reports still waiting for their debounce") {
+  ManualClock clock;
+  EngineOptions options = StaticMinOptions();
+  options.applied_debounce = absl::Milliseconds(300);
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
+  MustRegister(engine, Spec("ns/a", 2, 8));
+  engine.StartTimer();
+  REQUIRE(engine.ReportApplied("ns/a", 2, false, 1).ok());
+  CHECK(MustRecommendation(engine, "ns/a").action == Action::kScaleUp);  // deferred
+  engine.StopTimer();
+  CHECK(MustRecommendation(engine, "ns/a").action == Action::kHold);
+  // Without the timer, reports replan inline again.
+  REQUIRE(engine.ReportApplied("ns/a", 3, false, 1).ok());
+  CHECK(MustRecommendation(engine, "ns/a").action == Action::kScaleDown);
+}
+
+TEST_CASE("Create names the option out of range and its limit") {
+  struct Case {
+    std::function<void(EngineOptions&)> set;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](EngineOptions& o) { o.default_policy = "magic"; }, "default_policy \"magic\""},
+      {[](EngineOptions& o) { o.max_jobs = 0; }, "max_jobs must be at least 1, got 0"},
+      {[](EngineOptions& o) { o.max_watchers = -1; }, "max_watchers must be at least 1"},
+      {[](EngineOptions& o) { o.store.max_pods_per_job = 0; }, "max_pods_per_job"},
+      {[](EngineOptions& o) { o.store.max_sizes_per_job = 0; }, "max_sizes_per_job"},
+      {[](EngineOptions& o) { o.plan_interval = absl::ZeroDuration(); }, "plan_interval must be positive"},
+      {[](EngineOptions& o) { o.applied_debounce = absl::Seconds(-1); }, "applied_debounce must not be negative"},
+      {[](EngineOptions& o) { o.store.window = absl::ZeroDuration(); }, "window must be positive"},
+      {[](EngineOptions& o) { o.store.pod_ttl = absl::ZeroDuration(); }, "pod_ttl must be positive"},
+      {[](EngineOptions& o) { o.policy.horizon = absl::ZeroDuration(); }, "horizon must be positive"},
+      {[](EngineOptions& o) { o.policy.cooldown = absl::Seconds(-5); }, "cooldown must not be negative"},
+      {[](EngineOptions& o) { o.store.min_step_seconds = 10; o.store.max_step_seconds = 1; },
+       "min_step_seconds must be positive and below max_step_seconds"},
+  };
+  for (const Case& c : cases) {
+    EngineOptions options;
+    c.set(options);
+    absl::StatusOr<std::unique_ptr<DecisionEngine>> engine = DecisionEngine::Create(options);
+    INFO(c.expected);
+    CHECK(engine.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(engine.status().message()), Contains(c.expected));
+  }
+  CHECK(DecisionEngine::Create(EngineOptions{}).ok());
+}
+
+TEST_CASE("auto-registering several jobs from one batch plans once, for all of them") {
+  ManualClock clock;
+  EngineOptions options = StaticMinOptions();
+  options.auto_register = true;
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
+  const ClusterView before = engine.GetCluster();
+  clock.Advance(absl::Seconds(1));
+  std::vector<StepSample> batch(3);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i].job_id = i == 0 ? "ns/x" : (i == 1 ? "ns/y" : "ns/z");
+    batch[i].pod = "p-0";
+    batch[i].world_size = 1;
+    batch[i].step_seconds = 0.5;
+  }
+  WatchReader reader(engine.Watch().value());
+  reader.Drain();  // SYNCED
+  REQUIRE(engine.Ingest(batch).accepted == 3);
+  const ClusterView after = engine.GetCluster();
+  CHECK(after.planned_at == clock.Now());
+  CHECK(after.plans_run == before.plans_run + 1);  // not one per job, plus one
+  std::vector<RecommendationEvent> events = reader.Drain();
+  REQUIRE(events.size() == 3);
+  for (const RecommendationEvent& event : events) CHECK(event.type == RecommendationEvent::Type::kAdded);
 }
 
 }  // namespace
@@ -477,7 +650,8 @@ TEST_CASE("engine with auto_register registers unknown jobs from their samples a
   EngineOptions options;
   options.auto_register = true;
   options.auto_register_max_replicas = 16;
-  DecisionEngine engine(options, &clock);
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/known"));
   const std::string pod = "w-0";
   std::vector<StepSample> batch(4);
@@ -503,7 +677,8 @@ TEST_CASE("engine with auto_register registers unknown jobs from their samples a
 
 TEST_CASE("engine without auto_register rejects samples of unknown jobs as not registered") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
   std::vector<StepSample> batch(1);
   batch[0].job_id = "ns/ghost";
   batch[0].pod = "w-0";
@@ -527,7 +702,8 @@ TEST_CASE("engine with the efficiency policy scales a job up to its knee and bac
   ManualClock clock;
   EngineOptions options;
   options.default_policy = "efficiency";
-  DecisionEngine engine(options, &clock);
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
   JobSpec spec = Spec("ns/train", 1, 32);
   spec.restart_cost_seconds = 10;
   MustRegister(engine, spec);
@@ -574,10 +750,13 @@ TEST_CASE("engine with the efficiency policy scales a job up to its knee and bac
 
 TEST_CASE("engine with a debounce plans a burst of applied reports once, on its timer thread") {
   ManualClock clock;
-  DecisionEngine engine(StaticMinOptions(), &clock);
+  EngineOptions options = StaticMinOptions();
+  options.applied_debounce = absl::Milliseconds(300);
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a", 2, 8));
   MustRegister(engine, Spec("ns/b", 2, 8));
-  auto watcher = engine.board().Subscribe().value();
+  auto watcher = engine.Watch().value();
   RecommendationEvent event;
   while (watcher->Next(&event) == Subscription::Poll::kEvent) {
   }  // drain ADDED, ADDED, SYNCED
@@ -590,14 +769,16 @@ TEST_CASE("engine with a debounce plans a burst of applied reports once, on its 
     cv.notify_all();
   });
 
-  // Long enough that the checks right after reporting run before it ends,
-  // even under sanitizers.
-  engine.StartTimer(absl::Hours(1), absl::Milliseconds(300));
+  engine.StartTimer();
   REQUIRE(engine.ReportApplied("ns/a", 2, false, 1).ok());
   REQUIRE(engine.ReportApplied("ns/b", 2, false, 1).ok());
-  // Not planned inline: both still say SCALE_UP right after reporting.
+  // Not planned inline, and not before the debounce passed on the clock:
+  // both still say SCALE_UP.
   CHECK(MustRecommendation(engine, "ns/a").action == Action::kScaleUp);
   CHECK(MustRecommendation(engine, "ns/b").action == Action::kScaleUp);
+  clock.Advance(absl::Milliseconds(299));
+  CHECK(MustRecommendation(engine, "ns/a").action == Action::kScaleUp);
+  clock.Advance(absl::Milliseconds(1));
   // Wait for the debounced replan's events: one MODIFIED per job.
   std::vector<std::string> modified;
   while (modified.size() < 2) {
@@ -614,7 +795,7 @@ TEST_CASE("engine with a debounce plans a burst of applied reports once, on its 
   CHECK(MustRecommendation(engine, "ns/a").action == Action::kHold);
   CHECK(MustRecommendation(engine, "ns/b").action == Action::kHold);
   engine.StopTimer();
-  engine.board().Unsubscribe(watcher);
+  engine.Unwatch(watcher);
 }
 
 
@@ -642,7 +823,8 @@ void ApplyAndMeasure(DecisionEngine& engine, ManualClock& clock,
 TEST_CASE("engine's default planner gives spare GPUs to the job that scales better") {
   ManualClock clock;
   EngineOptions options;  // default policy: planner
-  DecisionEngine engine(options, &clock);
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
   JobSpec good = Spec("ns/scales-well", 1, 16);
   JobSpec poor = Spec("ns/scales-poorly", 1, 16);
   good.restart_cost_seconds = poor.restart_cost_seconds = 5;
@@ -664,7 +846,8 @@ TEST_CASE("engine's default planner gives spare GPUs to the job that scales bett
 
 TEST_CASE("engine's planner shrinks, then suspends the lower-priority job when capacity drops, and resumes it") {
   ManualClock clock;
-  DecisionEngine engine(EngineOptions{}, &clock);
+  auto engine_owner = MustCreate(EngineOptions{}, &clock);
+  DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/high", 2, 4, /*priority=*/10));
   MustRegister(engine, Spec("ns/low", 2, 4, /*priority=*/0));
   engine.SetCapacity(8);

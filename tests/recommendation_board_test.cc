@@ -264,6 +264,29 @@ TEST_CASE("watcher coalesces a pending change followed by a removal into DELETED
   CHECK(events[0].recommendation.replicas == 2);
 }
 
+TEST_CASE("a stalled watcher holds one pending event per job while a job is added and deleted "
+          "over and over") {
+  RecommendationBoard board;
+  PublishOne(board, Rec("ns/stays", 1));
+  auto sub = MustSubscribe(board);  // ADDED ns/stays, SYNCED: never read
+  for (int i = 0; i < 1000; ++i) {
+    PublishOne(board, Rec("ns/flaps", 1 + i % 3));
+    board.Remove("ns/flaps");
+  }
+  // The reader never saw ns/flaps: nothing of it is queued, not even its
+  // place in the order.
+  CHECK(sub->queued() == 2);
+  PublishOne(board, Rec("ns/flaps", 5));
+  CHECK(sub->queued() == 3);
+  std::vector<RecommendationEvent> events = Drain(*sub);
+  REQUIRE(events.size() == 3);
+  CHECK(events[0].recommendation.job_id == "ns/stays");
+  CHECK(events[1].type == Type::kSynced);
+  CHECK(events[2].type == Type::kAdded);
+  CHECK(events[2].recommendation.replicas == 5);
+  CHECK(sub->queued() == 0);
+}
+
 TEST_CASE("watcher with a namespace filter sees only jobs of that namespace") {
   RecommendationBoard board;
   board.Publish({Rec("team-a/x", 1), Rec("team-b/y", 1), Rec("team-a/z", 1)});

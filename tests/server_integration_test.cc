@@ -278,7 +278,7 @@ TEST_CASE("ReportSamples refuses a batch over --max_batch_samples naming the lim
 
 TEST_CASE("ReportSamples is RESOURCE_EXHAUSTED when a limit refuses every sample") {
   ServerOptions options;
-  options.max_pods_per_job = 1;
+  options.engine.store.max_pods_per_job = 1;
   TestServer t(options);
   t.Register("ns/job", 1, 4);
   v1::SampleBatch first;
@@ -296,6 +296,10 @@ TEST_CASE("ReportSamples is RESOURCE_EXHAUSTED when a limit refuses every sample
   grpc::Status status = t.metrics->ReportSamples(&ctx2, second, &summary);
   CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK_THAT(status.error_message(), Catch::Contains("--max_pods_per_job"));
+  // The reply has no body: the message is the summary.
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("0 of 1 samples accepted: 1 refused by a limit") &&
+                 Catch::Contains("0 rejected for other reasons, 0 duplicates"));
 }
 
 TEST_CASE("GetJob shows the job's pods and flags a straggler") {
@@ -472,7 +476,7 @@ TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change")
 
 TEST_CASE("WatchRecommendations beyond --max_watchers is RESOURCE_EXHAUSTED") {
   ServerOptions options;
-  options.max_watchers = 1;
+  options.engine.max_watchers = 1;
   TestServer t(options);
   grpc::ClientContext first_ctx;
   auto first = t.recs->WatchRecommendations(&first_ctx, v1::WatchRecommendationsRequest());

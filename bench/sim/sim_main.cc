@@ -118,6 +118,9 @@ struct Prepared {
   std::vector<CapacityChange> changes;
 };
 
+SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const Prepared& p,
+                             const std::string& policy, uint32_t capacity);
+
 // Validates the policy list and the capacity flags; prints the error and
 // returns nullopt on bad usage.
 std::optional<Prepared> PrepareRun(const RunFlags& f) {
@@ -128,13 +131,6 @@ std::optional<Prepared> PrepareRun(const RunFlags& f) {
   } else {
     for (absl::string_view name : absl::StrSplit(f.policies, ',', absl::SkipWhitespace())) {
       p.policies.emplace_back(absl::StripAsciiWhitespace(name));
-    }
-  }
-  for (const std::string& policy : p.policies) {
-    if (std::find(known.begin(), known.end(), policy) == known.end()) {
-      std::cerr << "rescale-sim: unknown policy \"" << policy << "\"; known policies: "
-                << absl::StrJoin(known, ", ") << "\n";
-      return std::nullopt;
     }
   }
   if (p.policies.empty()) {
@@ -153,6 +149,15 @@ std::optional<Prepared> PrepareRun(const RunFlags& f) {
     return std::nullopt;
   }
   p.changes = *changes;
+  // The engine checks its options (policy names, interval, horizon...): ask
+  // it now, for every policy, rather than fail halfway through the runs.
+  for (const std::string& policy : p.policies) {
+    if (absl::Status valid = ValidateSimulationOptions(OptionsFor(f, Workload{}, p, policy, 1));
+        !valid.ok()) {
+      std::cerr << "rescale-sim: " << valid.message() << "\n";
+      return std::nullopt;
+    }
+  }
   return p;
 }
 

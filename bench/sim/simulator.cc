@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "rescale/apply_order.h"
 #include "rescale/clock.h"
 #include "rescale/decision_engine.h"
 #include "rescale/types.h"
@@ -69,7 +70,36 @@ struct SimJob {
   }
 };
 
-std::string PolicyList() { return absl::StrJoin(DecisionEngine::KnownPolicies(), ", "); }
+
+}  // namespace
+
+EngineOptions EngineOptionsFor(const SimulationOptions& options, uint32_t jobs,
+                               uint32_t largest_max_replicas) {
+  EngineOptions engine;
+  engine.default_policy = options.policy;
+  engine.max_jobs = static_cast<int>(jobs) + 16;
+  engine.capacity_gpus = options.capacity_gpus;
+  engine.plan_interval = absl::Seconds(options.plan_interval_seconds);
+  engine.policy.cooldown = absl::Seconds(options.cooldown_seconds);
+  engine.policy.horizon = absl::Seconds(options.horizon_seconds);
+  engine.model.gpus_per_node = options.gpus_per_node;
+  // Samples are ingested once per interval, stamped inside it: the store
+  // must accept samples an interval old, and keep a cell for every size a
+  // job may try.
+  engine.store.max_sample_age =
+      std::max(engine.store.max_sample_age, absl::Seconds(3 * options.plan_interval_seconds));
+  engine.store.window =
+      std::max(engine.store.window, absl::Seconds(6 * options.plan_interval_seconds));
+  engine.store.max_sizes_per_job = std::max(
+      engine.store.max_sizes_per_job, static_cast<int>(std::min(largest_max_replicas, 4096u)));
+  return engine;
+}
+
+absl::Status ValidateSimulationOptions(const SimulationOptions& options) {
+  return DecisionEngine::ValidateOptions(EngineOptionsFor(options, 0, 1));
+}
+
+namespace {
 
 class Simulation {
  public:
@@ -129,14 +159,6 @@ void Simulation::DrawIntervalNoise(SimJob& job) {
 }
 
 absl::Status Simulation::Prepare() {
-  const std::vector<std::string> known = DecisionEngine::KnownPolicies();
-  if (std::find(known.begin(), known.end(), options_.policy) == known.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("unknown policy \"%s\"; known: %s", options_.policy, PolicyList()));
-  }
-  if (!(options_.plan_interval_seconds > 0)) {
-    return absl::InvalidArgumentError("plan interval must be positive");
-  }
   uint32_t largest_capacity = options_.capacity_gpus;
   for (const CapacityChange& c : options_.capacity_changes) largest_capacity = std::max(largest_capacity, c.gpus);
   uint32_t largest_max = 1;
@@ -177,23 +199,10 @@ absl::Status Simulation::Prepare() {
   }
   for (size_t i = 0; i < jobs_.size(); ++i) by_engine_id_[jobs_[i].engine_id] = i;
 
-  EngineOptions engine_options;
-  engine_options.default_policy = options_.policy;
-  engine_options.max_jobs = static_cast<int>(jobs_.size()) + 16;
-  engine_options.capacity_gpus = options_.capacity_gpus;
-  engine_options.policy.cooldown = absl::Seconds(options_.cooldown_seconds);
-  engine_options.policy.horizon = absl::Seconds(options_.horizon_seconds);
-  engine_options.model.gpus_per_node = options_.gpus_per_node;
-  // Samples are ingested once per interval, stamped inside it: the store
-  // must accept samples an interval old, and keep a cell for every size a
-  // job may try.
-  engine_options.store.max_sample_age =
-      std::max(engine_options.store.max_sample_age, absl::Seconds(3 * options_.plan_interval_seconds));
-  engine_options.store.window =
-      std::max(engine_options.store.window, absl::Seconds(6 * options_.plan_interval_seconds));
-  engine_options.store.max_sizes_per_job =
-      std::max(engine_options.store.max_sizes_per_job, static_cast<int>(std::min(largest_max, 4096u)));
-  engine_ = std::make_unique<DecisionEngine>(std::move(engine_options), &clock_);
+  absl::StatusOr<std::unique_ptr<DecisionEngine>> engine = DecisionEngine::Create(
+      EngineOptionsFor(options_, static_cast<uint32_t>(jobs_.size()), largest_max), &clock_);
+  if (!engine.ok()) return engine.status();
+  engine_ = *std::move(engine);
   capacity_ = options_.capacity_gpus;
   result_.policy = options_.policy;
   result_.first_arrival_seconds = jobs_.empty() ? 0 : jobs_.front().desc->arrival_seconds;
@@ -352,7 +361,7 @@ absl::Status Simulation::ApplyRecommendations() {
       uint32_t target;
       uint64_t generation;
     };
-    std::vector<Change> shrinks, grows;
+    std::vector<Change> changes;
     for (const Recommendation& rec : engine_->ListRecommendations()) {
       auto it = by_engine_id_.find(rec.job_id);
       if (it == by_engine_id_.end()) continue;
@@ -360,19 +369,19 @@ absl::Status Simulation::ApplyRecommendations() {
       if (job.phase == Phase::kDone || job.phase == Phase::kNotArrived) continue;
       const uint32_t target = rec.suspend ? 0 : rec.replicas;
       if (target == job.replicas) continue;
-      (target < job.replicas ? shrinks : grows).push_back({&job, target, rec.generation});
+      changes.push_back({&job, target, rec.generation});
     }
-    if (shrinks.empty() && grows.empty()) return absl::OkStatus();
-    for (std::vector<Change>* changes : {&shrinks, &grows}) {
-      for (const Change& c : *changes) {
-        Apply(*c.job, c.target);
-        ++result_.reports;
-        absl::StatusOr<JobStatus> status =
-            engine_->ReportApplied(c.job->engine_id, c.target, c.target == 0, c.generation);
-        if (!status.ok()) {
-          return absl::InternalError(
-              absl::StrFormat("ReportApplied(%s, %d): %s", c.job->engine_id, c.target, status.status().ToString()));
-        }
+    if (changes.empty()) return absl::OkStatus();
+    // As rescale-adapter does: every shrink and suspension before any growth.
+    OrderForApply(changes, [](const Change& c) { return std::pair(c.job->replicas, c.target); });
+    for (const Change& c : changes) {
+      Apply(*c.job, c.target);
+      ++result_.reports;
+      absl::StatusOr<JobStatus> status =
+          engine_->ReportApplied(c.job->engine_id, c.target, c.target == 0, c.generation);
+      if (!status.ok()) {
+        return absl::InternalError(absl::StrFormat("ReportApplied(%s, %d): %s", c.job->engine_id,
+                                                   c.target, status.status().ToString()));
       }
     }
     if (absl::Status s = CheckCapacity(); !s.ok()) return s;

@@ -48,6 +48,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/sim/workload.h"
+#include "rescale/decision_engine.h"
 
 namespace rescale::sim {
 
@@ -76,6 +77,16 @@ struct SimulationOptions {
   // Incremented once per finished job (progress display); may be null.
   std::atomic<uint64_t>* jobs_finished = nullptr;
 };
+
+// The engine options a simulation runs with: rescaled's defaults, with the
+// simulation's policy, capacity, interval, cooldown, horizon and node size,
+// and a metrics store sized for `jobs` jobs of up to `largest_max_replicas`.
+EngineOptions EngineOptionsFor(const SimulationOptions& options, uint32_t jobs,
+                               uint32_t largest_max_replicas);
+// What DecisionEngine::Create would say of these options (INVALID_ARGUMENT
+// naming the option), without building anything: lets rescale-sim refuse
+// bad flags before it starts any run.
+absl::Status ValidateSimulationOptions(const SimulationOptions& options);
 
 inline constexpr double kNever = std::numeric_limits<double>::quiet_NaN();
 

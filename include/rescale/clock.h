@@ -2,11 +2,21 @@
 //
 // Core components never read the wall clock directly; they take a Clock*, so
 // tests and the simulator drive time deterministically with ManualClock.
+// Threads that wait for a moment on a Clock (the engine's plan timer) wait
+// on it too: they sleep at most RealTimeUntil(deadline) and are woken by a
+// Listener when a ManualClock jumps, so a test moves the timer by moving the
+// clock, never by waiting out real time.
 #ifndef RESCALE_CLOCK_H_
 #define RESCALE_CLOCK_H_
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -14,9 +24,26 @@ namespace rescale {
 
 class Clock {
  public:
+  // Keeps a time-change callback registered while it lives (OnTimeChange).
+  using Listener = std::shared_ptr<void>;
+
   virtual ~Clock() = default;
   // Current time. Thread-safe.
   virtual absl::Time Now() const = 0;
+
+  // The longest a thread waiting for `deadline` on this clock should sleep
+  // in real time before looking at Now() again. Real time flows by itself:
+  // deadline - Now(). A clock that only moves when told returns
+  // InfiniteDuration: its waiters sleep until a Listener wakes them.
+  virtual absl::Duration RealTimeUntil(absl::Time deadline) const;
+
+  // Calls `on_change` after every jump of this clock's time, on the thread
+  // that moved it, until the returned Listener is destroyed (which waits for
+  // a call in progress). The real clock never jumps and returns a Listener
+  // that does nothing. `on_change` must be quick and must not call back
+  // into the clock's Advance/Set or destroy a Listener. Thread-safe; the
+  // Listener must not outlive the clock.
+  virtual Listener OnTimeChange(std::function<void()> on_change);
 
   // The process-wide real clock. Never null, never destroyed.
   static Clock* Real();
@@ -39,13 +66,27 @@ class ManualClock final : public Clock {
   }
   void Advance(absl::Duration d) {
     now_nanos_.fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_acq_rel);
+    NotifyListeners();
   }
   void Set(absl::Time t) {
     now_nanos_.store(absl::ToUnixNanos(t), std::memory_order_release);
+    NotifyListeners();
   }
 
+  absl::Duration RealTimeUntil(absl::Time deadline) const override;
+  Listener OnTimeChange(std::function<void()> on_change) override;
+  // Registered listeners (tests check that a waiter let go of the clock).
+  size_t listener_count() const;
+
  private:
+  void NotifyListeners();
+
   std::atomic<int64_t> now_nanos_;
+  // Held while listeners run, so destroying a Listener waits for its call.
+  mutable std::mutex listeners_mu_;
+  uint64_t next_listener_id_ ABSL_GUARDED_BY(listeners_mu_) = 0;
+  std::vector<std::pair<uint64_t, std::function<void()>>> listeners_
+      ABSL_GUARDED_BY(listeners_mu_);
 };
 
 }  // namespace rescale

@@ -1,11 +1,17 @@
 // DecisionEngine: the heart of rescaled, free of any RPC types.
 //
 // It owns the registered jobs and their applied state, the metrics store, the
-// GPU capacity and the recommendation board. Every mutation that can change a
-// decision (register, update, deregister, applied state, capacity) replans at
-// once; a timer replans every plan interval so new samples are taken in.
-// A replan snapshots everything, runs the planner (a pure function) and
-// publishes the result to the board, whose watchers see each change.
+// GPU capacity and the recommendation board, and hands none of them out:
+// callers use the methods below (Watch for the board's change stream). Every
+// mutation that can change a decision (register, update, deregister, applied
+// state, capacity) replans at once; a timer replans every plan interval so
+// new samples are taken in. A replan snapshots everything, runs the planner
+// (a pure function) and publishes the result to the board, whose watchers see
+// each change.
+//
+// Construction: DecisionEngine::Create validates EngineOptions once (limits,
+// durations, default_policy); every caller (rescaled, rescale-sim, tests)
+// goes through it, so no caller re-checks options.
 //
 // Thread safety: every public method is thread-safe and returns quickly
 // (no I/O, no waiting on other callers beyond short critical sections).
@@ -40,25 +46,36 @@
 
 namespace rescale {
 
+// Every option of the engine, with its default. rescaled's flags of the same
+// names set them (ServerOptions embeds this struct); the simulator fills the
+// same struct. Create() checks them.
 struct EngineOptions {
   // Policy for specs that leave `policy` empty. Must be one of
-  // KnownPolicies() (RescaleServer::Start checks the flag).
+  // KnownPolicies().
   std::string default_policy = "planner";
-  // Registered jobs; RegisterJob beyond it is RESOURCE_EXHAUSTED.
+  // Registered jobs; RegisterJob beyond it is RESOURCE_EXHAUSTED. >= 1.
   int max_jobs = 10'000;
   // GPUs to plan; nullopt = unknown (unbounded) until SetCapacity.
   std::optional<uint32_t> capacity_gpus;
-  // Concurrent watchers of the board.
+  // Concurrent watchers of the board (Watch beyond it is
+  // RESOURCE_EXHAUSTED). >= 1.
   int max_watchers = 1024;
+  // The plan timer (StartTimer): a replan every `plan_interval` (> 0), and a
+  // burst of ReportApplied calls planned once, `applied_debounce` (>= 0)
+  // after the first; 0 = every report replans inline.
+  absl::Duration plan_interval = absl::Seconds(30);
+  absl::Duration applied_debounce = absl::Milliseconds(200);
   // Samples for unregistered jobs register them (min 1, max
   // auto_register_max_replicas or the largest world_size seen, defaults for
   // the rest) instead of being rejected.
   bool auto_register = false;
   uint32_t auto_register_max_replicas = 64;
   SpecLimits spec_limits;
-  // store.max_jobs is overridden by max_jobs.
+  // The metrics store's window, pod TTL, per-job limits and plausible step
+  // times; store.max_jobs is overridden by max_jobs.
   MetricsStoreOptions store;
-  // Defaults of the per-job policies (cooldown, horizon, thresholds).
+  // Defaults of the per-job policies (cooldown >= 0, horizon > 0,
+  // thresholds).
   PolicyOptions policy;
   // The cluster planner (fairness); its horizon is policy.horizon.
   ClusterPlannerOptions planner;
@@ -67,9 +84,16 @@ struct EngineOptions {
 
 class DecisionEngine {
  public:
-  // `clock` must outlive the engine; null = the real clock.
-  explicit DecisionEngine(EngineOptions options, Clock* clock = nullptr);
+  // An engine with `options`, or INVALID_ARGUMENT naming the first option
+  // out of range and its limit. `clock` must outlive the engine; null = the
+  // real clock.
+  static absl::StatusOr<std::unique_ptr<DecisionEngine>> Create(EngineOptions options,
+                                                                Clock* clock = nullptr);
+  // INVALID_ARGUMENT naming the first option of `options` out of range.
+  static absl::Status ValidateOptions(const EngineOptions& options);
   ~DecisionEngine();
+  DecisionEngine(const DecisionEngine&) = delete;
+  DecisionEngine& operator=(const DecisionEngine&) = delete;
 
   // Names of the policies a spec may ask for.
   static std::vector<std::string> KnownPolicies();
@@ -98,22 +122,30 @@ class DecisionEngine {
   ClusterView SetCapacity(uint32_t total_gpus);
   ClusterView GetCluster() const;
 
+  // A stream of recommendation changes: ADDED for every current job in
+  // `namespace_filter` (empty = all), SYNCED, then every change (see
+  // RecommendationBoard). RESOURCE_EXHAUSTED beyond max_watchers,
+  // UNAVAILABLE after CloseWatches.
+  absl::StatusOr<std::shared_ptr<Subscription>> Watch(std::string namespace_filter = "");
+  // Ends one watch (its reader then sees kClosed).
+  void Unwatch(const std::shared_ptr<Subscription>& subscription);
+  // Ends every watch and refuses new ones (shutdown).
+  void CloseWatches();
+
   // Plans every job now and publishes the decisions.
   void Replan();
 
-  // Replans every `interval` on a background thread until StopTimer (or
-  // destruction). Uses real time for the wait: the timer only paces work,
-  // every decision reads the injected clock. With `applied_debounce` > 0,
-  // ReportApplied no longer replans inline: a burst of reports (a controller
-  // reporting many jobs at once) is planned once, `applied_debounce` after
-  // the first. Job, spec and capacity changes always replan inline, because
-  // their replies carry the new plan.
-  void StartTimer(absl::Duration interval, absl::Duration applied_debounce = absl::ZeroDuration());
+  // Replans every options.plan_interval on a background thread until
+  // StopTimer (or destruction). The timer waits on the injected clock: with
+  // a ManualClock it fires when the test advances time past its deadline,
+  // never on its own. With options.applied_debounce > 0, ReportApplied no
+  // longer replans inline: a burst of reports (a controller reporting many
+  // jobs at once) is planned once, applied_debounce after the first. Job,
+  // spec and capacity changes always replan inline, because their replies
+  // carry the new plan. StopTimer runs a pending debounced replan before it
+  // returns, so no accepted report goes unplanned.
+  void StartTimer();
   void StopTimer();
-
-  RecommendationBoard& board() { return board_; }
-  MetricsStore& store() { return store_; }
-  Clock* clock() const { return clock_; }
 
  private:
   struct JobEntry {
@@ -134,9 +166,13 @@ class DecisionEngine {
     ThroughputModel model;
   };
 
+  DecisionEngine(EngineOptions options, Clock* clock);
+
   absl::StatusOr<JobSpec> Normalize(JobSpec spec) const;
-  absl::StatusOr<JobView> RegisterLocked(JobSpec spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Registers the unknown jobs of `samples` and ingests their samples again.
+  // Registers the job without planning; the caller replans.
+  absl::StatusOr<JobEntry*> AddJobLocked(JobSpec spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers the unknown jobs of `samples`, ingests their samples again and
+  // replans once for all of them.
   void AutoRegister(std::span<const StepSample> samples, IngestResult& result);
   Fitted Fit(const JobSpec& spec, absl::Time now) const;
   // The model's curve for n in [1, max_replicas] (at most 256 points).
@@ -159,17 +195,27 @@ class DecisionEngine {
   double last_plan_upper_bound_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_gap_ ABSL_GUARDED_BY(mu_) = 0;
   bool last_plan_exact_ ABSL_GUARDED_BY(mu_) = true;
+  uint64_t plans_run_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Asks the timer thread for a replan after the debounce, or replans now
   // when there is no debounce.
   void RequestReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The timer thread's loop (StartTimer).
+  void RunTimer();
+
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;
   bool timer_stop_ ABSL_GUARDED_BY(timer_mu_) = false;
   bool replan_requested_ ABSL_GUARDED_BY(timer_mu_) = false;
-  // Set only while the timer thread runs; read under mu_.
-  absl::Duration applied_debounce_ = absl::ZeroDuration();
+  // When the first report of the pending burst arrived: its debounce runs
+  // from then on the injected clock.
+  absl::Time requested_at_ ABSL_GUARDED_BY(timer_mu_);
+  // Whether ReportApplied defers to the timer: set while the timer thread
+  // runs with a positive debounce. Read and written under mu_.
+  bool debounce_applied_ ABSL_GUARDED_BY(mu_) = false;
+  // Wakes the timer thread when a ManualClock jumps; held while it runs.
+  Clock::Listener clock_listener_;
   std::thread timer_thread_;
 };
 

@@ -16,7 +16,7 @@
 #define RESCALE_RECOMMENDATION_BOARD_H_
 
 #include <cstdint>
-#include <deque>
+#include <map>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -53,6 +53,9 @@ class Subscription {
 
   const std::string& namespace_filter() const { return namespace_filter_; }
 
+  // Events waiting for the reader: at most one per job plus SYNCED.
+  size_t queued() const;
+
  private:
   friend class RecommendationBoard;
   explicit Subscription(std::string namespace_filter)
@@ -61,11 +64,19 @@ class Subscription {
   void Push(RecommendationEvent event);
   void Close();
 
+  struct Pending {
+    RecommendationEvent event;
+    uint64_t sequence;  // its key in order_
+  };
+
   const std::string namespace_filter_;
-  std::mutex mu_;
-  // Job ids in delivery order; "" stands for the SYNCED marker.
-  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, RecommendationEvent> pending_ ABSL_GUARDED_BY(mu_);
+  mutable std::mutex mu_;
+  // Job ids in delivery order, keyed by arrival sequence; "" stands for the
+  // SYNCED marker. Exactly one entry per pending_ entry, so both stay
+  // bounded by the number of jobs.
+  std::map<uint64_t, std::string> order_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool reader_waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> ready_callback_ ABSL_GUARDED_BY(mu_);

@@ -205,6 +205,8 @@ struct ClusterView {
   double plan_upper_bound = 0;
   double optimality_gap = 0;
   bool plan_exact = true;
+  // Plans run since the engine started (inline, timer and debounced ones).
+  uint64_t plans_run = 0;
 };
 
 // "namespace" part of a job_id ("" when malformed).
