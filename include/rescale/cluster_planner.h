@@ -20,7 +20,8 @@
 // first), then the smaller job_id.
 //
 // The algorithms, and why each is exact where it claims to be, are described
-// in src/cluster_planner.cc. In short:
+// in src/cluster_planner.cc and the solver files beside it
+// (cluster_planner_exact.cc, cluster_planner_scale.cc). In short:
 //  * capacity unknown or larger than every job at max_replicas: the problem
 //    separates per job and is solved exactly at any scale;
 //  * small instances (ClusterPlannerOptions::exact_job_limit jobs, bounded DP
