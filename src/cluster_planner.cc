@@ -27,11 +27,10 @@
 #include <vector>
 
 #include "cluster_planner_internal.h"
+#include "rescale/job_rules.h"
 
 namespace rescale {
 namespace planner_internal {
-
-constexpr double kMinRestartFactor = 0.01;
 
 Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptions& options) {
   Problem p;
@@ -67,10 +66,8 @@ Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptio
     m.running = m.current > 0;
     m.guarded = m.running && !job.preemptible;
     m.cooldown = job.in_cooldown;
-    const double cost = job.restart_cost_seconds >= 0 ? job.restart_cost_seconds : 0;
-    // A horizon that is not positive leaves no time to recoup a restart.
-    m.restart_factor =
-        horizon > 0 ? std::clamp(1 - cost / horizon, kMinRestartFactor, 1.0) : kMinRestartFactor;
+    // The same factor the per-job policies use to judge a restart.
+    m.restart_factor = RestartFactor(job.restart_cost_seconds, horizon);
     const size_t base_index = m.lo - std::min(m.lo, job.min_replicas);
     if (base_index < job.throughput.size() && job.throughput[base_index] > 0 &&
         std::isfinite(job.throughput[base_index])) {

@@ -15,7 +15,8 @@
 //   3. minus the number of jobs inside their cooldown whose replicas change;
 //   4. sum over running jobs of U_p(f_i x s_i), where s_i = T_i(n_i)/T_i(min_i),
 //      U_p(s) = (s^p - 1)/p (U_0 = ln s) and f_i = max(0.01, 1 - restart_cost_i
-//      / horizon) for a job that runs now with a different size, else 1.
+//      / horizon) (RestartFactor in rescale/job_rules.h) for a job that runs
+//      now with a different size, else 1.
 // Exact ties keep the earlier-started job (suspend the most recently started
 // first), then the smaller job_id.
 //
