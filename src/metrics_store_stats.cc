@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "metrics_store_internal.h"
+#include "rescale/job_rules.h"
 #include "rescale/metrics_store.h"
 
 namespace rescale {
@@ -133,7 +134,8 @@ std::vector<SizeStats> MetricsStore::Stats(std::string_view job_id, absl::Time n
     stats.step_seconds = summary.mean;
     stats.spread_seconds = summary.spread;
     stats.mean_batch = summary.mean_batch;
-    stats.samples_per_second = cell->world_size * summary.mean_batch / summary.mean;
+    stats.samples_per_second =
+        ObservedSamplesPerSecond(cell->world_size, summary.mean_batch, summary.mean);
     const int64_t last = cell->last_sample_ns.load(std::memory_order_relaxed);
     stats.last_sample_at = last == kNever ? absl::InfinitePast() : absl::FromUnixNanos(last);
     out.push_back(stats);
