@@ -99,7 +99,7 @@ inline void MaxRelaxed(std::atomic<int64_t>& target, int64_t value) {
 struct MetricsStore::PendingSize {
   SizeCell* cell = nullptr;
   JobState* job = nullptr;
-  uint32_t count[kBins] = {};
+  uint64_t count[kBins] = {};
   double sum[kBins] = {};
   double sum_sq[kBins] = {};
   double batch_sum = 0;

@@ -35,19 +35,22 @@ inline constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
 inline absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // Plain (non-atomic) histogram: what a snapshot or a windowed delta holds.
+// Counts are 64-bit like the sums they divide: a 32-bit count wrapped after
+// 2^32 samples in one bin while the sums kept growing, so the lifetime mean
+// came out billions of times too large.
 struct Histogram {
-  uint32_t count[MetricsStore::kBins] = {};
+  uint64_t count[MetricsStore::kBins] = {};
   double sum[MetricsStore::kBins] = {};
   double sum_sq[MetricsStore::kBins] = {};
   double batch_sum = 0;
 
   uint64_t Total() const {
     uint64_t n = 0;
-    for (uint32_t c : count) n += c;
+    for (uint64_t c : count) n += c;
     return n;
   }
-  // this - older. Counts wrap modulo 2^32, so the difference is exact as
-  // long as fewer than 2^32 samples fall between the two.
+  // this - older. Counts only grow (never reset), so each difference is
+  // exact; 2^64 samples are out of reach.
   Histogram Minus(const Histogram& older) const {
     Histogram d;
     for (int b = 0; b < MetricsStore::kBins; ++b) {
@@ -92,7 +95,9 @@ struct MetricsStore::SizeCell {
   const uint32_t world_size;
   const int64_t created_ns;  // ingest time of its first sample
   // Written by ingest (relaxed RMWs), read by anyone.
-  std::atomic<uint32_t> count[kBins] = {};
+  // 64-bit relaxed RMWs, lock-free like the 32-bit ones they replace (the
+  // static_assert below), so the argument in the header is unchanged.
+  std::atomic<uint64_t> count[kBins] = {};
   std::atomic<double> sum[kBins] = {};
   std::atomic<double> sum_sq[kBins] = {};
   std::atomic<double> batch_sum{0};
@@ -169,6 +174,9 @@ struct MetricsStore::Retired {
   std::unique_ptr<PodTable> pod_table;
   absl::flat_hash_set<PodCell*> copied;
 };
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "the ingest path must not take a lock inside an atomic");
 
 }  // namespace rescale
 
