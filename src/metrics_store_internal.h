@@ -118,8 +118,8 @@ struct MetricsStore::PodCell {
   std::atomic<uint32_t> world_size{0};
   std::atomic<uint64_t> count{0};
   // De-duplication mark: the world size of the pod's current run and one
-  // past the highest `step` accepted in it; 0 = none (ClaimStep). Kept when the pod table is rebuilt (cells are moved, not
-  // copied); lost when the pod is forgotten after pod_ttl.
+  // past the highest `step` accepted in it; 0 = none (ClaimStep). Kept when the pod table is
+  // rebuilt (cells are moved, not copied); lost when the pod is forgotten after pod_ttl.
   std::atomic<uint64_t> next_step{0};
 };
 
@@ -133,8 +133,8 @@ struct MetricsStore::PodTable {
 };
 
 struct MetricsStore::JobState {
-  JobState(std::string_view id, uint32_t max_rep, uint32_t batch, int size_slots, size_t pod_capacity,
-           int pod_limit_)
+  JobState(std::string_view id, uint32_t max_rep, uint32_t batch, int size_slots,
+           size_t pod_capacity, int pod_limit_)
       : job_id(id),
         max_replicas(max_rep),
         local_batch_size(batch),
@@ -146,7 +146,8 @@ struct MetricsStore::JobState {
   ~JobState() {
     for (int i = 0; i < max_sizes; ++i) delete sizes[i].load(std::memory_order_relaxed);
     PodTable* table = pods.load(std::memory_order_relaxed);
-    for (size_t i = 0; i < table->capacity(); ++i) delete table->slots[i].load(std::memory_order_relaxed);
+    for (size_t i = 0; i < table->capacity(); ++i)
+      delete table->slots[i].load(std::memory_order_relaxed);
     delete table;
   }
 
