@@ -94,7 +94,7 @@ const Law kAwful{0.2, 0.5};    // every extra worker makes it slower
 // ---- shared guards -----------------------------------------------------------------------
 
 TEST_CASE("a job that is not running starts at min_replicas under every adaptive policy") {
-  for (const char* name : {"kubedl", "hpa", "efficiency"}) {
+  for (const char* name : {"planner", "kubedl", "hpa", "efficiency"}) {
     Scenario s(name, 2, 16);
     PolicyDecision d = s.Decide();
     INFO(name);
@@ -104,7 +104,7 @@ TEST_CASE("a job that is not running starts at min_replicas under every adaptive
 }
 
 TEST_CASE("policies hold with INSUFFICIENT_DATA until the current size has enough samples") {
-  for (const char* name : {"kubedl", "hpa", "efficiency"}) {
+  for (const char* name : {"planner", "kubedl", "hpa", "efficiency"}) {
     Scenario s(name, 1, 16);
     s.Running(2).Measured(kLinear, {2}, /*count=*/3);
     PolicyDecision d = s.Decide();
@@ -317,13 +317,9 @@ TEST_CASE("hpa's rate limit counts from the replicas at the start of the period,
 
 // ---- planner -----------------------------------------------------------------------------------
 
-TEST_CASE("planner: a job that is not running and has no data starts at min_replicas") {
-  Scenario s("planner", 2, 16);
-  PolicyDecision d = s.Decide();
-  CHECK(d.replicas == 2);
-  CHECK(d.binding == BindingConstraint::kMinReplicas);
-  CHECK_THAT(d.reason, Contains("min_replicas=2"));
-}
+// Not running without data (min_replicas) and running without enough
+// samples (INSUFFICIENT_DATA) are covered for planner with the other
+// adaptive policies above.
 
 TEST_CASE("planner: a job that is not running with data may start at its exploration cap") {
   Scenario s("planner", 1, 16);
@@ -343,15 +339,6 @@ TEST_CASE("planner: a job that is not running with data may start at its explora
   Scenario thin("planner", 1, 16);
   thin.Measured(kLinear, {2}).Measured(kLinear, {4}, /*count=*/3);
   CHECK(thin.Decide().replicas == 4);
-}
-
-TEST_CASE("planner: a running job holds with INSUFFICIENT_DATA until its size has samples") {
-  Scenario s("planner", 1, 16);
-  s.Running(4).Measured(kLinear, {2}).Measured(kLinear, {4}, /*count=*/3);
-  PolicyDecision d = s.Decide();
-  CHECK(d.replicas == 4);
-  CHECK(d.binding == BindingConstraint::kInsufficientData);
-  CHECK_THAT(d.reason, Contains("3 of the 5"));
 }
 
 TEST_CASE("planner: a running job with data may use up to its exploration cap") {
