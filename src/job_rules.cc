@@ -35,7 +35,12 @@ double RestartFactor(double restart_cost_seconds, double horizon_seconds) {
 
 bool RestartPaysOff(double rate_now, double rate_new, double restart_cost_seconds,
                     double horizon_seconds) {
-  return rate_new * RestartFactor(restart_cost_seconds, horizon_seconds) > rate_now;
+  // Not rate_new * RestartFactor(...) > rate_now: the factor's floor exists to
+  // keep the planner's utilities positive, and would let a 100x speedup
+  // "repay" a restart longer than the horizon.
+  if (!(horizon_seconds > 0)) return false;
+  const double cost = std::max(0.0, restart_cost_seconds);
+  return rate_new * std::max(0.0, horizon_seconds - cost) > rate_now * horizon_seconds;
 }
 
 }  // namespace rescale

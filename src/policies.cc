@@ -1,12 +1,17 @@
-// The per-job policies (static-min, static-max, kubedl, hpa, efficiency),
-// the guards they share, and policy parameters (see rescale/policy.h).
+// The per-job policies (planner, static-min, static-max, kubedl, hpa,
+// efficiency), the guards kubedl, hpa and efficiency share, and policy
+// parameters (see rescale/policy.h). What "running", observed throughput,
+// exploration and a paying restart mean comes from rescale/job_rules.h, so
+// the policies, the planner and the engine cannot disagree on them.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "rescale/job_rules.h"
 #include "rescale/policy.h"
 
 namespace rescale {
@@ -42,8 +47,6 @@ std::string ParamOr(const std::map<std::string, std::string>& params, std::strin
 
 // ---- shared helpers ------------------------------------------------------------------
 
-bool IsRunning(const JobStatus& status) { return status.current_replicas > 0 && !status.suspended; }
-
 uint32_t Clamp(const JobSpec& spec, int64_t replicas) {
   return static_cast<uint32_t>(
       std::clamp<int64_t>(replicas, spec.min_replicas, spec.max_replicas));
@@ -58,7 +61,7 @@ const Observation* ObservedAt(const PolicyInput& in, uint32_t replicas) {
 
 // Measured whole-job samples/s at a size (averaged over its samples).
 double ObservedRate(const Observation& o) {
-  return o.step_seconds > 0 ? o.replicas * o.mean_batch / o.step_seconds : 0;
+  return ObservedSamplesPerSecond(o.replicas, o.mean_batch, o.step_seconds);
 }
 
 uint32_t LargestTrusted(const PolicyInput& in) {
@@ -94,7 +97,10 @@ std::optional<PolicyDecision> NeedsData(const PolicyInput& in) {
   return std::nullopt;
 }
 
-// Exploration, cooldown and restart cost on top of a policy's wish.
+// Exploration, cooldown and restart cost on top of a policy's wish; used by
+// kubedl, hpa and efficiency. The planner policy does not call it: it only
+// states the range (ExplorationCap), and the cluster planner weighs cooldown
+// and restart cost in its objective.
 PolicyDecision Guard(const PolicyInput& in, PolicyDecision wish) {
   const JobSpec& spec = *in.spec;
   wish.replicas = Clamp(spec, wish.replicas);
@@ -102,9 +108,9 @@ PolicyDecision Guard(const PolicyInput& in, PolicyDecision wish) {
   const uint32_t current = Clamp(spec, in.status->current_replicas);
 
   const uint32_t largest = LargestTrusted(in);
-  const uint32_t explore_limit = std::max(spec.min_replicas, 2 * std::max(largest, 1u));
+  const uint32_t explore_limit = ExplorationCap(spec, largest, RunningReplicas(*in.status));
   if (wish.replicas > explore_limit) {
-    wish.replicas = std::min(explore_limit, spec.max_replicas);
+    wish.replicas = explore_limit;
     wish.binding = BindingConstraint::kInsufficientData;
     wish.reason = absl::StrFormat(
         "explores gradually: at most 2x the largest measured size (%d) in one step; %s", largest,
@@ -121,13 +127,16 @@ PolicyDecision Guard(const PolicyInput& in, PolicyDecision wish) {
             std::move(wish.memory)};
   }
 
+  // Only growths are tested: a per-job policy shrinks to free GPUs, whose
+  // value to other jobs it cannot see, so its own throughput cannot judge a
+  // shrink. The cluster planner sees all jobs and counts the restart on any
+  // resize through its utility (RestartFactor).
   if (wish.replicas > current && !in.model->empty()) {
     const double now_rate = in.model->SamplesPerSecond(current);
     const double new_rate = in.model->SamplesPerSecond(wish.replicas);
     const double horizon = absl::ToDoubleSeconds(in.options.horizon);
     const double restart = spec.restart_cost_seconds;
-    const double gain = new_rate * std::max(0.0, horizon - restart) - now_rate * horizon;
-    if (gain <= 0) {
+    if (!RestartPaysOff(now_rate, new_rate, restart, horizon)) {
       return {current, BindingConstraint::kRestartCost,
               absl::StrFormat("going to %d replicas (%.1f -> %.1f samples/s) would not repay a "
                               "%.0f s restart within the %.0f s horizon",
@@ -161,7 +170,8 @@ class StaticPolicy final : public Policy {
   bool max_;
 };
 
-// KubeDL's torch-elastic controller (algorithms.md section 1): double while
+// KubeDL's torch-elastic controller ("KubeDL torch-elastic controller" in
+// ../shared/reference/algorithms.md): double while
 // aggregate throughput improves, roll back once it does not, then stop.
 // Fixed defects: doubling is clamped to max_replicas, and the comparison uses
 // the average of all samples at a size, not the 5th sample alone.
@@ -224,8 +234,9 @@ class KubeDlPolicy final : public Policy {
   }
 };
 
-// Kubernetes HPA semantics on scaling efficiency (algorithms.md section 2):
-// desired = ceil(current x efficiency / target) outside a tolerance, then
+// Kubernetes HPA semantics on scaling efficiency ("Kubernetes HPA
+// conventions" in ../shared/reference/algorithms.md): desired =
+// ceil(current x efficiency / target) outside a tolerance, then
 // stabilisation windows and rate policies with Kubernetes' defaults.
 class HpaPolicy final : public Policy {
  public:
@@ -271,7 +282,12 @@ class HpaPolicy final : public Policy {
     if (desired < up_floor) desired = up_floor;
     if (desired > down_ceiling) desired = down_ceiling;
 
-    // Rate policies, from the replicas at the start of the period.
+    // Rate policies, from the replicas at the start of the period: current
+    // minus every change inside it, additions and removals alike. This is
+    // what Kubernetes does since kubernetes/kubernetes#109058 (period start =
+    // current - added + deleted); counting only one direction (its earlier
+    // behaviour, reported as a bug in #108354) let an up-and-down within a
+    // period block the next scale-up although the count had returned.
     int32_t changed_in_period = 0;
     for (const auto& [at, delta] : in.memory->scale_events) {
       if (in.now - at <= period) changed_in_period += delta;
@@ -353,9 +369,10 @@ class EfficiencyPolicy final : public Policy {
 
 // Rescale's default: the cluster planner (cluster_planner.h) decides every
 // planner job's size jointly. Per job, this policy only states the range the
-// planner may use: from min_replicas up to what exploration allows (2x the
-// largest measured size; min_replicas without data), or the current size
-// while that size still lacks samples.
+// planner may use: from min_replicas up to ExplorationCap (2x the largest
+// measured size; min_replicas without data), or the current size while that
+// size still lacks samples. Guard is not applied: cooldown and restart cost
+// are levels 3 and 4 of the planner's objective.
 class PlannerPolicy final : public Policy {
  public:
   std::string_view name() const override { return "planner"; }
@@ -363,12 +380,11 @@ class PlannerPolicy final : public Policy {
     const JobSpec& spec = *in.spec;
     if (!IsRunning(*in.status)) {
       const uint32_t largest = LargestTrusted(in);
+      const uint32_t cap = ExplorationCap(spec, largest, /*running_replicas=*/0);
       if (largest == 0) {
-        return Hold(in, spec.min_replicas, BindingConstraint::kMinReplicas,
-                    absl::StrFormat("no measurements yet: starts at min_replicas=%d",
-                                    spec.min_replicas));
+        return Hold(in, cap, BindingConstraint::kMinReplicas,
+                    absl::StrFormat("no measurements yet: starts at min_replicas=%d", cap));
       }
-      const uint32_t cap = Clamp(spec, 2 * int64_t{largest});
       return Hold(in, cap,
                   cap < spec.max_replicas ? BindingConstraint::kInsufficientData
                                           : BindingConstraint::kMaxReplicas,
@@ -376,7 +392,7 @@ class PlannerPolicy final : public Policy {
     }
     if (auto wait = NeedsData(in)) return *wait;
     const uint32_t largest = LargestTrusted(in);
-    const uint32_t cap = Clamp(spec, std::max<int64_t>(in.status->current_replicas, 2 * int64_t{largest}));
+    const uint32_t cap = ExplorationCap(spec, largest, RunningReplicas(*in.status));
     if (cap < spec.max_replicas) {
       return Hold(in, cap, BindingConstraint::kInsufficientData,
                   absl::StrFormat("explores gradually: at most %d replicas, 2x the largest measured "

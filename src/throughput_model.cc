@@ -127,7 +127,8 @@ constexpr double kMinPriorRelativeError = 0.05;
 // and this much more per worker after that.
 constexpr double kPriorSyncBaseShare = 0.05;
 constexpr double kPriorSyncPerWorkerShare = 0.002;
-// ...and this much more once it spans more than one node.
+// ...and this much more once it spans more than one node (the slope per
+// co-located replica reuses kPriorSyncPerWorkerShare).
 constexpr double kPriorNodeSyncShare = 0.05;
 // Standard deviation of the prior rows, as a share of the reference step:
 // weak, so identified parameters follow the data.
@@ -144,7 +145,7 @@ constexpr int kStepHalvings = 4;
 constexpr double kNegligibleRecency = 1e-6;
 constexpr double kDefaultLocalBatch = 1.0;
 
-// compute, sync_base, sync_per_worker, node_sync
+// compute, sync_base, sync_per_worker, node_sync, node_sync_per_colocated
 constexpr int kParams = 5;
 using Vec = std::array<double, kParams>;
 using Mat = std::array<Vec, kParams>;
@@ -258,7 +259,9 @@ Vec SolveNonNegative(const Mat& gram, const Vec& rhs, unsigned free) {
 }
 
 // The ridge rows of the prior: coefficients . params ~ 0 with this weight,
-// i.e. sync_base ~ kPriorSyncBaseShare * compute and likewise the slope.
+// i.e. sync_base ~ kPriorSyncBaseShare * compute and likewise the slope,
+// node_sync and node_sync_per_colocated (the two cross-node rows apply only
+// when some row spans nodes, see FitParameters).
 struct PriorRow {
   Vec coefficients;
   double weight;
@@ -289,7 +292,7 @@ double Objective(const std::vector<FitRow>& rows, const Vec& params) {
   return total;
 }
 
-// Minimises Objective over params >= lower (lower = {min compute, 0, 0}):
+// Minimises Objective over params >= lower (lower = {min compute, 0, 0, 0, 0}):
 // Gauss-Newton on the log residuals, each step an exact NNLS in the excess
 // over the lower bound.
 Vec FitParameters(const std::vector<FitRow>& rows, const Vec& lower) {

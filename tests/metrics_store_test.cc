@@ -9,10 +9,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "../src/metrics_store_internal.h"
 #include "absl/time/time.h"
 
 namespace rescale {
@@ -344,6 +348,59 @@ TEST_CASE("store falls back to lifetime statistics for a size with no samples in
   CHECK(old.sample_count == 0);
   CHECK(old.lifetime_count == 10);
   CHECK(old.step_seconds == Approx(0.5));
+}
+
+// Reaches into a size cell so a test can count more samples than it could
+// ingest: AddCopies adds the cell's current per-bin counts, sums and batch
+// sum `copies` more times, as if the same samples had been ingested again.
+class MetricsStoreTestPeer {
+ public:
+  static void AddCopies(MetricsStore& store, std::string_view job_id, uint32_t world_size,
+                        uint64_t copies) {
+    std::lock_guard<std::mutex> lock(store.admin_mu_);
+    const MetricsStore::JobState* job = store.FindLocked(job_id);
+    REQUIRE(job != nullptr);
+    for (int i = 0; i < job->max_sizes; ++i) {
+      MetricsStore::SizeCell* cell = job->sizes[i].load();
+      if (cell == nullptr || cell->world_size != world_size) continue;
+      const metrics_internal::Histogram h = cell->Load();
+      for (int b = 0; b < MetricsStore::kBins; ++b) {
+        cell->count[b].fetch_add(copies * h.count[b]);
+        cell->sum[b].store(h.sum[b] * static_cast<double>(copies + 1));
+        cell->sum_sq[b].store(h.sum_sq[b] * static_cast<double>(copies + 1));
+      }
+      cell->batch_sum.store(h.batch_sum * static_cast<double>(copies + 1));
+      cell->lifetime.fetch_add(copies * cell->lifetime.load());
+      return;
+    }
+    FAIL("no cell of that world size");
+  }
+};
+
+TEST_CASE("store counts more than 2^32 samples in one bin without wrapping") {
+  MetricsStoreOptions options;
+  options.window = absl::Minutes(6);
+  MetricsStore store(options);
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  REQUIRE(store.Ingest(Repeat(2, 0.5), kNow).accepted == 2);
+  // 2 + 2 x 2^31 = 2^32 + 2 samples of 0.5 s, all in the bin of 0.5 s.
+  MetricsStoreTestPeer::AddCopies(store, kJob, 2, uint64_t{1} << 31);
+  const uint64_t total = (uint64_t{1} << 32) + 2;
+
+  SizeStats windowed = store.Stats(kJob, kNow).at(0);
+  CHECK(windowed.from_window);
+  CHECK(windowed.sample_count == total);
+  CHECK(windowed.step_seconds == Approx(0.5));
+  CHECK(windowed.samples_per_second == Approx(2 * 32 / 0.5));
+
+  // Past the window: the lifetime fallback divides the same sums by the
+  // same (unwrapped) count.
+  for (int minute = 0; minute <= 12; ++minute) store.Tick(kNow + absl::Minutes(minute));
+  SizeStats lifetime = store.Stats(kJob, kNow + absl::Minutes(12)).at(0);
+  CHECK_FALSE(lifetime.from_window);
+  CHECK(lifetime.lifetime_count == total);
+  CHECK(lifetime.step_seconds == Approx(0.5));
+  CHECK(lifetime.mean_batch == Approx(32));
 }
 
 TEST_CASE("store tracks pods, flags stragglers and forgets pods unseen for pod_ttl") {

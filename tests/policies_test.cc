@@ -1,6 +1,6 @@
-// Behaviour tests of the per-job policies (kubedl, hpa, efficiency, static)
-// and the guards they share (exploration, insufficient data, cooldown,
-// restart cost). Curves are synthetic step-time laws fitted by the real
+// Behaviour tests of the per-job policies (planner, kubedl, hpa, efficiency,
+// static) and the guards kubedl, hpa and efficiency share (exploration,
+// insufficient data, cooldown, restart cost). Curves are synthetic step-time laws fitted by the real
 // ThroughputModel; tests assert relationships (scales up, stops at the knee,
 // rolls back, holds) rather than magic numbers.
 #include <cmath>
@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "rescale/job_rules.h"
 #include "rescale/policy.h"
 #include "rescale/throughput_model.h"
 
@@ -93,7 +94,7 @@ const Law kAwful{0.2, 0.5};    // every extra worker makes it slower
 // ---- shared guards -----------------------------------------------------------------------
 
 TEST_CASE("a job that is not running starts at min_replicas under every adaptive policy") {
-  for (const char* name : {"kubedl", "hpa", "efficiency"}) {
+  for (const char* name : {"planner", "kubedl", "hpa", "efficiency"}) {
     Scenario s(name, 2, 16);
     PolicyDecision d = s.Decide();
     INFO(name);
@@ -103,7 +104,7 @@ TEST_CASE("a job that is not running starts at min_replicas under every adaptive
 }
 
 TEST_CASE("policies hold with INSUFFICIENT_DATA until the current size has enough samples") {
-  for (const char* name : {"kubedl", "hpa", "efficiency"}) {
+  for (const char* name : {"planner", "kubedl", "hpa", "efficiency"}) {
     Scenario s(name, 1, 16);
     s.Running(2).Measured(kLinear, {2}, /*count=*/3);
     PolicyDecision d = s.Decide();
@@ -287,6 +288,81 @@ TEST_CASE("hpa scales down only after the scale-down stabilisation window") {
   s.memory.recommendations.clear();
   s.memory.recommendations.emplace_back(kNow - absl::Seconds(400), 8);
   CHECK(s.Decide().replicas < 8);
+}
+
+TEST_CASE("hpa's rate limit counts from the replicas at the start of the period, net of all "
+          "changes") {
+  Scenario s("hpa", 1, 64);
+  s.Running(8).Measured(kLinear, {1, 2, 4, 8});
+  s.spec.parameters["target_efficiency"] = "0.25";  // wants 32
+  s.spec.parameters["scale_up_percent"] = "0";     // so the limit is start + 4 pods
+  s.spec.parameters["select_policy"] = "Max";
+
+  // Grown by 4 within the 15 s period: it started at 4, so 4 + 4 = 8 is the
+  // limit and the budget is spent.
+  s.memory.scale_events = {{kNow - absl::Seconds(10), +4}};
+  CHECK(s.Decide().replicas == 8);
+
+  // Grown by 4 and shrunk by 4 within the period: it started at 8, as
+  // Kubernetes counts it since kubernetes/kubernetes#109058 (current - added +
+  // deleted), so it may add 4. Counting only the additions (start 4) would
+  // hold it at 8 although it is back where the period began.
+  s.memory.scale_events = {{kNow - absl::Seconds(10), +4}, {kNow - absl::Seconds(5), -4}};
+  CHECK(s.Decide().replicas == 12);
+
+  // Changes older than the period do not count.
+  s.memory.scale_events = {{kNow - absl::Seconds(20), +4}};
+  CHECK(s.Decide().replicas == 12);
+}
+
+// ---- planner -----------------------------------------------------------------------------------
+
+// Not running without data (min_replicas) and running without enough
+// samples (INSUFFICIENT_DATA) are covered for planner with the other
+// adaptive policies above.
+
+TEST_CASE("planner: a job that is not running with data may start at its exploration cap") {
+  Scenario s("planner", 1, 16);
+  s.Measured(kLinear, {2, 4});
+  PolicyDecision d = s.Decide();
+  CHECK(d.replicas == ExplorationCap(s.spec, 4, 0));
+  CHECK(d.replicas == 8);
+  CHECK(d.binding == BindingConstraint::kInsufficientData);
+
+  Scenario capped("planner", 1, 6);
+  capped.Measured(kLinear, {2, 4});
+  PolicyDecision at_max = capped.Decide();
+  CHECK(at_max.replicas == 6);
+  CHECK(at_max.binding == BindingConstraint::kMaxReplicas);
+
+  // Sizes without enough samples are not trusted: only 2 counts here.
+  Scenario thin("planner", 1, 16);
+  thin.Measured(kLinear, {2}).Measured(kLinear, {4}, /*count=*/3);
+  CHECK(thin.Decide().replicas == 4);
+}
+
+TEST_CASE("planner: a running job with data may use up to its exploration cap") {
+  Scenario s("planner", 1, 16);
+  s.Running(4).Measured(kLinear, {2, 4});
+  PolicyDecision d = s.Decide();
+  CHECK(d.replicas == ExplorationCap(s.spec, 4, 4));
+  CHECK(d.replicas == 8);
+  CHECK(d.binding == BindingConstraint::kInsufficientData);
+  CHECK_THAT(d.reason, Contains("largest measured size (4)"));
+
+  // At max_replicas the cap is max itself.
+  Scenario full("planner", 1, 8);
+  full.Running(4).Measured(kLinear, {2, 4});
+  PolicyDecision at_max = full.Decide();
+  CHECK(at_max.replicas == 8);
+  CHECK(at_max.binding == BindingConstraint::kMaxReplicas);
+
+  // No cooldown or restart-cost guard: the cluster planner weighs those.
+  Scenario cooling("planner", 1, 16);
+  cooling.Running(4).Measured(kLinear, {2, 4});
+  cooling.last_change_at = kNow - absl::Seconds(1);
+  cooling.spec.restart_cost_seconds = 10'000;
+  CHECK(cooling.Decide().replicas == 8);
 }
 
 // ---- static and parameters -----------------------------------------------------------------

@@ -15,12 +15,14 @@
 //   3. minus the number of jobs inside their cooldown whose replicas change;
 //   4. sum over running jobs of U_p(f_i x s_i), where s_i = T_i(n_i)/T_i(min_i),
 //      U_p(s) = (s^p - 1)/p (U_0 = ln s) and f_i = max(0.01, 1 - restart_cost_i
-//      / horizon) for a job that runs now with a different size, else 1.
+//      / horizon) (RestartFactor in rescale/job_rules.h) for a job that runs
+//      now with a different size, else 1.
 // Exact ties keep the earlier-started job (suspend the most recently started
 // first), then the smaller job_id.
 //
 // The algorithms, and why each is exact where it claims to be, are described
-// in src/cluster_planner.cc. In short:
+// in src/cluster_planner.cc and the solver files beside it
+// (cluster_planner_exact.cc, cluster_planner_scale.cc). In short:
 //  * capacity unknown or larger than every job at max_replicas: the problem
 //    separates per job and is solved exactly at any scale;
 //  * small instances (ClusterPlannerOptions::exact_job_limit jobs, bounded DP

@@ -48,10 +48,12 @@ inline constexpr double kMinRestartFactor = 0.01;
 double RestartFactor(double restart_cost_seconds, double horizon_seconds);
 
 // Whether resizing from `rate_now` to `rate_new` samples/s repays the restart
-// over the horizon: rate_new * RestartFactor > rate_now, i.e. the work done
-// at the new size in (horizon - restart) beats the work at the current size
-// in the whole horizon. The planner applies the same factor to any resize
-// through its utility (see cluster_planner.h).
+// over the horizon: the work done at the new size in (horizon - restart)
+// beats the work at the current size in the whole horizon. Unlike
+// RestartFactor this has no floor: a restart as long as the horizon (or a
+// horizon that is not positive) never pays off, whatever the speedup. A
+// negative restart cost counts as 0. The planner weighs the same restart on
+// any resize through its utility, with RestartFactor (see cluster_planner.h).
 bool RestartPaysOff(double rate_now, double rate_new, double restart_cost_seconds,
                     double horizon_seconds);
 

@@ -40,7 +40,7 @@
 //    successful CASes on one atomic are totally ordered and claim disjoint
 //    step intervals, so no step of a pod is stored twice, however writers
 //    race; relaxed is enough because nothing else is published through the
-//    mark (argument in full beside ClaimStep in metrics_store.cc).
+//    mark (argument in full beside ClaimStep in metrics_store_ingest.cc).
 //  * The limits in JobState (max_replicas, local_batch_size) are relaxed
 //    atomics: a sample racing with UpdateJob is validated against the old or
 //    the new limit, either of which was valid at some instant.
@@ -156,6 +156,10 @@ class MetricsStore {
   int job_count() const;
 
  private:
+  // Tests reach a size cell's counters to take them past 2^32 samples
+  // without ingesting that many (tests/metrics_store_test.cc).
+  friend class MetricsStoreTestPeer;
+
   struct SizeCell;
   struct PodCell;
   struct PodTable;

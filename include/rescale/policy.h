@@ -19,11 +19,14 @@
 //                fixed: doubling clamped to max, samples averaged
 //   hpa          Kubernetes HPA semantics on scaling efficiency
 //   efficiency   the largest n whose marginal efficiency stays >= threshold
-// Every policy except the static ones also goes through the shared guards:
-// exploration (never beyond 2x the largest observed size in one step; no
+// kubedl, hpa and efficiency go through the shared guards: exploration
+// (never beyond ExplorationCap, 2x the largest trusted size, in one step; no
 // data = min), insufficient data (hold until the current size has enough
 // samples), cooldown after each applied change, and restart cost (scale up
-// only when the predicted gain over the horizon repays the lost progress).
+// only when RestartPaysOff: the predicted gain over the horizon repays the
+// lost progress). planner applies only the first two, as the range it gives
+// the cluster planner; cooldown and restart cost are part of the planner's
+// objective. The rules are in rescale/job_rules.h.
 #ifndef RESCALE_POLICY_H_
 #define RESCALE_POLICY_H_
 
@@ -48,7 +51,8 @@ struct PolicyOptions {
   // No change for this long after the cluster applied one (parameter
   // cooldown_seconds).
   absl::Duration cooldown = absl::Seconds(60);
-  // Span over which a change must repay its restart cost.
+  // Span over which a change must repay its restart cost (parameter
+  // horizon_seconds).
   absl::Duration horizon = absl::Seconds(600);
   // Samples a size needs before a policy trusts it.
   uint64_t min_samples = 5;
@@ -99,7 +103,8 @@ class Policy {
   virtual ~Policy() = default;
   virtual std::string_view name() const = 0;
   // Parameters (JobSpec.parameters keys) this policy reads, besides the
-  // shared cooldown_seconds.
+  // shared cooldown_seconds and horizon_seconds (every policy but the static
+  // ones takes those).
   virtual std::vector<std::string_view> parameters() const { return {}; }
   virtual PolicyDecision Decide(const PolicyInput& input) const = 0;
 };
@@ -111,8 +116,9 @@ inline constexpr std::string_view kPlannerPolicy = "planner";
 const Policy* FindPolicy(std::string_view name);
 std::vector<std::string> PolicyNames();
 
-// Checks a job's parameters against its policy: unknown keys and malformed
-// values are INVALID_ARGUMENT naming the key.
+// Checks a job's parameters against its policy (its own parameters(), plus
+// cooldown_seconds and horizon_seconds unless it is static): unknown keys
+// and malformed values are INVALID_ARGUMENT naming the key.
 absl::Status ValidatePolicyParameters(std::string_view policy,
                                       const std::map<std::string, std::string>& parameters);
 // Server defaults with the job's parameters applied (they were validated).

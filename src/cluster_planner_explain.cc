@@ -1,0 +1,231 @@
+// Cluster planner, explanations: for every job the constraint that bound its
+// size and a sentence a person can read, its queue position when waiting and
+// the marginal value of one replica more or fewer.
+//
+// Explanations are computed from the final sizes, the same way for all three
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "cluster_planner_internal.h"
+
+namespace rescale::planner_internal {
+namespace {
+
+// "1 GPU", "4 GPUs".
+std::string Count(uint64_t n, const char* noun) {
+  return absl::StrFormat("%d %s%s", n, noun, n == 1 ? "" : "s");
+}
+
+std::string SizePhrase(const JobModel& m, uint32_t n) {
+  const std::string size = absl::StrFormat("%s (%s)", Count(n, "replica"), Count(m.Gpus(n), "GPU"));
+  if (m.current == 0) {
+    return absl::StrFormat("%s at %s", m.job->suspended ? "resumes" : "starts", size);
+  }
+  if (n == m.current) return "stays at " + size;
+  return absl::StrFormat("%s from %d to %s", n > m.current ? "grows" : "shrinks", m.current, size);
+}
+
+double PercentFaster(const JobModel& m, uint32_t from, uint32_t to) {
+  return 100.0 * (m.Throughput(to) / m.Throughput(from) - 1);
+}
+
+}  // namespace
+
+std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> replicas,
+                                std::optional<uint64_t> capacity, uint64_t allocated) {
+  const size_t n = p.size();
+  std::vector<PlannedJob> out(n);
+  const bool bounded = capacity.has_value();
+  const uint64_t free_gpus = bounded ? *capacity - allocated : std::numeric_limits<uint64_t>::max();
+
+  // The cheapest GPUs elsewhere: the least level-4 value lost per GPU by
+  // shrinking another running job one replica (two smallest, to exclude self).
+  double cheapest[2] = {std::numeric_limits<double>::infinity(),
+                        std::numeric_limits<double>::infinity()};
+  size_t cheapest_job[2] = {n, n};
+  uint64_t guarded_need = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const JobModel& m = p.models[i];
+    const uint32_t r = replicas[i];
+    if (m.guarded && m.CanRun()) guarded_need += m.MinGpus();
+    if (r == 0) continue;
+    PlannedJob& d = out[i];
+    if (r < p.jobs[i].max_replicas) d.value_one_more = p.Utility(i, r + 1) - p.Utility(i, r);
+    if (r > m.lo) d.value_one_fewer = p.Utility(i, r - 1) - p.Utility(i, r);
+    const bool pinned = m.cooldown && r == m.current;
+    if (r > m.lo && !pinned) {
+      const double loss = -d.value_one_fewer / double(m.gpus_per_replica);
+      if (loss < cheapest[0]) {
+        cheapest[1] = cheapest[0];
+        cheapest_job[1] = cheapest_job[0];
+        cheapest[0] = loss;
+        cheapest_job[0] = i;
+      } else if (loss < cheapest[1]) {
+        cheapest[1] = loss;
+        cheapest_job[1] = i;
+      }
+    }
+  }
+
+  // GPUs held per priority, for the waiting reasons.
+  struct Holding {
+    int32_t priority;
+    uint64_t gpus;
+    bool guarded;
+  };
+  std::vector<Holding> holdings;
+  for (size_t i = 0; i < n; ++i) {
+    if (replicas[i] > 0) {
+      holdings.push_back({p.jobs[i].priority, p.models[i].Gpus(replicas[i]), p.models[i].guarded});
+    }
+  }
+  std::sort(holdings.begin(), holdings.end(),
+            [](const Holding& a, const Holding& b) { return a.priority > b.priority; });
+  std::vector<uint64_t> held_prefix(1, 0), guarded_prefix(1, 0);
+  for (const Holding& h : holdings) {
+    held_prefix.push_back(held_prefix.back() + h.gpus);
+    guarded_prefix.push_back(guarded_prefix.back() + (h.guarded ? h.gpus : 0));
+  }
+
+  std::vector<size_t> queue;
+  for (size_t i = 0; i < n; ++i) {
+    const JobModel& m = p.models[i];
+    const PlannerJob& job = p.jobs[i];
+    PlannedJob& d = out[i];
+    const uint32_t r = replicas[i];
+    d.replicas = r;
+    if (r == 0) {
+      queue.push_back(i);
+      const uint64_t need = m.MinGpus();
+      if (!m.CanRun()) {
+        d.binding = BindingConstraint::kMaxReplicas;
+        d.reason = absl::StrFormat("cannot run: max_replicas=%d is below min_replicas=%d",
+                                   job.max_replicas, m.lo);
+      } else if (bounded && need > *capacity) {
+        d.binding = BindingConstraint::kCapacity;
+        d.reason = absl::StrFormat("needs %s (min_replicas=%d x %d); the cluster has only %d",
+                                   Count(need, "GPU"), m.lo, m.gpus_per_replica, *capacity);
+      } else if (m.guarded && bounded && guarded_need > *capacity) {
+        d.binding = BindingConstraint::kCapacity;
+        d.reason = absl::StrFormat(
+            "non-preemptible, but the cluster's %d GPUs cannot hold every non-preemptible job "
+            "(they need %d); needs %s; %d free",
+            *capacity, guarded_need, Count(need, "GPU"), free_gpus);
+      } else {
+        d.binding = m.running ? BindingConstraint::kPreempted : BindingConstraint::kCapacity;
+        const size_t above = static_cast<size_t>(
+            std::partition_point(holdings.begin(), holdings.end(),
+                                 [&](const Holding& h) { return h.priority >= job.priority; }) -
+            holdings.begin());
+        const uint64_t higher = held_prefix[above];
+        const uint64_t guarded_lower = guarded_prefix.back() - guarded_prefix[above];
+        const uint64_t lower = held_prefix.back() - higher - guarded_lower;
+        std::string text = absl::StrFormat(
+            "%sneeds %s; %d free; %d held by jobs of higher or equal priority",
+            m.running ? "suspended: " : "", Count(need, "GPU"), bounded ? free_gpus : 0, higher);
+        if (lower > 0) absl::StrAppendFormat(&text, "; %d by lower-priority jobs", lower);
+        if (guarded_lower > 0) {
+          absl::StrAppendFormat(&text, "; %d by non-preemptible jobs of lower priority",
+                                guarded_lower);
+        }
+        d.reason = std::move(text);
+      }
+      continue;
+    }
+
+    const std::string size = SizePhrase(m, r);
+    const uint64_t g = m.gpus_per_replica;
+    if (m.cooldown && r == m.current) {
+      d.binding = BindingConstraint::kCooldown;
+      d.reason = absl::StrFormat("%s: it is in cooldown, so its size is left alone", size);
+      continue;
+    }
+    if (r == m.current) {
+      // Would another size pay off if resizing were free, but not with the
+      // restart? Sizes that need more GPUs than are free do not count.
+      const double here = p.Utility(i, r);
+      uint32_t tempting = 0;
+      double tempting_gain = 0;
+      bool worth_with_restart = false;
+      for (uint32_t other = m.lo; other <= m.hi; ++other) {
+        if (other == r) continue;
+        if (other > r && bounded && m.Gpus(other - r) > free_gpus) continue;
+        const double free_gain = p.UtilityWithoutRestart(i, other) - here;
+        if (free_gain <= 0 || NearlyEqual(free_gain + here, here)) continue;
+        if (p.Utility(i, other) > here && !NearlyEqual(p.Utility(i, other), here)) {
+          worth_with_restart = true;
+        }
+        if (free_gain > tempting_gain) {
+          tempting_gain = free_gain;
+          tempting = other;
+        }
+      }
+      const bool next_only_without_restart =
+          r < m.hi && p.UtilityWithoutRestart(i, r + 1) > here &&
+          !NearlyEqual(p.UtilityWithoutRestart(i, r + 1), here) && d.value_one_more <= 0;
+      if ((tempting != 0 && !worth_with_restart) || next_only_without_restart) {
+        if (tempting == 0) tempting = r + 1;
+        d.binding = BindingConstraint::kRestartCost;
+        d.reason = absl::StrFormat(
+            "%s: resizing to %s would change throughput by %+.1f%%, not worth a "
+            "%.0f s restart over the %.0f s horizon",
+            size, Count(tempting, "replica"), PercentFaster(m, r, tempting),
+            std::max(0.0, job.restart_cost_seconds), p.horizon_seconds);
+        continue;
+      }
+    }
+    if (r >= job.max_replicas) {
+      d.binding = BindingConstraint::kMaxReplicas;
+      d.reason = absl::StrFormat("%s, its max_replicas", size);
+      continue;
+    }
+    const double gain = d.value_one_more;
+    const double faster = PercentFaster(m, r, r + 1);
+    if (gain > 0 && !NearlyEqual(p.Utility(i, r + 1), p.Utility(i, r)) && free_gpus < g) {
+      const double elsewhere = cheapest_job[0] == i ? cheapest[1] : cheapest[0];
+      if (std::isfinite(elsewhere) && gain / double(g) <= elsewhere * (1 + 1e-9)) {
+        d.binding = BindingConstraint::kEfficiency;
+        d.reason = absl::StrFormat(
+            "%s: one more replica (%+.1f%% throughput) is worth less than its %s elsewhere", size,
+            faster, Count(g, "GPU"));
+      } else {
+        d.binding = r == m.lo ? BindingConstraint::kMinReplicas : BindingConstraint::kCapacity;
+        d.reason = absl::StrFormat(
+            "%s%s: one more replica would add %.1f%% throughput but only %d of its %s are free",
+            size, r == m.lo ? ", its min_replicas" : "", faster, free_gpus, Count(g, "GPU"));
+      }
+      continue;
+    }
+    d.binding = BindingConstraint::kEfficiency;
+    if (faster <= 0) {
+      d.reason = absl::StrFormat("%s: one more replica would not make it faster", size);
+    } else {
+      d.reason = absl::StrFormat(
+          "%s: one more replica would add only %.1f%% throughput, worth less than its %s", size,
+          faster, Count(g, "GPU"));
+    }
+  }
+
+  // Queue: the objective's order.
+  std::sort(queue.begin(), queue.end(), [&](size_t a, size_t b) {
+    const PlannerJob& ja = p.jobs[a];
+    const PlannerJob& jb = p.jobs[b];
+    if (ja.priority != jb.priority) return ja.priority > jb.priority;
+    if (p.models[a].running != p.models[b].running) return p.models[a].running;
+    if (ja.started_at != jb.started_at) return ja.started_at < jb.started_at;
+    if (ja.job_id != jb.job_id) return ja.job_id < jb.job_id;
+    return a < b;
+  });
+  for (size_t k = 0; k < queue.size(); ++k) out[queue[k]].queue_position = uint32_t(k + 1);
+  return out;
+}
+
+
+}  // namespace rescale::planner_internal

@@ -1,0 +1,134 @@
+// Internal to the cluster planner, not installed: the sanitised problem all
+// solvers work on (JobModel, Problem), the objective's per-job terms, and the
+// entry points of the parts that live in their own files:
+//   cluster_planner.cc          problem model, objective, choice of solver
+//   cluster_planner_exact.cc    separable solver and exact DP (solvers 1, 2)
+//   cluster_planner_scale.cc    scalable solver and its upper bound (solver 3)
+//   cluster_planner_explain.cc  binding constraint and reason per job
+// Only those files include it; the public API is rescale/cluster_planner.h.
+#ifndef RESCALE_SRC_CLUSTER_PLANNER_INTERNAL_H_
+#define RESCALE_SRC_CLUSTER_PLANNER_INTERNAL_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "rescale/cluster_planner.h"
+
+namespace rescale::planner_internal {
+
+// Utilities this close (relative) count as equal, so exact ties fall through
+// to the stated tie rule rather than to rounding noise.
+inline constexpr double kTieTolerance = 1e-12;
+
+// U_p(x) of the objective's level 4 (see rescale/cluster_planner.h).
+inline double FairUtility(double x, double p) {
+  if (p == -1) return 1 - 1 / x;
+  if (p == 0) return std::log(x);
+  if (p == 1) return x - 1;
+  return (std::pow(x, p) - 1) / p;
+}
+
+inline bool NearlyEqual(double a, double b) {
+  return std::abs(a - b) <= kTieTolerance * std::max({1.0, std::abs(a), std::abs(b)});
+}
+
+// One job, sanitised: the sizes it may take and how its utility is computed.
+struct JobModel {
+  const PlannerJob* job = nullptr;
+  uint32_t lo = 1;  // smallest running size
+  uint32_t hi = 0;  // largest; hi < lo: cannot run
+  uint32_t gpus_per_replica = 1;
+  uint32_t current = 0;
+  int level = 0;  // index of its priority, 0 = highest
+  bool running = false;
+  bool guarded = false;  // running and non-preemptible: counted at level 1
+  bool cooldown = false;
+  bool pinnable = false;   // running in cooldown at a size it may keep
+  uint32_t seniority = 0;  // 0 = started (or registered) first
+  double restart_factor = 1;
+  double base_throughput = 1;
+  bool flat = false;  // no usable curve: no size gains over min
+
+  bool CanRun() const { return hi >= lo; }
+  uint64_t Gpus(uint32_t n) const { return uint64_t{n} * gpus_per_replica; }
+  uint64_t MinGpus() const { return Gpus(lo); }
+  uint64_t PinnedGpus() const { return Gpus(current); }
+
+  double Throughput(uint32_t n) const {
+    if (flat) return base_throughput;
+    const std::vector<double>& t = job->throughput;
+    const size_t index = n > job->min_replicas ? n - job->min_replicas : 0;
+    const double v = t[std::min(index, t.size() - 1)];
+    return (v > 0 && std::isfinite(v)) ? v : base_throughput;
+  }
+};
+
+struct Problem {
+  std::span<const PlannerJob> jobs;
+  std::vector<JobModel> models;
+  std::vector<int32_t> priorities;  // distinct, highest first
+  double fairness = -1;
+  double horizon_seconds = 600;
+
+  size_t size() const { return models.size(); }
+  // Level-4 term of job i at n (0 when not running).
+  double Utility(size_t i, uint32_t n) const {
+    if (n == 0) return 0;
+    const JobModel& m = models[i];
+    const double f = (m.current > 0 && n != m.current) ? m.restart_factor : 1.0;
+    return FairUtility(f * m.Throughput(n) / m.base_throughput, fairness);
+  }
+  // The same term as if resizing were free (for the RESTART_COST wording).
+  double UtilityWithoutRestart(size_t i, uint32_t n) const {
+    const JobModel& m = models[i];
+    return FairUtility(m.Throughput(n) / m.base_throughput, fairness);
+  }
+};
+
+// The sanitised problem (cluster_planner.cc); `jobs` must outlive it.
+Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptions& options);
+// The objective of a plan; missing entries of `replicas` count as 0.
+PlanObjective Evaluate(const Problem& p, std::span<const uint32_t> replicas);
+
+// ---- exact solvers (cluster_planner_exact.cc) ------------------------------
+
+// Weights of the mixed-radix packing of levels 1-3 (see cluster_planner_exact.cc).
+struct ScoreWeights {
+  int64_t guarded = 0;
+  std::vector<int64_t> running, waiting;
+  int64_t unchanged = 1;
+};
+
+// nullopt when the packed score would overflow int64.
+std::optional<ScoreWeights> MakeScoreWeights(const Problem& p);
+
+// Nothing competes for GPUs: every job takes its own best option.
+std::vector<uint32_t> SolveSeparable(const Problem& p);
+
+// Multiple-choice knapsack over `cells` capacity cells of `unit` GPUs.
+std::vector<uint32_t> SolveExactDp(const Problem& p, const ScoreWeights& weights, uint64_t cells,
+                                   uint64_t unit);
+
+// ---- scalable solver (cluster_planner_scale.cc) ----------------------------
+
+struct ScaleSolution {
+  std::vector<uint32_t> replicas;
+  // The Lagrangian dual: an upper bound on level 4 for the admitted set.
+  double upper_bound = 0;
+};
+ScaleSolution SolveAtScale(const Problem& p, uint64_t capacity);
+
+// ---- explanations (cluster_planner_explain.cc) -----------------------------
+
+// Binding constraint, reason, queue position and marginal values of every job
+// from its final size; the same for all solvers.
+std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> replicas,
+                                std::optional<uint64_t> capacity, uint64_t allocated);
+
+}  // namespace rescale::planner_internal
+
+#endif  // RESCALE_SRC_CLUSTER_PLANNER_INTERNAL_H_

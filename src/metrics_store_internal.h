@@ -1,0 +1,184 @@
+// Internal to the metrics store, not installed: the cells and tables the
+// lock-free ingest path writes and the statistics read, and the plain
+// histogram both sides share. The store is split across
+//   metrics_store.cc        registration, table replacement, reclamation
+//   metrics_store_ingest.cc the lock-free ingest path (validation, cells,
+//                           de-duplication, batched counter updates)
+//   metrics_store_stats.cc  window snapshots (Tick), summaries and queries
+// The memory-ordering argument is in rescale/metrics_store.h, with each
+// step's detail beside the code it justifies.
+#ifndef RESCALE_SRC_METRICS_STORE_INTERNAL_H_
+#define RESCALE_SRC_METRICS_STORE_INTERNAL_H_
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/string_view.h"
+#include "rescale/metrics_store.h"
+
+namespace rescale {
+namespace metrics_internal {
+
+// "No time yet" in the nanosecond timestamps below.
+inline constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
+
+// Debian's Abseil has its own string_view type; heterogeneous lookups in
+// absl containers need it.
+inline absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// Plain (non-atomic) histogram: what a snapshot or a windowed delta holds.
+// Counts are 64-bit like the sums they divide: a 32-bit count wrapped after
+// 2^32 samples in one bin while the sums kept growing, so the lifetime mean
+// came out billions of times too large.
+struct Histogram {
+  uint64_t count[MetricsStore::kBins] = {};
+  double sum[MetricsStore::kBins] = {};
+  double sum_sq[MetricsStore::kBins] = {};
+  double batch_sum = 0;
+
+  uint64_t Total() const {
+    uint64_t n = 0;
+    for (uint64_t c : count) n += c;
+    return n;
+  }
+  // this - older. Counts only grow (never reset), so each difference is
+  // exact; 2^64 samples are out of reach.
+  Histogram Minus(const Histogram& older) const {
+    Histogram d;
+    for (int b = 0; b < MetricsStore::kBins; ++b) {
+      d.count[b] = count[b] - older.count[b];
+      d.sum[b] = d.count[b] == 0 ? 0 : sum[b] - older.sum[b];
+      d.sum_sq[b] = d.count[b] == 0 ? 0 : sum_sq[b] - older.sum_sq[b];
+    }
+    d.batch_sum = batch_sum - older.batch_sum;
+    return d;
+  }
+};
+
+struct RobustSummary {
+  uint64_t count = 0;
+  double mean = 0;
+  double spread = 0;
+  double mean_batch = 0;
+};
+
+// Trimmed mean over the median's octave and its neighbours (see
+// rescale/metrics_store.h); in metrics_store_stats.cc.
+RobustSummary Summarize(const Histogram& h);
+
+}  // namespace metrics_internal
+
+struct MetricsStore::SizeCell {
+  SizeCell(uint32_t size, int64_t created) : world_size(size), created_ns(created) {
+    std::fill(std::begin(snapshot_ns), std::end(snapshot_ns), metrics_internal::kNever);
+  }
+
+  metrics_internal::Histogram Load() const {
+    metrics_internal::Histogram h;
+    for (int b = 0; b < kBins; ++b) {
+      h.count[b] = count[b].load(std::memory_order_relaxed);
+      h.sum[b] = sum[b].load(std::memory_order_relaxed);
+      h.sum_sq[b] = sum_sq[b].load(std::memory_order_relaxed);
+    }
+    h.batch_sum = batch_sum.load(std::memory_order_relaxed);
+    return h;
+  }
+
+  const uint32_t world_size;
+  const int64_t created_ns;  // ingest time of its first sample
+  // Written by ingest (relaxed RMWs), read by anyone.
+  // 64-bit relaxed RMWs, lock-free like the 32-bit ones they replace (the
+  // static_assert below), so the argument in the header is unchanged.
+  std::atomic<uint64_t> count[kBins] = {};
+  std::atomic<double> sum[kBins] = {};
+  std::atomic<double> sum_sq[kBins] = {};
+  std::atomic<double> batch_sum{0};
+  std::atomic<uint64_t> lifetime{0};
+  std::atomic<int64_t> last_sample_ns{metrics_internal::kNever};
+  // Window snapshots; guarded by the store's admin_mu_.
+  metrics_internal::Histogram snapshots[kSnapshots];
+  int64_t snapshot_ns[kSnapshots];
+  int next_snapshot = 0;
+};
+
+struct MetricsStore::PodCell {
+  PodCell(std::string_view pod_name, size_t name_hash) : name(pod_name), hash(name_hash) {}
+  const std::string name;
+  const size_t hash;
+  std::atomic<int64_t> last_seen_ns{metrics_internal::kNever};
+  std::atomic<double> recent_step{0};
+  std::atomic<uint32_t> world_size{0};
+  std::atomic<uint64_t> count{0};
+  // De-duplication mark: the world size of the pod's current run and one
+  // past the highest `step` accepted in it; 0 = none (ClaimStep). Kept when the pod table is
+  // rebuilt (cells are moved, not copied); lost when the pod is forgotten after pod_ttl.
+  std::atomic<uint64_t> next_step{0};
+};
+
+struct MetricsStore::PodTable {
+  explicit PodTable(size_t capacity)
+      : mask(capacity - 1), slots(std::make_unique<std::atomic<PodCell*>[]>(capacity)) {}
+  size_t capacity() const { return mask + 1; }
+  const size_t mask;
+  const std::unique_ptr<std::atomic<PodCell*>[]> slots;  // value-initialised: null
+  std::atomic<int> live{0};
+};
+
+struct MetricsStore::JobState {
+  JobState(std::string_view id, uint32_t max_rep, uint32_t batch, int size_slots,
+           size_t pod_capacity, int pod_limit_)
+      : job_id(id),
+        max_replicas(max_rep),
+        local_batch_size(batch),
+        max_sizes(size_slots),
+        sizes(std::make_unique<std::atomic<SizeCell*>[]>(size_slots)),
+        pods(new PodTable(pod_capacity)),
+        pod_limit(pod_limit_) {}
+
+  ~JobState() {
+    for (int i = 0; i < max_sizes; ++i) delete sizes[i].load(std::memory_order_relaxed);
+    PodTable* table = pods.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < table->capacity(); ++i)
+      delete table->slots[i].load(std::memory_order_relaxed);
+    delete table;
+  }
+
+  const std::string job_id;
+  std::atomic<uint32_t> max_replicas;
+  std::atomic<uint32_t> local_batch_size;
+  std::atomic<uint64_t> accepted{0};
+  const int max_sizes;
+  const std::unique_ptr<std::atomic<SizeCell*>[]> sizes;
+  std::atomic<PodTable*> pods;
+  std::atomic<int> pod_limit;
+};
+
+// Immutable once published; does not own the JobStates.
+struct MetricsStore::JobTable {
+  absl::flat_hash_map<std::string, JobState*> jobs;
+};
+
+struct MetricsStore::Retired {
+  uint64_t epoch = 0;
+  std::unique_ptr<const JobTable> table;
+  std::unique_ptr<JobState> job;
+  // A replaced pod table, and the cells copied into its successor: the rest
+  // (forgotten pods, and pods inserted after the copy) are freed with it.
+  std::unique_ptr<PodTable> pod_table;
+  absl::flat_hash_set<PodCell*> copied;
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "the ingest path must not take a lock inside an atomic");
+
+}  // namespace rescale
+
+#endif  // RESCALE_SRC_METRICS_STORE_INTERNAL_H_

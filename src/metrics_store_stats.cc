@@ -1,0 +1,206 @@
+// MetricsStore's read side: the robust summary of a histogram, the window
+// snapshots Tick() takes, and the queries (per-size statistics, pods with
+// stragglers flagged, accepted counts). All of it runs under admin_mu_ and
+// reads the writers' counters with relaxed loads (see rescale/metrics_store.h).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "metrics_store_internal.h"
+#include "rescale/job_rules.h"
+#include "rescale/metrics_store.h"
+
+namespace rescale {
+namespace metrics_internal {
+
+// Trimmed mean over the median's octave and its neighbours (see
+// rescale/metrics_store.h).
+RobustSummary Summarize(const Histogram& h) {
+  RobustSummary out;
+  out.count = h.Total();
+  if (out.count == 0) return out;
+  uint64_t seen = 0;
+  int median_bin = 0;
+  for (int b = 0; b < MetricsStore::kBins; ++b) {
+    seen += h.count[b];
+    if (2 * seen >= out.count) {
+      median_bin = b;
+      break;
+    }
+  }
+  const int lo = std::max(0, median_bin - 1);
+  const int hi = std::min(MetricsStore::kBins - 1, median_bin + 1);
+  double n = 0, s = 0, ss = 0;
+  for (int b = lo; b <= hi; ++b) {
+    n += h.count[b];
+    s += h.sum[b];
+    ss += h.sum_sq[b];
+  }
+  out.mean = s / n;
+  const double variance = std::max(0.0, ss / n - out.mean * out.mean);
+  out.spread = n > 1 ? std::sqrt(variance * n / (n - 1)) : 0;
+  out.mean_batch = std::max(0.0, h.batch_sum) / static_cast<double>(out.count);
+  return out;
+}
+
+}  // namespace metrics_internal
+
+using metrics_internal::Histogram;
+using metrics_internal::Key;
+using metrics_internal::kNever;
+using metrics_internal::RobustSummary;
+using metrics_internal::Summarize;
+
+void MetricsStore::Tick(absl::Time now) {
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  const JobTable* table = jobs_.load(std::memory_order_relaxed);
+  const int64_t now_ns = absl::ToUnixNanos(now);
+  // kSnapshots - 1 periods span the window, so the ring always holds a
+  // snapshot from about the window's start.
+  const int64_t period_ns = absl::ToInt64Nanoseconds(options_.window / (kSnapshots - 1));
+  const int64_t pod_cutoff = absl::ToUnixNanos(now - options_.pod_ttl);
+  for (const auto& [id, job] : table->jobs) {
+    for (int i = 0; i < job->max_sizes; ++i) {
+      SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
+      if (cell == nullptr) break;
+      const int newest = (cell->next_snapshot + kSnapshots - 1) % kSnapshots;
+      if (cell->snapshot_ns[newest] == kNever || now_ns - cell->snapshot_ns[newest] >= period_ns) {
+        cell->snapshots[cell->next_snapshot] = cell->Load();
+        cell->snapshot_ns[cell->next_snapshot] = now_ns;
+        cell->next_snapshot = (cell->next_snapshot + 1) % kSnapshots;
+      }
+    }
+    PodTable* pods = job->pods.load(std::memory_order_relaxed);
+    bool stale = false;
+    for (size_t i = 0; i < pods->capacity() && !stale; ++i) {
+      PodCell* cell = pods->slots[i].load(std::memory_order_acquire);
+      stale = cell != nullptr && cell->last_seen_ns.load(std::memory_order_relaxed) < pod_cutoff;
+    }
+    if (stale) RebuildPods(*job, now - options_.pod_ttl, pods->capacity());
+  }
+  ReclaimLocked();
+}
+
+const MetricsStore::JobState* MetricsStore::FindLocked(std::string_view job_id) const {
+  const JobTable* table = jobs_.load(std::memory_order_relaxed);  // stable under admin_mu_
+  auto it = table->jobs.find(Key(job_id));
+  return it == table->jobs.end() ? nullptr : it->second;
+}
+
+std::vector<SizeStats> MetricsStore::Stats(std::string_view job_id, absl::Time now) const {
+  std::vector<SizeStats> out;
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  const JobState* job = FindLocked(job_id);
+  if (job == nullptr) return out;
+  const int64_t window_start = absl::ToUnixNanos(now - options_.window);
+  for (int i = 0; i < job->max_sizes; ++i) {
+    const SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
+    if (cell == nullptr) break;
+    const Histogram cumulative = cell->Load();
+    // Base of the window: the newest snapshot taken at or before its start.
+    // Without one, a cell created inside the window has nothing to subtract;
+    // an older cell (Tick has not kept up) uses its oldest snapshot.
+    int base = -1;
+    bool subtract = true;
+    for (int k = 0; k < kSnapshots; ++k) {
+      const int64_t t = cell->snapshot_ns[k];
+      if (t != kNever && t <= window_start && (base < 0 || t > cell->snapshot_ns[base])) base = k;
+    }
+    if (base < 0) {
+      if (cell->created_ns >= window_start) {
+        subtract = false;
+      } else {
+        for (int k = 0; k < kSnapshots; ++k) {
+          const int64_t t = cell->snapshot_ns[k];
+          if (t != kNever && (base < 0 || t < cell->snapshot_ns[base])) base = k;
+        }
+        subtract = base >= 0;
+      }
+    }
+    const Histogram windowed = subtract ? cumulative.Minus(cell->snapshots[base]) : cumulative;
+    RobustSummary summary = Summarize(windowed);
+    SizeStats stats;
+    stats.world_size = cell->world_size;
+    stats.sample_count = summary.count;
+    stats.lifetime_count = cell->lifetime.load(std::memory_order_relaxed);
+    stats.from_window = summary.count > 0;
+    if (!stats.from_window) summary = Summarize(cumulative);
+    if (summary.count == 0) continue;  // cell created, first flush not visible yet
+    stats.step_seconds = summary.mean;
+    stats.spread_seconds = summary.spread;
+    stats.mean_batch = summary.mean_batch;
+    stats.samples_per_second =
+        ObservedSamplesPerSecond(cell->world_size, summary.mean_batch, summary.mean);
+    const int64_t last = cell->last_sample_ns.load(std::memory_order_relaxed);
+    stats.last_sample_at = last == kNever ? absl::InfinitePast() : absl::FromUnixNanos(last);
+    out.push_back(stats);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SizeStats& a, const SizeStats& b) { return a.world_size < b.world_size; });
+  return out;
+}
+
+std::vector<PodStats> MetricsStore::Pods(std::string_view job_id) const {
+  std::vector<PodStats> out;
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  const JobState* job = FindLocked(job_id);
+  if (job == nullptr) return out;
+  const PodTable* table = job->pods.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < table->capacity(); ++i) {
+    const PodCell* cell = table->slots[i].load(std::memory_order_acquire);
+    if (cell == nullptr || cell->count.load(std::memory_order_relaxed) == 0) continue;
+    PodStats pod;
+    pod.pod = cell->name;
+    pod.world_size = cell->world_size.load(std::memory_order_relaxed);
+    pod.recent_step_seconds = cell->recent_step.load(std::memory_order_relaxed);
+    pod.last_seen = absl::FromUnixNanos(cell->last_seen_ns.load(std::memory_order_relaxed));
+    pod.sample_count = cell->count.load(std::memory_order_relaxed);
+    out.push_back(std::move(pod));
+  }
+  // A straggler is slow relative to the median of the pods at its size.
+  absl::flat_hash_map<uint32_t, std::vector<double>> by_size;
+  for (const PodStats& p : out) by_size[p.world_size].push_back(p.recent_step_seconds);
+  absl::flat_hash_map<uint32_t, double> median;
+  for (auto& [size, steps] : by_size) {
+    if (steps.size() < 2) continue;
+    std::sort(steps.begin(), steps.end());
+    const size_t n = steps.size();
+    median[size] = n % 2 ? steps[n / 2] : (steps[n / 2 - 1] + steps[n / 2]) / 2;
+  }
+  for (PodStats& p : out) {
+    auto it = median.find(p.world_size);
+    p.straggler = it != median.end() && p.recent_step_seconds > options_.straggler_ratio * it->second;
+  }
+  std::sort(out.begin(), out.end(), [](const PodStats& a, const PodStats& b) { return a.pod < b.pod; });
+  return out;
+}
+
+uint64_t MetricsStore::SamplesAccepted(std::string_view job_id) const {
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  const JobState* job = FindLocked(job_id);
+  return job == nullptr ? 0 : job->accepted.load(std::memory_order_relaxed);
+}
+
+uint64_t MetricsStore::TotalAccepted() const {
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  uint64_t total = removed_accepted_.load(std::memory_order_relaxed);
+  for (const auto& [id, job] : jobs_.load(std::memory_order_relaxed)->jobs) {
+    total += job->accepted.load(std::memory_order_relaxed);
+  }
+  for (const Retired& r : retired_) {
+    if (r.job != nullptr) total += r.job->accepted.load(std::memory_order_relaxed);
+  }
+  return total;
+}
+
+int MetricsStore::job_count() const {
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  return static_cast<int>(jobs_.load(std::memory_order_relaxed)->jobs.size());
+}
+
+}  // namespace rescale
