@@ -29,9 +29,9 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include "client/adapter.h"
-#include "client/curl_kube_client.h"
-#include "client/kube_config.h"
+#include "client/adapter/adapter.h"
+#include "client/adapter/curl_kube_client.h"
+#include "client/adapter/kube_config.h"
 #include "rescale/clock.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"

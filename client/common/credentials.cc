@@ -1,5 +1,5 @@
-// RescaledCredentials (see client/credentials.h).
-#include "client/credentials.h"
+// RescaledCredentials (see client/common/credentials.h).
+#include "client/common/credentials.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,6 +1,6 @@
 // libcurl implementation of KubeClient, and StatusFromHttp (see
 // kube_client.h for the status mapping, curl_kube_client.h for TLS and auth).
-#include "client/curl_kube_client.h"
+#include "client/adapter/curl_kube_client.h"
 
 #include <curl/curl.h>
 

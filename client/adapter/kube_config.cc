@@ -1,5 +1,5 @@
 // Kubeconfig and in-cluster configuration parsing (see kube_config.h).
-#include "client/kube_config.h"
+#include "client/adapter/kube_config.h"
 
 #include <cstdlib>
 #include <filesystem>

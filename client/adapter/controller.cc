@@ -1,6 +1,6 @@
 // The adapter's controller logic (see adapter.h): parsing PyTorchJobs,
 // building patches, backoff, and the Adapter's list+watch and apply loops.
-#include "client/adapter.h"
+#include "client/adapter/adapter.h"
 
 #include <algorithm>
 #include <cmath>

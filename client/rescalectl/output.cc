@@ -1,7 +1,7 @@
 // Text formats of rescalectl: tables, the describe view, the watch table,
 // json/yaml rendering of messages, and YAML→JSON for manifests. See
 // output.h for what each function promises.
-#include "client/output.h"
+#include "client/rescalectl/output.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,7 +1,7 @@
 // How Rescale's clients (rescalectl, rescale-adapter, rescale-agent) reach
 // rescaled: one rule for their --tls and --ca-file flags.
-#ifndef RESCALE_CLIENT_CREDENTIALS_H_
-#define RESCALE_CLIENT_CREDENTIALS_H_
+#ifndef RESCALE_CLIENT_COMMON_CREDENTIALS_H_
+#define RESCALE_CLIENT_COMMON_CREDENTIALS_H_
 
 #include <memory>
 #include <string>
@@ -20,4 +20,4 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> RescaledCredentials(
 
 }  // namespace rescale::client
 
-#endif  // RESCALE_CLIENT_CREDENTIALS_H_
+#endif  // RESCALE_CLIENT_COMMON_CREDENTIALS_H_

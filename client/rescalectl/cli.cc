@@ -6,7 +6,7 @@
 // format, channel, deadline); each command is a function of a Session and
 // its own flags; RunCli builds the CLI11 tree, parses, connects and runs the
 // one command that was named.
-#include "client/rescalectl_cli.h"
+#include "client/rescalectl/cli.h"
 
 #include <cerrno>
 #include <chrono>
@@ -29,8 +29,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/credentials.h"
-#include "client/output.h"
+#include "client/common/credentials.h"
+#include "client/rescalectl/output.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 

@@ -14,8 +14,8 @@
 //
 // Thread safety: Adapter's public methods may be called from any thread.
 // Stop() (and the destructor) joins every thread the adapter started.
-#ifndef RESCALE_CLIENT_ADAPTER_H_
-#define RESCALE_CLIENT_ADAPTER_H_
+#ifndef RESCALE_CLIENT_ADAPTER_ADAPTER_H_
+#define RESCALE_CLIENT_ADAPTER_ADAPTER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -36,7 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/kube_client.h"
+#include "client/adapter/kube_client.h"
 #include "rescale/clock.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
@@ -298,4 +298,4 @@ class Adapter {
 
 }  // namespace rescale::adapter
 
-#endif  // RESCALE_CLIENT_ADAPTER_H_
+#endif  // RESCALE_CLIENT_ADAPTER_ADAPTER_H_

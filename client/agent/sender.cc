@@ -1,6 +1,6 @@
-// SampleSender, GrpcTransport and ResolveWorldSize (see agent_sender.h for
+// SampleSender, GrpcTransport and ResolveWorldSize (see client/agent/sender.h for
 // the delivery guarantees and the threading contract).
-#include "client/agent_sender.h"
+#include "client/agent/sender.h"
 
 #include <algorithm>
 #include <charconv>
