@@ -12,7 +12,7 @@ add_library(rescale_agent_lib
 )
 target_include_directories(rescale_agent_lib PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(rescale_agent_lib PUBLIC rescale_base rescale_client_common rescale_proto gRPC::grpc++
-  absl::status absl::statusor absl::strings absl::time absl::synchronization absl::random_random
+  absl::status absl::statusor absl::strings absl::time absl::synchronization
   spdlog::spdlog)
 
 add_executable(rescale-agent client/agent/main.cc)

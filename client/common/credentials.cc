@@ -1,15 +1,12 @@
 // RescaledCredentials (see client/common/credentials.h).
 #include "client/common/credentials.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include <grpcpp/security/credentials.h>
 
+#include <utility>
+
 #include "absl/status/status.h"
-#include "absl/strings/str_format.h"
+#include "client/common/read_file.h"
 
 namespace rescale::client {
 
@@ -18,13 +15,9 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> RescaledCredentials(
   if (!tls && ca_file.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions ssl;
   if (!ca_file.empty()) {
-    std::ifstream file(ca_file, std::ios::binary);
-    std::ostringstream pem;
-    if (!file || !(pem << file.rdbuf())) {
-      return absl::NotFoundError(
-          absl::StrFormat("cannot read --ca-file \"%s\": %s", ca_file, std::strerror(errno)));
-    }
-    ssl.pem_root_certs = pem.str();
+    absl::StatusOr<std::string> pem = ReadFileToString(ca_file, "--ca-file");
+    if (!pem.ok()) return pem.status();
+    ssl.pem_root_certs = *std::move(pem);
   }
   return grpc::SslCredentials(ssl);
 }

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/common/credentials.h"
+#include "client/common/read_file.h"
 #include "client/rescalectl/output.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rescale/v1/rescale.grpc.pb.h"
@@ -111,17 +112,12 @@ std::optional<std::string> ReadManifest(const std::string& path, std::istream& i
     content << in.rdbuf();
     return content.str();
   }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    err << "error: cannot read \"" << path << "\": " << std::strerror(errno) << "\n";
+  absl::StatusOr<std::string> read = client::ReadFileToString(path, "manifest");
+  if (!read.ok()) {
+    err << "error: " << read.status().message() << "\n";
     return std::nullopt;
   }
-  content << file.rdbuf();
-  if (file.bad()) {
-    err << "error: cannot read \"" << path << "\": " << std::strerror(errno) << "\n";
-    return std::nullopt;
-  }
-  return content.str();
+  return *std::move(read);
 }
 
 // A document is either a bare JobSpec or a kubectl-style wrapper
