@@ -8,6 +8,7 @@ find_package(CURL REQUIRED)
 find_package(PkgConfig REQUIRED)
 
 add_library(rescale_adapter_lib
+  client/adapter/pytorchjob.cc
   client/adapter/controller.cc
   client/adapter/kube_config.cc
   client/adapter/curl_kube_client.cc
@@ -28,6 +29,7 @@ if(NOT RESCALE_SANITIZE STREQUAL "thread")
     tests/test_main.cc
     tests/fake_kube_api.cc
     tests/adapter_test.cc
+    tests/client_common_test.cc
   )
   target_link_libraries(adapter_tests PRIVATE rescale_adapter_lib rescale_server
     PkgConfig::CPP_HTTPLIB yaml-cpp Catch2::Catch2)
