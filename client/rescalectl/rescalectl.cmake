@@ -3,7 +3,12 @@
 # rescaled. Included from the top-level CMakeLists.txt.
 add_library(rescalectl_lib
   client/rescalectl/cli.cc
+  client/rescalectl/manifests.cc
   client/rescalectl/output.cc
+  client/rescalectl/yaml_json.cc
+  client/rescalectl/tables.cc
+  client/rescalectl/describe.cc
+  client/rescalectl/plot.cc
 )
 target_include_directories(rescalectl_lib PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(rescalectl_lib PUBLIC rescale_proto rescale_client_common yaml-cpp
