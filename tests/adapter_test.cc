@@ -1,5 +1,5 @@
 // Tests of rescale-adapter. The pure pieces (PyTorchJob parsing, patches,
-// clamping, backoff, kubeconfig) are tested directly; the controller is
+// clamping, kubeconfig) are tested directly; the controller is
 // tested end to end: the real libcurl KubeClient talks real HTTP to the
 // in-process FakeKubeApi (tests/fake_kube_api.h), and the adapter talks gRPC
 // to a real in-process rescaled. Both bind port 0.
@@ -29,9 +29,9 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include "client/adapter.h"
-#include "client/curl_kube_client.h"
-#include "client/kube_config.h"
+#include "client/adapter/adapter.h"
+#include "client/adapter/curl_kube_client.h"
+#include "client/adapter/kube_config.h"
 #include "rescale/clock.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
@@ -367,23 +367,6 @@ TEST_CASE("the patches are JSON merge patches guarded by resourceVersion") {
         json::parse(R"({"metadata":{"resourceVersion":"7"},"spec":{"minMember":5}})"));
 }
 
-TEST_CASE("backoff doubles up to its cap, scaled by the injected jitter") {
-  rescale::adapter::BackoffOptions options;
-  options.initial = absl::Milliseconds(100);
-  options.max = absl::Milliseconds(500);
-  options.jitter = 0.2;
-  std::vector<double> draws = {0.5, 0.0, 0.5, 0.5, 0.99};
-  size_t i = 0;
-  rescale::adapter::Backoff backoff(options, [&] { return draws[i++ % draws.size()]; });
-  CHECK(backoff.Next() == absl::Milliseconds(100));  // factor 1
-  CHECK(backoff.Next() == absl::Milliseconds(160));  // 200 * 0.8
-  CHECK(backoff.Next() == absl::Milliseconds(400));
-  CHECK(backoff.Next() == absl::Milliseconds(500));  // capped
-  CHECK(backoff.Next() > absl::Milliseconds(590));   // 500 * ~1.2
-  backoff.Reset();
-  CHECK(backoff.Next() == absl::Milliseconds(100));
-}
-
 TEST_CASE("kubeconfig: current context, base64 data, relative paths, no insecure mode") {
   const std::string yaml = R"(
 apiVersion: v1
@@ -669,6 +652,64 @@ TEST_CASE("scale up and down send exact merge patches and each generation is app
   REQUIRE(h.log.WaitCount(Kind::kRegistered, "default/bert", updates + 1));
   CHECK(h.PatchesTo(path).size() == 2);
   CHECK(h.log.CountOf(Kind::kApplied, "default/bert") == 2);
+}
+
+TEST_CASE("a plan is applied releases first: the shrink is patched before the growth") {
+  Harness h;
+  // "a-grow" runs 1 worker of [1, 4] and static-max recommends 4;
+  // "b-shrink" runs 4 and static-min recommends 1. The stream delivers in
+  // job-id order, so the growth comes first.
+  JobParams grow;
+  grow.name = "a-grow";
+  grow.workers = 1;
+  grow.annotations = {{"rescale.io/policy", "static-max"}};
+  JobParams shrink;
+  shrink.name = "b-shrink";
+  shrink.workers = 4;
+  shrink.annotations = {{"rescale.io/policy", "static-min"}};
+  const std::string grow_path = JobPath("default", "a-grow");
+  const std::string shrink_path = JobPath("default", "b-shrink");
+  h.kube.Put(PyTorchJob(grow));
+  h.kube.Put(PyTorchJob(shrink));
+
+  // rescaled has the plan before the adapter connects (registered with the
+  // very spec the adapter derives), so both changes come in one initial
+  // snapshot.
+  for (const std::string& path : {grow_path, shrink_path}) {
+    auto info = rescale::adapter::ParsePyTorchJob(h.kube.Object(path));
+    REQUIRE(info.ok());
+    grpc::ClientContext context;
+    v1::RegisterJobRequest request;
+    *request.mutable_spec() = rescale::adapter::ToJobSpec(*info);
+    v1::Job job;
+    REQUIRE(h.jobs->RegisterJob(&context, request, &job).ok());
+  }
+  {
+    // The precondition the old adapter failed on: growth first on the wire.
+    auto recs = v1::RecommendationService::NewStub(h.test_channel);
+    grpc::ClientContext context;
+    auto reader = recs->WatchRecommendations(&context, v1::WatchRecommendationsRequest());
+    std::vector<std::pair<std::string, uint32_t>> initial;
+    v1::RecommendationEvent event;
+    while (reader->Read(&event) && event.type() != v1::RecommendationEvent::SYNCED) {
+      initial.emplace_back(event.recommendation().job_id(), event.recommendation().replicas());
+    }
+    context.TryCancel();
+    reader->Finish();
+    REQUIRE(initial == std::vector<std::pair<std::string, uint32_t>>{{"default/a-grow", 4},
+                                                                     {"default/b-shrink", 1}});
+  }
+
+  h.StartAdapter();
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/a-grow", 1));
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/b-shrink", 1));
+  std::vector<std::string> job_patches;
+  for (const RecordedRequest& request : h.kube.Writes()) {
+    if (request.path == grow_path || request.path == shrink_path) job_patches.push_back(request.path);
+  }
+  CHECK(job_patches == std::vector<std::string>{shrink_path, grow_path});
+  CHECK(Workers(h.kube.Object(shrink_path)) == 1);
+  CHECK(Workers(h.kube.Object(grow_path)) == 4);
 }
 
 TEST_CASE("KubeDL PyTorchJobs are scaled at the same path in their own group") {

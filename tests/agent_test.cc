@@ -19,9 +19,9 @@
 #include <grpcpp/security/credentials.h>
 #include <unistd.h>
 
-#include "client/agent_parser.h"
-#include "client/agent_sender.h"
-#include "client/agent_source.h"
+#include "client/agent/parser.h"
+#include "client/agent/sender.h"
+#include "client/agent/source.h"
 #include "rescale/clock.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"

@@ -31,8 +31,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/time/time.h"
-#include "client/output.h"
-#include "client/rescalectl_cli.h"
+#include "client/rescalectl/output.h"
+#include "client/rescalectl/cli.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
 #include "tests/test_certificates.h"

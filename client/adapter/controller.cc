@@ -1,13 +1,14 @@
-// The adapter's controller logic (see adapter.h): parsing PyTorchJobs,
-// building patches, backoff, and the Adapter's list+watch and apply loops.
-#include "client/adapter.h"
+// rescale-adapter's controller (see client/adapter/adapter.h): the list+watch
+// loops over jobs and nodes, registration with rescaled, and the applying
+// of recommendations in the safe order.
+#include "client/adapter/adapter.h"
 
 #include <algorithm>
-#include <cmath>
 #include <set>
+#include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "rescale/apply_order.h"
+
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
@@ -16,254 +17,10 @@ namespace {
 
 using json = nlohmann::json;
 
-// The value at a path of object keys, or null json when any step is missing.
-const json& At(const json& object, std::initializer_list<const char*> keys) {
-  static const json kNull;
-  const json* node = &object;
-  for (const char* key : keys) {
-    if (!node->is_object()) return kNull;
-    auto it = node->find(key);
-    if (it == node->end()) return kNull;
-    node = &*it;
-  }
-  return *node;
-}
-
-absl::StatusOr<uint32_t> NonNegative(const json& value, const std::string& where) {
-  if (value.is_number_integer() && value.get<int64_t>() >= 0 &&
-      value.get<int64_t>() <= int64_t{UINT32_MAX}) {
-    return static_cast<uint32_t>(value.get<int64_t>());
-  }
-  return absl::InvalidArgumentError(absl::StrCat(where, " must be a non-negative integer, got ",
-                                                 value.dump()));
-}
-
-// A Kubernetes quantity for a countable resource: "4" or 4 (GPUs are whole).
-std::optional<uint32_t> WholeQuantity(const json& value) {
-  if (value.is_number_integer() && value.get<int64_t>() >= 0) {
-    return static_cast<uint32_t>(value.get<int64_t>());
-  }
-  uint32_t parsed = 0;
-  if (value.is_string() && absl::SimpleAtoi(value.get<std::string>(), &parsed)) return parsed;
-  return std::nullopt;
-}
-
-std::string Describe(const ApiVersion& api, const std::string& id) {
-  return absl::StrCat("PyTorchJob ", id, " (", api.group, "/", api.version, ")");
-}
-
 // How long a backoff may last at most, to keep a stopping adapter prompt.
 constexpr absl::Duration kMaxSleep = absl::Minutes(5);
 
 }  // namespace
-
-std::string ResourcePath(const ApiVersion& api, const std::string& resource, const std::string& ns,
-                         const std::string& name) {
-  std::string path = api.group.empty() ? absl::StrCat("/api/", api.version)
-                                       : absl::StrCat("/apis/", api.group, "/", api.version);
-  if (!ns.empty()) absl::StrAppend(&path, "/namespaces/", ns);
-  absl::StrAppend(&path, "/", resource);
-  if (!name.empty()) absl::StrAppend(&path, "/", name);
-  return path;
-}
-
-absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
-  JobInfo job;
-  const json& metadata = At(object, {"metadata"});
-  if (!At(metadata, {"name"}).is_string() || !At(metadata, {"namespace"}).is_string()) {
-    return absl::InvalidArgumentError("PyTorchJob without metadata.name or metadata.namespace");
-  }
-  job.name = metadata["name"].get<std::string>();
-  job.ns = metadata["namespace"].get<std::string>();
-  job.id = absl::StrCat(job.ns, "/", job.name);
-  const json& api_version = At(object, {"apiVersion"});
-  if (api_version.is_string()) {
-    std::string text = api_version.get<std::string>();
-    size_t slash = text.find('/');
-    if (slash != std::string::npos) job.api = {text.substr(0, slash), text.substr(slash + 1)};
-  }
-  const std::string what = Describe(job.api, job.id);
-  if (At(metadata, {"resourceVersion"}).is_string()) {
-    job.resource_version = metadata["resourceVersion"].get<std::string>();
-  }
-
-  const json& spec = At(object, {"spec"});
-  const json& worker = At(spec, {"pytorchReplicaSpecs", "Worker"});
-  if (!worker.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": spec.pytorchReplicaSpecs.Worker is missing"));
-  }
-  // The operators default a missing replicas to 1.
-  job.workers = 1;
-  if (!At(worker, {"replicas"}).is_null()) {
-    absl::StatusOr<uint32_t> workers =
-        NonNegative(worker["replicas"], what + ": spec.pytorchReplicaSpecs.Worker.replicas");
-    if (!workers.ok()) return workers.status();
-    job.workers = *workers;
-  }
-  const json& master = At(spec, {"pytorchReplicaSpecs", "Master"});
-  if (master.is_object()) {
-    job.masters = 1;
-    if (!At(master, {"replicas"}).is_null()) {
-      absl::StatusOr<uint32_t> masters =
-          NonNegative(master["replicas"], what + ": spec.pytorchReplicaSpecs.Master.replicas");
-      if (!masters.ok()) return masters.status();
-      job.masters = *masters;
-    }
-  }
-  const json& suspend = At(spec, {"runPolicy", "suspend"});
-  job.suspended = suspend.is_boolean() && suspend.get<bool>();
-
-  const json& elastic = At(spec, {"elasticPolicy"});
-  std::optional<uint32_t> min_replicas;
-  std::optional<uint32_t> max_replicas;
-  if (!At(elastic, {"minReplicas"}).is_null()) {
-    absl::StatusOr<uint32_t> value =
-        NonNegative(elastic["minReplicas"], what + ": spec.elasticPolicy.minReplicas");
-    if (!value.ok()) return value.status();
-    min_replicas = *value;
-  }
-  if (!At(elastic, {"maxReplicas"}).is_null()) {
-    absl::StatusOr<uint32_t> value =
-        NonNegative(elastic["maxReplicas"], what + ": spec.elasticPolicy.maxReplicas");
-    if (!value.ok()) return value.status();
-    max_replicas = *value;
-  }
-  // Per the operator: one bound set copies it to the other; none = the
-  // Worker replicas, i.e. a fixed-size job.
-  job.min_replicas = min_replicas.value_or(max_replicas.value_or(job.workers));
-  job.max_replicas = max_replicas.value_or(min_replicas.value_or(job.workers));
-  if (job.min_replicas > job.max_replicas) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": spec.elasticPolicy.minReplicas (", job.min_replicas,
-        ") exceeds maxReplicas (", job.max_replicas, ")"));
-  }
-  const json& metrics = At(elastic, {"metrics"});
-  job.operator_hpa = !metrics.is_null() && !(metrics.is_array() && metrics.empty());
-
-  uint32_t gpus = 0;
-  bool has_gpu_limit = false;
-  const json& containers = At(worker, {"template", "spec", "containers"});
-  if (containers.is_array()) {
-    for (const json& container : containers) {
-      const json& limit = At(container, {"resources", "limits", kGpuResource});
-      if (limit.is_null()) continue;
-      std::optional<uint32_t> count = WholeQuantity(limit);
-      if (!count) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": Worker container resources.limits[\"nvidia.com/gpu\"] is not a whole number: ",
-            limit.dump()));
-      }
-      gpus += *count;
-      has_gpu_limit = true;
-    }
-  }
-  if (has_gpu_limit) job.gpus_per_replica = gpus;
-
-  const json& annotations = At(metadata, {"annotations"});
-  auto annotation = [&](const char* key) -> std::optional<std::string> {
-    const json& value = At(annotations, {key});
-    if (value.is_string()) return value.get<std::string>();
-    return std::nullopt;
-  };
-  auto bad = [&](const char* key, const std::string& value, const char* expected) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": annotation ", key, "=\"", value,
-                                                   "\" is not ", expected));
-  };
-  if (auto value = annotation(kPriorityAnnotation)) {
-    if (!absl::SimpleAtoi(*value, &job.priority)) return bad(kPriorityAnnotation, *value, "an integer");
-  }
-  if (auto value = annotation(kRestartCostAnnotation)) {
-    double seconds = 0;
-    if (!absl::SimpleAtod(*value, &seconds) || !std::isfinite(seconds) || seconds < 0) {
-      return bad(kRestartCostAnnotation, *value, "a non-negative number of seconds");
-    }
-    job.restart_cost_seconds = seconds;
-  }
-  if (auto value = annotation(kPreemptibleAnnotation)) {
-    bool preemptible = false;
-    if (!absl::SimpleAtob(*value, &preemptible)) return bad(kPreemptibleAnnotation, *value, "true or false");
-    job.preemptible = preemptible;
-  }
-  if (auto value = annotation(kLocalBatchSizeAnnotation)) {
-    if (!absl::SimpleAtoi(*value, &job.local_batch_size)) {
-      return bad(kLocalBatchSizeAnnotation, *value, "a non-negative integer");
-    }
-  }
-  if (auto value = annotation(kPolicyAnnotation)) job.policy = *value;
-  if (annotations.is_object()) {
-    for (const auto& [key, value] : annotations.items()) {
-      if (absl::StartsWith(key, kParameterAnnotationPrefix) && value.is_string()) {
-        job.parameters[key.substr(sizeof(kParameterAnnotationPrefix) - 1)] = value.get<std::string>();
-      }
-    }
-  }
-
-  const json& conditions = At(object, {"status", "conditions"});
-  if (conditions.is_array()) {
-    for (const json& condition : conditions) {
-      const json& type = At(condition, {"type"});
-      const json& status = At(condition, {"status"});
-      if (type.is_string() && status.is_string() && status.get<std::string>() == "True" &&
-          (type.get<std::string>() == "Succeeded" || type.get<std::string>() == "Failed")) {
-        job.finished = true;
-      }
-    }
-  }
-  return job;
-}
-
-json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> workers,
-                 std::optional<bool> suspend) {
-  json patch = {{"metadata", {{"resourceVersion", resource_version}}}};
-  if (workers) patch["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = *workers;
-  if (suspend) patch["spec"]["runPolicy"]["suspend"] = *suspend;
-  return patch;
-}
-
-json MinMemberPatch(const std::string& resource_version, uint32_t min_member) {
-  return {{"metadata", {{"resourceVersion", resource_version}}},
-          {"spec", {{"minMember", min_member}}}};
-}
-
-uint32_t ClampReplicas(const JobInfo& job, uint32_t recommended, bool* clamped) {
-  uint32_t value = std::clamp(recommended, job.min_replicas, job.max_replicas);
-  if (clamped != nullptr) *clamped = value != recommended;
-  return value;
-}
-
-v1::JobSpec ToJobSpec(const JobInfo& job) {
-  v1::JobSpec spec;
-  spec.set_job_id(job.id);
-  spec.set_min_replicas(job.min_replicas);
-  spec.set_max_replicas(job.max_replicas);
-  if (job.gpus_per_replica) spec.set_gpus_per_replica(*job.gpus_per_replica);
-  spec.set_priority(job.priority);
-  if (job.preemptible) spec.set_preemptible(*job.preemptible);
-  if (job.restart_cost_seconds) spec.set_restart_cost_seconds(*job.restart_cost_seconds);
-  spec.set_local_batch_size(job.local_batch_size);
-  spec.set_policy(job.policy);
-  for (const auto& [key, value] : job.parameters) (*spec.mutable_parameters())[key] = value;
-  return spec;
-}
-
-uint32_t NodeGpus(const json& node) {
-  const json& value = At(node, {"status", "allocatable", kGpuResource});
-  if (value.is_null()) return 0;
-  return WholeQuantity(value).value_or(0);
-}
-
-Backoff::Backoff(BackoffOptions options, std::function<double()> random)
-    : options_(options), random_(std::move(random)) {}
-
-absl::Duration Backoff::Next() {
-  absl::Duration delay = options_.initial;
-  for (int i = 0; i < attempt_ && delay < options_.max; ++i) delay = delay * options_.multiplier;
-  delay = std::min(delay, options_.max);
-  ++attempt_;
-  double factor = 1.0 + options_.jitter * (2.0 * random_() - 1.0);
-  return delay * factor;
-}
 
 // ---------------------------------------------------------------- Adapter --
 
@@ -285,6 +42,7 @@ void Adapter::Start() {
   }
   if (options_.capacity_gpus < 0) threads_.emplace_back([this] { RunNodes(); });
   threads_.emplace_back([this] { RunRecommendations(); });
+  threads_.emplace_back([this] { RunApplier(); });
 }
 
 void Adapter::Stop() {
@@ -292,6 +50,10 @@ void Adapter::Stop() {
   {
     absl::MutexLock lock(&stop_mu_);
     stopping_flag_ = true;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    applier_stopping_ = true;
   }
   kube_->Cancel();
   {
@@ -329,8 +91,9 @@ std::unique_ptr<grpc::ClientContext> Adapter::NewContext() const {
 void Adapter::ListWatch(const std::string& path, const std::string& selector,
                         const std::function<void(const std::vector<json>&)>& on_list,
                         const std::function<void(const WatchEvent&)>& on_event,
+                        const std::function<void()>& on_list_error,
                         AdapterEvent::Kind listed_kind, const std::string& what) {
-  Backoff backoff(options_.backoff, [this] { return NextRandom(); });
+  client::Backoff backoff(options_.backoff, [this] { return NextRandom(); });
   bool warned_missing = false;
   while (!stopping()) {
     absl::StatusOr<json> list = kube_->List(path, selector);
@@ -342,16 +105,17 @@ void Adapter::ListWatch(const std::string& path, const std::string& selector,
       } else {
         spdlog::warn("list {}: {}", what, list.status().ToString());
       }
+      if (on_list_error) on_list_error();
       if (!SleepFor(backoff.Next())) return;
       continue;
     }
     warned_missing = false;
     std::string resource_version;
-    if (At(*list, {"metadata", "resourceVersion"}).is_string()) {
+    if (FieldAt(*list, {"metadata", "resourceVersion"}).is_string()) {
       resource_version = (*list)["metadata"]["resourceVersion"].get<std::string>();
     }
     std::vector<json> items;
-    if (At(*list, {"items"}).is_array()) {
+    if (FieldAt(*list, {"items"}).is_array()) {
       for (const json& item : (*list)["items"]) items.push_back(item);
     }
     on_list(items);
@@ -367,8 +131,8 @@ void Adapter::ListWatch(const std::string& path, const std::string& selector,
           path, selector, resource_version,
           [&](const WatchEvent& event) {
             if (event.type == "ERROR") {
-              const json& code = At(event.object, {"code"});
-              std::string message = At(event.object, {"message"}).is_string()
+              const json& code = FieldAt(event.object, {"code"});
+              std::string message = FieldAt(event.object, {"message"}).is_string()
                                         ? event.object["message"].get<std::string>()
                                         : event.object.dump();
               error_event = code.is_number_integer()
@@ -376,7 +140,7 @@ void Adapter::ListWatch(const std::string& path, const std::string& selector,
                                 : absl::UnknownError("WATCH " + path + ": " + message);
               return false;
             }
-            const json& rv = At(event.object, {"metadata", "resourceVersion"});
+            const json& rv = FieldAt(event.object, {"metadata", "resourceVersion"});
             if (rv.is_string()) resource_version = rv.get<std::string>();
             if (event.type == "BOOKMARK") {
               Emit({AdapterEvent::Kind::kBookmark, "", 0, resource_version});
@@ -408,8 +172,8 @@ void Adapter::RunJobs(const ApiVersion& api) {
   auto on_list = [this, api](const std::vector<json>& items) {
     std::set<std::string> seen;
     for (const json& item : items) {
-      const json& name = At(item, {"metadata", "name"});
-      const json& ns = At(item, {"metadata", "namespace"});
+      const json& name = FieldAt(item, {"metadata", "name"});
+      const json& ns = FieldAt(item, {"metadata", "namespace"});
       if (name.is_string() && ns.is_string()) {
         seen.insert(ns.get<std::string>() + "/" + name.get<std::string>());
       }
@@ -424,27 +188,43 @@ void Adapter::RunJobs(const ApiVersion& api) {
       }
     }
     for (const std::string& id : gone) OnJobGone(id, "no longer listed");
+    // Applying waits for the first list of every job API (see
+    // ApplyGateOpenLocked); from then on, a (re)list is one batch.
+    absl::MutexLock lock(&mu_);
+    job_apis_listed_.insert(api.group);
+    apply_wanted_ = true;
+  };
+  auto on_list_error = [this, api] {
+    // A CRD that is not installed must not hold back the other flavour's
+    // jobs: its first attempt counts as its list.
+    absl::MutexLock lock(&mu_);
+    job_apis_listed_.insert(api.group);
+    apply_wanted_ = true;
   };
   auto on_event = [this, api](const WatchEvent& event) {
     if (event.type == "DELETED") {
-      const json& name = At(event.object, {"metadata", "name"});
-      const json& ns = At(event.object, {"metadata", "namespace"});
+      const json& name = FieldAt(event.object, {"metadata", "name"});
+      const json& ns = FieldAt(event.object, {"metadata", "namespace"});
       if (name.is_string() && ns.is_string()) {
         OnJobGone(ns.get<std::string>() + "/" + name.get<std::string>(), "deleted");
       }
     } else {
       OnJobObject(api, event.object);
     }
+    // A job discovered after its recommendation came, or one whose last
+    // apply failed: the applier looks again.
+    WakeApplier();
   };
-  ListWatch(path, options_.label_selector, on_list, on_event, AdapterEvent::Kind::kJobsListed,
+  ListWatch(path, options_.label_selector, on_list, on_event, on_list_error,
+            AdapterEvent::Kind::kJobsListed,
             "pytorchjobs." + api.group);
 }
 
 void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
   absl::StatusOr<JobInfo> parsed = ParsePyTorchJob(object);
   if (!parsed.ok()) {
-    const json& name = At(object, {"metadata", "name"});
-    const json& ns = At(object, {"metadata", "namespace"});
+    const json& name = FieldAt(object, {"metadata", "name"});
+    const json& ns = FieldAt(object, {"metadata", "namespace"});
     std::string id = name.is_string() && ns.is_string()
                          ? ns.get<std::string>() + "/" + name.get<std::string>()
                          : std::string();
@@ -467,7 +247,7 @@ void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
   }
   if (job.operator_hpa) {
     std::string reason = absl::StrCat(
-        Describe(job.api, job.id),
+        DescribeJob(job.api, job.id),
         ": spec.elasticPolicy.metrics is set, so the operator scales it with its own HPA; "
         "rescale-adapter leaves it alone");
     bool first = false;
@@ -493,20 +273,6 @@ void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
     it->second.info = job;
   }
   SyncJob(job.id);
-  ApplyLatest(job.id);
-}
-
-void Adapter::ApplyLatest(const std::string& id) {
-  std::optional<v1::Recommendation> latest;
-  {
-    absl::MutexLock lock(&mu_);
-    auto rec = latest_.find(id);
-    auto job = jobs_.find(id);
-    if (rec == latest_.end() || job == jobs_.end() || !job->second.registered) return;
-    if (rec->second.generation() <= job->second.applied_generation) return;
-    latest = rec->second;
-  }
-  Apply(*latest);
 }
 
 void Adapter::OnJobGone(const std::string& id, const std::string& why) {
@@ -624,7 +390,7 @@ void Adapter::RunNodes() {
       absl::MutexLock lock(&mu_);
       node_gpus_.clear();
       for (const json& node : items) {
-        const json& name = At(node, {"metadata", "name"});
+        const json& name = FieldAt(node, {"metadata", "name"});
         if (name.is_string()) node_gpus_[name.get<std::string>()] = NodeGpus(node);
       }
       nodes_listed_ = true;
@@ -632,7 +398,7 @@ void Adapter::RunNodes() {
     SendCapacity();
   };
   auto on_event = [this](const WatchEvent& event) {
-    const json& name = At(event.object, {"metadata", "name"});
+    const json& name = FieldAt(event.object, {"metadata", "name"});
     if (!name.is_string()) return;
     {
       absl::MutexLock lock(&mu_);
@@ -644,7 +410,8 @@ void Adapter::RunNodes() {
     }
     SendCapacity();
   };
-  ListWatch("/api/v1/nodes", "", on_list, on_event, AdapterEvent::Kind::kNodesListed, "nodes");
+  ListWatch("/api/v1/nodes", "", on_list, on_event, nullptr, AdapterEvent::Kind::kNodesListed,
+            "nodes");
 }
 
 void Adapter::SendCapacity() {
@@ -676,7 +443,7 @@ void Adapter::SendCapacity() {
 }
 
 void Adapter::RunRecommendations() {
-  Backoff backoff(options_.backoff, [this] { return NextRandom(); });
+  client::Backoff backoff(options_.backoff, [this] { return NextRandom(); });
   while (!stopping()) {
     grpc::ClientContext context;
     {
@@ -691,35 +458,30 @@ void Adapter::RunRecommendations() {
     {
       absl::MutexLock lock(&mu_);
       latest_.clear();  // generations are per rescaled process
+      stream_synced_ = false;
     }
     v1::RecommendationEvent event;
-    bool synced = false;
-    std::vector<v1::Recommendation> initial;
     while (reader->Read(&event)) {
       if (event.type() == v1::RecommendationEvent::SYNCED) {
         // A (re)connected stream: rescaled may be a new process. Register
-        // everything first, then apply what it recommended.
-        synced = true;
+        // everything first, then let the applier apply the whole initial
+        // snapshot as one batch.
         backoff.Reset();
         ResyncAll();
         Emit({AdapterEvent::Kind::kRescaledSynced, "", 0, ""});
-        for (const v1::Recommendation& recommendation : initial) Apply(recommendation);
-        initial.clear();
+        absl::MutexLock lock(&mu_);
+        stream_synced_ = true;
+        apply_wanted_ = true;
         continue;
       }
-      {
-        absl::MutexLock lock(&mu_);
-        if (event.type() == v1::RecommendationEvent::DELETED) {
-          latest_.erase(event.recommendation().job_id());
-        } else {
-          latest_[event.recommendation().job_id()] = event.recommendation();
-        }
-      }
-      if (event.type() == v1::RecommendationEvent::DELETED) continue;
-      if (!synced) {
-        initial.push_back(event.recommendation());
+      // Only recorded here; the applier thread applies. What arrives while
+      // it is busy queues up in latest_ and is ordered as one batch.
+      absl::MutexLock lock(&mu_);
+      if (event.type() == v1::RecommendationEvent::DELETED) {
+        latest_.erase(event.recommendation().job_id());
       } else {
-        Apply(event.recommendation());
+        latest_[event.recommendation().job_id()] = event.recommendation();
+        apply_wanted_ = true;
       }
     }
     grpc::Status status = reader->Finish();
@@ -734,7 +496,65 @@ void Adapter::RunRecommendations() {
   }
 }
 
-void Adapter::Apply(const v1::Recommendation& recommendation) {
+void Adapter::WakeApplier() {
+  absl::MutexLock lock(&mu_);
+  apply_wanted_ = true;
+}
+
+bool Adapter::ApplyGateOpenLocked() const {
+  if (applier_stopping_) return true;
+  return apply_wanted_ && stream_synced_ && job_apis_listed_.size() >= options_.job_apis.size();
+}
+
+std::vector<Adapter::PendingApply> Adapter::PendingBatchLocked() const {
+  std::vector<PendingApply> batch;
+  for (const auto& [id, recommendation] : latest_) {
+    auto job = jobs_.find(id);
+    if (job == jobs_.end() || !job->second.registered) continue;
+    if (recommendation.generation() <= job->second.applied_generation) continue;
+    const JobInfo& info = job->second.info;
+    PendingApply pending;
+    pending.recommendation = recommendation;
+    // What the job runs as last observed: the watch shows our own patches.
+    pending.running = info.suspended ? 0 : info.workers;
+    pending.target =
+        recommendation.suspend() ? 0 : ClampReplicas(info, recommendation.replicas(), nullptr);
+    batch.push_back(std::move(pending));
+  }
+  // latest_ is keyed by job id, so within a phase the batch is in job-id
+  // order, as the planner's plan is.
+  OrderForApply(batch, [](const PendingApply& p) { return std::pair{p.running, p.target}; });
+  return batch;
+}
+
+void Adapter::RunApplier() {
+  for (;;) {
+    std::vector<PendingApply> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &Adapter::ApplyGateOpenLocked));
+      if (applier_stopping_) return;
+      apply_wanted_ = false;
+      batch = PendingBatchLocked();
+    }
+    bool release_failed = false;
+    for (const PendingApply& pending : batch) {
+      if (stopping()) return;
+      const bool release = PhaseOf(pending.running, pending.target) == ApplyPhase::kRelease;
+      if (!release && release_failed) {
+        // The GPUs an acquire counts on may still be held: leave the rest
+        // of the batch pending until the next event (a job change, a new
+        // recommendation) wakes the applier.
+        spdlog::warn("{}: generation {} deferred: a release of the same plan failed",
+                     pending.recommendation.job_id(), pending.recommendation.generation());
+        continue;
+      }
+      if (!Apply(pending.recommendation) && release) release_failed = true;
+    }
+  }
+}
+
+bool Adapter::Apply(const v1::Recommendation& recommendation) {
   absl::MutexLock apply_lock(&apply_mu_);
   const std::string& id = recommendation.job_id();
   JobInfo info;
@@ -743,9 +563,9 @@ void Adapter::Apply(const v1::Recommendation& recommendation) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) {
       spdlog::debug("recommendation for {} ignored: not a job this adapter manages", id);
-      return;
+      return true;
     }
-    if (recommendation.generation() <= it->second.applied_generation) return;
+    if (recommendation.generation() <= it->second.applied_generation) return true;
     info = it->second.info;
   }
   const bool suspend = recommendation.suspend();
@@ -759,7 +579,7 @@ void Adapter::Apply(const v1::Recommendation& recommendation) {
       workers = clamped;
     }
   }
-  Backoff backoff(options_.backoff, [this] { return NextRandom(); });
+  client::Backoff backoff(options_.backoff, [this] { return NextRandom(); });
   absl::Status status;
   for (int attempt = 1; attempt <= options_.max_apply_attempts && !stopping(); ++attempt) {
     status = ApplyToKube(info, workers, suspend);
@@ -776,12 +596,12 @@ void Adapter::Apply(const v1::Recommendation& recommendation) {
   if (!status.ok()) {
     spdlog::error("gave up applying generation {} to {}: {}", recommendation.generation(), id,
                   status.ToString());
-    return;
+    return false;
   }
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(id);
-    if (it == jobs_.end()) return;
+    if (it == jobs_.end()) return true;
     it->second.applied_generation = recommendation.generation();
   }
   spdlog::info("{}: generation {} {}: {} {} ({})", id, recommendation.generation(),
@@ -793,8 +613,8 @@ void Adapter::Apply(const v1::Recommendation& recommendation) {
   }
   Emit({AdapterEvent::Kind::kApplied, id, recommendation.generation(),
         suspend ? "suspend" : absl::StrCat("replicas=", workers)});
+  return true;
 }
-
 absl::Status Adapter::ApplyToKube(const JobInfo& job, uint32_t workers, bool suspend) {
   // The gang first: lowering minMember before removing workers keeps the
   // survivors admissible; raising it before adding workers makes the
@@ -821,9 +641,9 @@ absl::Status Adapter::PatchPodGroup(const JobInfo& job, uint32_t min_member) {
   for (const ApiVersion& api : options_.podgroup_apis) {
     const std::string path = ResourcePath(api, "podgroups", job.ns, job.name);
     absl::Status status = PatchWithRetry(path, [&](const json& object) -> absl::StatusOr<json> {
-      const json& current = At(object, {"spec", "minMember"});
+      const json& current = FieldAt(object, {"spec", "minMember"});
       if (current.is_number_integer() && current.get<int64_t>() == min_member) return json();
-      const json& rv = At(object, {"metadata", "resourceVersion"});
+      const json& rv = FieldAt(object, {"metadata", "resourceVersion"});
       return MinMemberPatch(rv.is_string() ? rv.get<std::string>() : "", min_member);
     });
     // No PodGroup of this flavour (or its CRD is not installed): try the next.

@@ -3,19 +3,32 @@
 // recommendations to those jobs (and their gang PodGroups) through a
 // KubeClient.
 //
-// Pieces, each usable alone:
-//   ParsePyTorchJob  a Kubeflow or KubeDL PyTorchJob object -> JobInfo (the
-//                    fields the adapter needs, min/max per elasticPolicy,
-//                    rescale.io/* annotations), errors naming the field;
-//   WorkerPatch, MinMemberPatch  the JSON merge patches the adapter sends;
-//   Backoff          exponential backoff with injected jitter;
-//   Adapter          the controller: threads that list+watch jobs and nodes
-//                    and one that watches recommendations and applies them.
+// The PyTorchJob mapping (parsing, patches) lives in client/adapter/pytorchjob.h;
+// this is the controller: threads that list+watch jobs and nodes, one that
+// watches recommendations and one that applies them.
+//
+// Applying a plan in the safe order. rescaled's planner publishes a plan's
+// changes together, but the WatchRecommendations stream carries them one
+// job at a time, in job-id order, with no end-of-plan marker; applying each
+// as it arrives could grow a job before the shrink that makes room for it
+// (pods Pending, gangs deadlocked). So the stream thread only records the
+// newest recommendation per job, and a separate applier thread applies in
+// batches: the initial snapshot (up to SYNCED) once every job API has been
+// listed, then whatever has arrived while it was busy or asleep. Each batch
+// is ordered by OrderForApply (rescale/apply_order.h) from the replicas the
+// job runs as last observed (0 when suspended) to the target (0 when the
+// recommendation suspends, else the clamped replicas): every release
+// (shrink, suspend) is written before any acquire (grow, resume, start),
+// the order the simulator assumes. When a release fails for good, the
+// batch's acquires wait for the next event instead of over-committing.
+// Changes split across two batches (the applier woke between two events of
+// one plan) are each ordered, not ordered together: the stream gives no
+// way to tell.
 //
 // Thread safety: Adapter's public methods may be called from any thread.
 // Stop() (and the destructor) joins every thread the adapter started.
-#ifndef RESCALE_CLIENT_ADAPTER_H_
-#define RESCALE_CLIENT_ADAPTER_H_
+#ifndef RESCALE_CLIENT_ADAPTER_ADAPTER_H_
+#define RESCALE_CLIENT_ADAPTER_ADAPTER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -25,6 +38,7 @@
 #include <optional>
 #include <ostream>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,114 +50,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/kube_client.h"
+#include "client/adapter/kube_client.h"
+#include "client/adapter/pytorchjob.h"
+#include "client/common/backoff.h"
 #include "rescale/clock.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
 namespace rescale::adapter {
-
-// Label and annotations that opt a job in and describe it to rescaled.
-inline constexpr char kManagedLabel[] = "rescale.io/managed";
-inline constexpr char kPriorityAnnotation[] = "rescale.io/priority";
-inline constexpr char kRestartCostAnnotation[] = "rescale.io/restart-cost-seconds";
-inline constexpr char kPreemptibleAnnotation[] = "rescale.io/preemptible";
-inline constexpr char kPolicyAnnotation[] = "rescale.io/policy";
-inline constexpr char kLocalBatchSizeAnnotation[] = "rescale.io/local-batch-size";
-// rescale.io/parameter.<key>: one JobSpec.parameters entry each.
-inline constexpr char kParameterAnnotationPrefix[] = "rescale.io/parameter.";
-inline constexpr char kGpuResource[] = "nvidia.com/gpu";
-inline constexpr char kMergePatch[] = "application/merge-patch+json";
-
-// An API group/version serving a namespaced resource.
-struct ApiVersion {
-  std::string group;
-  std::string version;
-  bool operator==(const ApiVersion&) const = default;
-};
-inline const ApiVersion kKubeflowV1{"kubeflow.org", "v1"};
-inline const ApiVersion kKubeDlV1alpha1{"training.kubedl.io", "v1alpha1"};
-inline const ApiVersion kCoschedulingV1alpha1{"scheduling.x-k8s.io", "v1alpha1"};
-inline const ApiVersion kVolcanoV1beta1{"scheduling.volcano.sh", "v1beta1"};
-
-// /apis/{group}/{version}[/namespaces/{ns}]/{resource}[/{name}]
-std::string ResourcePath(const ApiVersion& api, const std::string& resource,
-                         const std::string& ns = "", const std::string& name = "");
-
-// What the adapter reads from a PyTorchJob.
-struct JobInfo {
-  std::string ns;
-  std::string name;
-  std::string id;  // "ns/name"
-  ApiVersion api;
-  std::string resource_version;
-  uint32_t workers = 0;  // spec.pytorchReplicaSpecs.Worker.replicas
-  uint32_t masters = 0;  // spec.pytorchReplicaSpecs.Master.replicas (0 if none)
-  bool suspended = false;  // spec.runPolicy.suspend
-  // elasticPolicy.minReplicas/maxReplicas; one set copies the other;
-  // neither set = both the Worker replicas.
-  uint32_t min_replicas = 0;
-  uint32_t max_replicas = 0;
-  // Sum of the Worker pod's containers' nvidia.com/gpu limits; unset = none.
-  std::optional<uint32_t> gpus_per_replica;
-  int32_t priority = 0;
-  std::optional<bool> preemptible;
-  std::optional<double> restart_cost_seconds;
-  uint32_t local_batch_size = 0;
-  std::string policy;
-  std::map<std::string, std::string> parameters;
-  // elasticPolicy.metrics is set: the operator owns an HPA for the job.
-  bool operator_hpa = false;
-  // A Succeeded or Failed condition is True.
-  bool finished = false;
-};
-
-// Decodes a PyTorchJob object of either flavour. INVALID_ARGUMENT names the
-// object and the field (a missing Worker spec, an annotation that does not
-// parse, min > max).
-absl::StatusOr<JobInfo> ParsePyTorchJob(const nlohmann::json& object);
-
-// The merge patch that sets Worker replicas and/or runPolicy.suspend,
-// guarded by `resource_version` (optimistic concurrency).
-nlohmann::json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> workers,
-                           std::optional<bool> suspend);
-// The merge patch that sets a PodGroup's spec.minMember.
-nlohmann::json MinMemberPatch(const std::string& resource_version, uint32_t min_member);
-
-// The Worker replicas to write for a recommendation of `recommended`:
-// clamped into [min_replicas, max_replicas] (the operator fixed
-// PET_NNODES=min:max at creation). Sets *clamped when it had to.
-uint32_t ClampReplicas(const JobInfo& job, uint32_t recommended, bool* clamped);
-
-// The JobSpec registered with rescaled for a job.
-v1::JobSpec ToJobSpec(const JobInfo& job);
-
-// Sum of nodes' status.allocatable["nvidia.com/gpu"] for one Node object;
-// 0 when absent or not an integer quantity.
-uint32_t NodeGpus(const nlohmann::json& node);
-
-struct BackoffOptions {
-  absl::Duration initial = absl::Milliseconds(500);
-  absl::Duration max = absl::Seconds(30);
-  double multiplier = 2.0;
-  // Each delay is scaled by a factor drawn uniformly from [1-jitter, 1+jitter]
-  // so many adapters (or many jobs) do not retry in lockstep.
-  double jitter = 0.2;
-};
-
-// Exponential backoff. Not thread-safe; one per retry loop.
-class Backoff {
- public:
-  // `random` returns uniform values in [0, 1); it is injected so tests get
-  // a fixed sequence.
-  Backoff(BackoffOptions options, std::function<double()> random);
-  absl::Duration Next();
-  void Reset() { attempt_ = 0; }
-
- private:
-  BackoffOptions options_;
-  std::function<double()> random_;
-  int attempt_ = 0;
-};
 
 // What the adapter did, for tests and for the log's structure.
 struct AdapterEvent {
@@ -182,7 +95,7 @@ struct AdapterOptions {
   // ReportApplied is then not called for recommendations (nothing was applied).
   bool dry_run = false;
   std::ostream* dry_run_out = nullptr;
-  BackoffOptions backoff;
+  client::BackoffOptions backoff;
   // 409 Conflicts retried (re-GET, recompute, re-PATCH) per write.
   int max_conflict_retries = 5;
   // Attempts at applying one recommendation on transient errors.
@@ -222,10 +135,13 @@ class Adapter {
   void ListWatch(const std::string& path, const std::string& selector,
                  const std::function<void(const std::vector<nlohmann::json>&)>& on_list,
                  const std::function<void(const WatchEvent&)>& on_event,
-                 AdapterEvent::Kind listed_kind, const std::string& what);
+                 const std::function<void()>& on_list_error, AdapterEvent::Kind listed_kind,
+                 const std::string& what);
   void RunJobs(const ApiVersion& api);
   void RunNodes();
   void RunRecommendations();
+  // The applier thread: waits for ApplyGateOpenLocked, applies one batch.
+  void RunApplier();
 
   void OnJobObject(const ApiVersion& api, const nlohmann::json& object);
   void OnJobGone(const std::string& id, const std::string& why);
@@ -234,13 +150,26 @@ class Adapter {
   void SyncJob(const std::string& id);
   void ResyncAll();
   void SendCapacity();
-  void Apply(const v1::Recommendation& recommendation);
-  // Applies the stream's latest recommendation for `id` if it is newer than
-  // what was applied: for a job discovered after its recommendation came,
-  // and to retry one whose application failed.
-  void ApplyLatest(const std::string& id);
-  // Writes one job (and its PodGroup) toward the target; returns the
-  // replicas it now runs.
+  // One recommendation not yet applied, with the counts that order it.
+  struct PendingApply {
+    v1::Recommendation recommendation;
+    uint32_t running = 0;  // replicas the job runs as last observed; 0 = suspended
+    uint32_t target = 0;   // replicas it will run; 0 = suspend
+  };
+  // Tells the applier to look for work (a new recommendation, a job
+  // discovered or changed, which may also retry a failed apply).
+  void WakeApplier();
+  // The applier may run: it was woken, the stream is synced and every job
+  // API has been listed once; or the adapter is stopping.
+  bool ApplyGateOpenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every recommendation of latest_ newer than what its (registered) job
+  // has applied, releases first (OrderForApply).
+  std::vector<PendingApply> PendingBatchLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies one recommendation (retrying transient errors) and reports it.
+  // False when it gave up; true when applied or nothing was to be done.
+  bool Apply(const v1::Recommendation& recommendation);
+  // Writes one job (and its PodGroup) toward the target: OK once the
+  // PyTorchJob (and its PodGroup, if any) say so, or the error that stopped it.
   absl::Status ApplyToKube(const JobInfo& job, uint32_t workers, bool suspend);
   absl::Status PatchPodGroup(const JobInfo& job, uint32_t min_member);
   // GETs `path`, builds a patch from the fresh object, PATCHes; on 409
@@ -276,8 +205,7 @@ class Adapter {
   // deregister), which happens from the job watchers and the
   // recommendation thread.
   absl::Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  // Serializes applying, which happens on the recommendation thread and
-  // (ApplyLatest) on the job watchers.
+  // Serializes applying (on the applier thread) with registering.
   // SyncJob holds it too (after sync_mu_) so that an apply cannot slip in
   // between a registration and its initial ReportApplied.
   absl::Mutex apply_mu_ ABSL_ACQUIRED_AFTER(sync_mu_) ABSL_ACQUIRED_BEFORE(mu_);
@@ -289,6 +217,11 @@ class Adapter {
   std::map<std::string, uint32_t> node_gpus_ ABSL_GUARDED_BY(mu_);
   std::optional<uint32_t> sent_capacity_ ABSL_GUARDED_BY(mu_);
   bool nodes_listed_ ABSL_GUARDED_BY(mu_) = false;
+  // The applier's gate (ApplyGateOpenLocked).
+  bool stream_synced_ ABSL_GUARDED_BY(mu_) = false;  // the current stream sent SYNCED
+  bool apply_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  bool applier_stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> job_apis_listed_ ABSL_GUARDED_BY(mu_);  // groups listed (or tried) once
 
   absl::Mutex stream_mu_;
   grpc::ClientContext* stream_context_ ABSL_GUARDED_BY(stream_mu_) = nullptr;
@@ -298,4 +231,4 @@ class Adapter {
 
 }  // namespace rescale::adapter
 
-#endif  // RESCALE_CLIENT_ADAPTER_H_
+#endif  // RESCALE_CLIENT_ADAPTER_ADAPTER_H_

@@ -1,5 +1,6 @@
-# rescale-adapter: the Kubernetes controller adapter (client/adapter*,
-# client/kube*, client/curl_kube_client*) and its tests, which run the real
+# rescale-adapter: the Kubernetes controller adapter (client/adapter/: the
+# Kubernetes client and kubeconfig, the PyTorchJob mapping, the controller)
+# and its tests, which run the real
 # libcurl client against an in-process fake API server (cpp-httplib, test
 # only) and a real in-process rescaled. Included from the top-level
 # CMakeLists.txt after the tests section.
@@ -7,17 +8,18 @@ find_package(CURL REQUIRED)
 find_package(PkgConfig REQUIRED)
 
 add_library(rescale_adapter_lib
-  client/adapter.cc
-  client/kube_config.cc
-  client/curl_kube_client.cc
+  client/adapter/pytorchjob.cc
+  client/adapter/controller.cc
+  client/adapter/kube_config.cc
+  client/adapter/curl_kube_client.cc
 )
 target_include_directories(rescale_adapter_lib PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(rescale_adapter_lib PUBLIC rescale_core rescale_proto CURL::libcurl
+target_link_libraries(rescale_adapter_lib PUBLIC rescale_base rescale_client_common rescale_proto CURL::libcurl
   nlohmann_json::nlohmann_json yaml-cpp absl::status absl::statusor absl::strings
   absl::synchronization absl::time spdlog::spdlog Threads::Threads)
 
-add_executable(rescale-adapter client/adapter_main.cc)
-target_link_libraries(rescale-adapter PRIVATE rescale_adapter_lib rescale_client_credentials
+add_executable(rescale-adapter client/adapter/main.cc)
+target_link_libraries(rescale-adapter PRIVATE rescale_adapter_lib
   CLI11::CLI11)
 install(TARGETS rescale-adapter RUNTIME DESTINATION bin)
 
@@ -27,6 +29,7 @@ if(NOT RESCALE_SANITIZE STREQUAL "thread")
     tests/test_main.cc
     tests/fake_kube_api.cc
     tests/adapter_test.cc
+    tests/client_common_test.cc
   )
   target_link_libraries(adapter_tests PRIVATE rescale_adapter_lib rescale_server
     PkgConfig::CPP_HTTPLIB yaml-cpp Catch2::Catch2)

@@ -1,27 +1,18 @@
 // Kubeconfig and in-cluster configuration parsing (see kube_config.h).
-#include "client/kube_config.h"
+#include "client/adapter/kube_config.h"
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/common/read_file.h"
 
 namespace rescale::adapter {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& what) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", what, " \"", path, "\""));
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
 
 std::string Resolve(const std::string& base_dir, const std::string& path) {
   if (path.empty() || std::filesystem::path(path).is_absolute() || base_dir.empty()) return path;
@@ -129,7 +120,7 @@ absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text, const s
 }
 
 absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::string& context) {
-  absl::StatusOr<std::string> text = ReadFile(path, "kubeconfig");
+  absl::StatusOr<std::string> text = client::ReadFileToString(path, "kubeconfig");
   if (!text.ok()) return text.status();
   absl::StatusOr<KubeConfig> config =
       ParseKubeconfig(*text, std::filesystem::path(path).parent_path().string(), context);
@@ -162,7 +153,7 @@ absl::StatusOr<KubeConfig> InClusterConfigFrom(const std::string& host, const st
   if (!std::filesystem::exists(config.token_file)) {
     return absl::NotFoundError(absl::StrCat("in-cluster token \"", config.token_file, "\" is missing"));
   }
-  absl::StatusOr<std::string> ns = ReadFile(mount_dir + "/namespace", "namespace file");
+  absl::StatusOr<std::string> ns = client::ReadFileToString(mount_dir + "/namespace", "namespace file");
   if (ns.ok()) config.default_namespace = *ns;
   return config;
 }

@@ -7,8 +7,8 @@
 // converted to block YAML). Input side: YAML nodes become JSON with the
 // type inference YAML 1.2's core schema gives plain scalars, so a manifest
 // can be handed to protobuf's JSON parser. None of this talks to a server.
-#ifndef RESCALE_CLIENT_OUTPUT_H_
-#define RESCALE_CLIENT_OUTPUT_H_
+#ifndef RESCALE_CLIENT_RESCALECTL_OUTPUT_H_
+#define RESCALE_CLIENT_RESCALECTL_OUTPUT_H_
 
 #include <cstddef>
 #include <optional>
@@ -192,4 +192,4 @@ std::pair<std::string, std::string> SplitJobId(std::string_view job_id);
 
 }  // namespace rescale::cli
 
-#endif  // RESCALE_CLIENT_OUTPUT_H_
+#endif  // RESCALE_CLIENT_RESCALECTL_OUTPUT_H_

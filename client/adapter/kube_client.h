@@ -2,9 +2,9 @@
 // (GET, LIST, WATCH and JSON merge PATCH of arbitrary resources by path),
 // and KubeConfig, the connection settings it needs.
 //
-// The controller (client/adapter.h) talks only to this interface, so the
+// The controller (client/adapter/adapter.h) talks only to this interface, so the
 // decisions it makes do not depend on the transport; the one implementation
-// users run is CurlKubeClient (client/curl_kube_client.h), and the tests run
+// users run is CurlKubeClient (client/adapter/curl_kube_client.h), and the tests run
 // that same implementation against an in-process fake API server.
 //
 // HTTP status codes map to absl codes in one place (StatusFromHttp):
@@ -12,8 +12,8 @@
 //   retry), 410 -> OUT_OF_RANGE (resourceVersion too old: relist),
 //   401/403 -> UNAUTHENTICATED/PERMISSION_DENIED, 422/400 -> INVALID_ARGUMENT,
 //   429/5xx and transport errors -> UNAVAILABLE (retry with backoff).
-#ifndef RESCALE_CLIENT_KUBE_CLIENT_H_
-#define RESCALE_CLIENT_KUBE_CLIENT_H_
+#ifndef RESCALE_CLIENT_ADAPTER_KUBE_CLIENT_H_
+#define RESCALE_CLIENT_ADAPTER_KUBE_CLIENT_H_
 
 #include <atomic>
 #include <functional>
@@ -27,7 +27,7 @@
 namespace rescale::adapter {
 
 // Where the API server is and how to authenticate. Built from a kubeconfig
-// or the in-cluster service account (client/kube_config.h).
+// or the in-cluster service account (client/adapter/kube_config.h).
 struct KubeConfig {
   // "https://host:port". "http://" is accepted only because tests run a
   // plaintext fake server; it is never chosen implicitly (see README).
@@ -96,4 +96,4 @@ absl::Status StatusFromHttp(long http_code, const std::string& what, const std::
 
 }  // namespace rescale::adapter
 
-#endif  // RESCALE_CLIENT_KUBE_CLIENT_H_
+#endif  // RESCALE_CLIENT_ADAPTER_KUBE_CLIENT_H_

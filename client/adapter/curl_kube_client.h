@@ -11,8 +11,8 @@
 // uses its own easy handle. Construction takes a reference on libcurl's
 // global state (curl_global_init) and destruction drops it, so the last
 // client to go calls curl_global_cleanup.
-#ifndef RESCALE_CLIENT_CURL_KUBE_CLIENT_H_
-#define RESCALE_CLIENT_CURL_KUBE_CLIENT_H_
+#ifndef RESCALE_CLIENT_ADAPTER_CURL_KUBE_CLIENT_H_
+#define RESCALE_CLIENT_ADAPTER_CURL_KUBE_CLIENT_H_
 
 #include <memory>
 #include <mutex>
@@ -22,7 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/kube_client.h"
+#include "client/adapter/kube_client.h"
 #include "rescale/clock.h"
 
 struct curl_slist;  // libcurl's header list; its header stays out of ours
@@ -92,4 +92,4 @@ class CurlKubeClient final : public KubeClient {
 
 }  // namespace rescale::adapter
 
-#endif  // RESCALE_CLIENT_CURL_KUBE_CLIENT_H_
+#endif  // RESCALE_CLIENT_ADAPTER_CURL_KUBE_CLIENT_H_

@@ -5,8 +5,8 @@
 //   kubectl logs -f POD | rescale-agent --job NS/NAME --pod POD
 //   rescale-agent --server rescaled:50051 --job NS/NAME --pod POD
 //       --file /var/log/train.log --format kv --world-size 4
-// Formats: see client/agent_parser.h; delivery guarantees: agent_sender.h;
-// file following: agent_source.h. The flag names (with dashes, hence CLI11
+// Formats: see client/agent/parser.h; delivery guarantees: client/agent/sender.h;
+// file following: client/agent/source.h. The flag names (with dashes, hence CLI11
 // rather than absl flags) are a public contract.
 //
 // Exit codes:
@@ -38,10 +38,10 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "client/credentials.h"
-#include "client/agent_parser.h"
-#include "client/agent_sender.h"
-#include "client/agent_source.h"
+#include "client/common/credentials.h"
+#include "client/agent/parser.h"
+#include "client/agent/sender.h"
+#include "client/agent/source.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
-// rescale-agent's line parsers (formats documented in agent_parser.h). The
+// rescale-agent's line parsers (formats documented in client/agent/parser.h). The
 // two built-in formats are hand-written scanners rather than regexes: every
 // log line passes through them, and std::regex is slow and recursive.
-#include "client/agent_parser.h"
+#include "client/agent/parser.h"
 
 #include <charconv>
 #include <cmath>

@@ -19,10 +19,10 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
-#include "client/adapter.h"
-#include "client/curl_kube_client.h"
-#include "client/credentials.h"
-#include "client/kube_config.h"
+#include "client/adapter/adapter.h"
+#include "client/adapter/curl_kube_client.h"
+#include "client/common/credentials.h"
+#include "client/adapter/kube_config.h"
 #include "rescale/logging.h"
 
 int main(int argc, char** argv) {

@@ -1,13 +1,13 @@
 // Loading KubeConfig: from a kubeconfig file (out of cluster) or from the
 // service-account mount and environment (in cluster). Pure parsing; the
-// transport lives in client/curl_kube_client.h.
-#ifndef RESCALE_CLIENT_KUBE_CONFIG_H_
-#define RESCALE_CLIENT_KUBE_CONFIG_H_
+// transport lives in client/adapter/curl_kube_client.h.
+#ifndef RESCALE_CLIENT_ADAPTER_KUBE_CONFIG_H_
+#define RESCALE_CLIENT_ADAPTER_KUBE_CONFIG_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "client/kube_client.h"
+#include "client/adapter/kube_client.h"
 
 namespace rescale::adapter {
 
@@ -41,4 +41,4 @@ std::string DefaultKubeconfigPath();
 
 }  // namespace rescale::adapter
 
-#endif  // RESCALE_CLIENT_KUBE_CONFIG_H_
+#endif  // RESCALE_CLIENT_ADAPTER_KUBE_CONFIG_H_

@@ -1,6 +1,6 @@
-// SampleSender, GrpcTransport and ResolveWorldSize (see agent_sender.h for
+// SampleSender, GrpcTransport and ResolveWorldSize (see client/agent/sender.h for
 // the delivery guarantees and the threading contract).
-#include "client/agent_sender.h"
+#include "client/agent/sender.h"
 
 #include <algorithm>
 #include <charconv>
@@ -11,7 +11,6 @@
 #include <grpcpp/client_context.h>
 #include <spdlog/spdlog.h>
 
-#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -59,12 +58,9 @@ SampleSender::SampleSender(SenderOptions options, SampleTransport* transport, Cl
     : options_(std::move(options)),
       transport_(transport),
       clock_(clock),
-      uniform01_(std::move(uniform01)) {
-  if (!uniform01_) {
-    auto gen = std::make_shared<absl::BitGen>();
-    uniform01_ = [gen] { return absl::Uniform(*gen, 0.0, 1.0); };
-  }
-}
+      backoff_(client::BackoffOptions{.initial = options_.initial_backoff,
+                                      .max = options_.max_backoff},
+               std::move(uniform01)) {}
 
 void SampleSender::Add(const AgentSample& sample) {
   absl::MutexLock lock(&mu_);
@@ -106,13 +102,6 @@ absl::Time SampleSender::NextAttempt() const {
   return NextAttemptLocked();
 }
 
-absl::Duration SampleSender::BackoffLocked() {
-  const double exponent = std::min(consecutive_failures_ - 1, 40);
-  const absl::Duration ceiling =
-      std::min(options_.max_backoff, options_.initial_backoff * std::pow(2.0, exponent));
-  return ceiling * (0.5 + 0.5 * uniform01_());
-}
-
 bool SampleSender::MaybeSend() {
   v1::SampleBatch batch;
   size_t n = 0;
@@ -152,10 +141,10 @@ bool SampleSender::MaybeSend() {
                      ack->rejected, n, ack->first_rejection, rejections_logged_);
       }
     }
-    if (consecutive_failures_ > 0) {
-      spdlog::info("delivered again after {} failed attempts", consecutive_failures_);
+    if (backoff_.attempts() > 0) {
+      spdlog::info("delivered again after {} failed attempts", backoff_.attempts());
     }
-    consecutive_failures_ = 0;
+    backoff_.Reset();
     retry_at_ = absl::InfinitePast();
     last_error_ = absl::OkStatus();
     return true;
@@ -169,12 +158,11 @@ bool SampleSender::MaybeSend() {
                   ack.status().ToString());
     return true;
   }
-  ++consecutive_failures_;
-  const absl::Duration delay = BackoffLocked();
+  const absl::Duration delay = backoff_.Next();
   retry_at_ = clock_->Now() + delay;
-  if (PowerOfTen(static_cast<uint64_t>(consecutive_failures_))) {
+  if (PowerOfTen(static_cast<uint64_t>(backoff_.attempts()))) {
     spdlog::warn("sending {} samples failed ({} in a row), retrying in {}: {}", n,
-                 consecutive_failures_, absl::FormatDuration(delay), ack.status().ToString());
+                 backoff_.attempts(), absl::FormatDuration(delay), ack.status().ToString());
   }
   return true;
 }

@@ -6,7 +6,7 @@
 // format, channel, deadline); each command is a function of a Session and
 // its own flags; RunCli builds the CLI11 tree, parses, connects and runs the
 // one command that was named.
-#include "client/rescalectl_cli.h"
+#include "client/rescalectl/cli.h"
 
 #include <cerrno>
 #include <chrono>
@@ -29,8 +29,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/credentials.h"
-#include "client/output.h"
+#include "client/common/credentials.h"
+#include "client/common/read_file.h"
+#include "client/rescalectl/manifests.h"
+#include "client/rescalectl/output.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
@@ -94,131 +96,6 @@ class Session {
 };
 
 using Command = std::function<int(Session&)>;
-
-// ---------------------------------------------------------- manifests --
-
-// One JobSpec read from a manifest, with where it came from for messages.
-struct SpecDocument {
-  v1::JobSpec spec;
-  std::string origin;  // e.g. `"jobs.yaml" document 2 (line 14)`
-};
-
-// Reads a whole file, or `in` for "-". Errors name the file.
-std::optional<std::string> ReadManifest(const std::string& path, std::istream& in,
-                                        std::ostream& err) {
-  std::ostringstream content;
-  if (path == "-") {
-    content << in.rdbuf();
-    return content.str();
-  }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    err << "error: cannot read \"" << path << "\": " << std::strerror(errno) << "\n";
-    return std::nullopt;
-  }
-  content << file.rdbuf();
-  if (file.bad()) {
-    err << "error: cannot read \"" << path << "\": " << std::strerror(errno) << "\n";
-    return std::nullopt;
-  }
-  return content.str();
-}
-
-// A document is either a bare JobSpec or a kubectl-style wrapper
-// {apiVersion, kind, metadata, spec}. In the wrapper, metadata.name (and
-// metadata.namespace, default "default") supply the job id when the spec
-// has none. Sets `error` instead when the document is neither.
-struct UnwrappedSpec {
-  nlohmann::json spec;
-  std::string error;
-};
-
-UnwrappedSpec UnwrapSpec(nlohmann::json document) {
-  if (!document.is_object()) return {nullptr, "expected a mapping (a JobSpec)"};
-  if (!document.contains("spec")) return {std::move(document), ""};
-  if (!document["spec"].is_object()) return {nullptr, "\"spec\" must be a mapping"};
-  for (const auto& [key, value] : document.items()) {
-    if (key != "apiVersion" && key != "kind" && key != "metadata" && key != "spec") {
-      return {nullptr, absl::StrCat("unknown top-level key \"", key,
-                                    "\" (a wrapped document has apiVersion, kind, metadata, "
-                                    "spec)")};
-    }
-  }
-  nlohmann::json spec = document["spec"];
-  const bool spec_has_id = spec.contains("jobId") || spec.contains("job_id");
-  if (document.contains("metadata") && document["metadata"].is_object() && !spec_has_id) {
-    const auto& metadata = document["metadata"];
-    if (metadata.contains("name") && metadata["name"].is_string()) {
-      std::string ns = "default";
-      if (metadata.contains("namespace") && metadata["namespace"].is_string()) {
-        ns = metadata["namespace"].get<std::string>();
-      }
-      spec["jobId"] = ns + "/" + metadata["name"].get<std::string>();
-    }
-  }
-  return {std::move(spec), ""};
-}
-
-// Parses every document of every file before any RPC, so a typo in the
-// third document does not leave the first two registered.
-std::optional<std::vector<SpecDocument>> ReadJobSpecs(const std::vector<std::string>& paths,
-                                                      std::istream& in, std::ostream& err) {
-  std::vector<SpecDocument> specs;
-  for (const std::string& path : paths) {
-    const std::string display_name = path == "-" ? "<stdin>" : path;
-    std::optional<std::string> content = ReadManifest(path, in, err);
-    if (!content) return std::nullopt;
-
-    // JSON is (for manifests) a subset of YAML, so one parser serves both.
-    std::vector<YAML::Node> documents;
-    try {
-      documents = YAML::LoadAll(*content);
-    } catch (const YAML::Exception& e) {
-      err << "error: parsing \"" << display_name << "\": line " << e.mark.line + 1
-          << ", column " << e.mark.column + 1 << ": " << e.msg << "\n";
-      return std::nullopt;
-    }
-
-    size_t specs_in_file = 0;
-    for (size_t index = 0; index < documents.size(); ++index) {
-      const YAML::Node& document = documents[index];
-      // "---" at the end of a file, or between two, makes an empty document.
-      if (document.IsNull()) continue;
-      const std::string origin = absl::StrCat("\"", display_name, "\" document ", index + 1,
-                                              " (line ", document.Mark().line + 1, ")");
-      nlohmann::json json;
-      try {
-        json = YamlToJson(document);
-      } catch (const std::invalid_argument& e) {
-        err << "error: " << origin << ": " << e.what() << "\n";
-        return std::nullopt;
-      }
-      UnwrappedSpec unwrapped = UnwrapSpec(std::move(json));
-      if (!unwrapped.error.empty()) {
-        err << "error: " << origin << ": " << unwrapped.error << "\n";
-        return std::nullopt;
-      }
-      SpecDocument spec_document;
-      spec_document.origin = origin;
-      google::protobuf::util::JsonParseOptions options;
-      // A misspelled field must fail loudly, not be dropped.
-      options.ignore_unknown_fields = false;
-      const auto status = google::protobuf::util::JsonStringToMessage(
-          unwrapped.spec.dump(), &spec_document.spec, options);
-      if (!status.ok()) {
-        err << "error: " << origin << ": invalid JobSpec: " << status.message() << "\n";
-        return std::nullopt;
-      }
-      specs.push_back(std::move(spec_document));
-      ++specs_in_file;
-    }
-    if (specs_in_file == 0) {
-      err << "error: \"" << display_name << "\" contains no job specs\n";
-      return std::nullopt;
-    }
-  }
-  return specs;
-}
 
 // ----------------------------------------------------------- commands --
 

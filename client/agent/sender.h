@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/common/backoff.h"
 #include "rescale/clock.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
@@ -79,8 +80,9 @@ struct SenderOptions {
   // Unacknowledged samples kept at most; beyond, the oldest not in flight
   // is dropped (counted in SenderStats::dropped).
   size_t buffer_capacity = 100'000;
-  // Backoff after the n-th consecutive failure: a uniformly random delay in
-  // [d/2, d] where d = min(max_backoff, initial_backoff * 2^(n-1)).
+  // Backoff after the n-th consecutive failure: client::Backoff's schedule,
+  // doubling from initial_backoff up to max_backoff, equal jitter (a
+  // uniformly random delay in [d/2, d]; see client/common/backoff.h).
   absl::Duration initial_backoff = absl::Milliseconds(200);
   absl::Duration max_backoff = absl::Seconds(30);
 };
@@ -109,7 +111,7 @@ struct SenderStats {
 class SampleSender {
  public:
   // `transport` and `clock` must outlive the sender. `uniform01` returns
-  // values in [0, 1) for the jitter; null = a seeded absl::BitGen.
+  // values in [0, 1) for the jitter; null = a seeded generator.
   SampleSender(SenderOptions options, SampleTransport* transport, Clock* clock,
                std::function<double()> uniform01 = nullptr);
 
@@ -139,12 +141,10 @@ class SampleSender {
  private:
   bool DueLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time NextAttemptLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Duration BackoffLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SenderOptions options_;
   SampleTransport* const transport_;
   Clock* const clock_;
-  std::function<double()> uniform01_;
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;  // Add (first or batch-filling sample) and Close signal Run
@@ -153,7 +153,8 @@ class SampleSender {
   std::deque<AgentSample> buffer_ ABSL_GUARDED_BY(mu_);
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  int consecutive_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  // Its attempts() are the consecutive failed sends.
+  client::Backoff backoff_ ABSL_GUARDED_BY(mu_);
   absl::Time retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   SenderStats stats_ ABSL_GUARDED_BY(mu_);
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);

@@ -1,4 +1,4 @@
-# rescale-agent: the log-tailing agent (client/agent_*), included from the
+# rescale-agent: the log-tailing agent (client/agent/), included from the
 # top-level CMakeLists.txt after the tests section.
 #   rescale_agent_lib  parsers, file follower, reliable sender
 #   rescale-agent      the binary
@@ -6,17 +6,17 @@
 #                      in-process rescaled; not part of the TSan build,
 #                      which runs only the core's [concurrency] tests
 add_library(rescale_agent_lib
-  client/agent_parser.cc
-  client/agent_sender.cc
-  client/agent_source.cc
+  client/agent/parser.cc
+  client/agent/sender.cc
+  client/agent/source.cc
 )
 target_include_directories(rescale_agent_lib PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(rescale_agent_lib PUBLIC rescale_core rescale_proto gRPC::grpc++
-  absl::status absl::statusor absl::strings absl::time absl::synchronization absl::random_random
+target_link_libraries(rescale_agent_lib PUBLIC rescale_base rescale_client_common rescale_proto gRPC::grpc++
+  absl::status absl::statusor absl::strings absl::time absl::synchronization
   spdlog::spdlog)
 
-add_executable(rescale-agent client/agent_main.cc)
-target_link_libraries(rescale-agent PRIVATE rescale_agent_lib rescale_client_credentials
+add_executable(rescale-agent client/agent/main.cc)
+target_link_libraries(rescale-agent PRIVATE rescale_agent_lib
   CLI11::CLI11 absl::str_format)
 
 if(NOT RESCALE_SANITIZE STREQUAL "thread")

@@ -11,8 +11,8 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "client/agent_parser.h"
-#include "client/agent_sender.h"
+#include "client/agent/parser.h"
+#include "client/agent/sender.h"
 #include "rescale/clock.h"
 
 namespace rescale::agent {

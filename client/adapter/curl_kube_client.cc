@@ -1,14 +1,13 @@
 // libcurl implementation of KubeClient, and StatusFromHttp (see
 // kube_client.h for the status mapping, curl_kube_client.h for TLS and auth).
-#include "client/curl_kube_client.h"
+#include "client/adapter/curl_kube_client.h"
 
 #include <curl/curl.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/common/read_file.h"
 #include "spdlog/spdlog.h"
 
 namespace rescale::adapter {
@@ -26,14 +25,6 @@ void CurlGlobalRef() {
 void CurlGlobalUnref() {
   absl::MutexLock lock(&g_curl_mu);
   if (--g_curl_users == 0) curl_global_cleanup();
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const std::string& what) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " \"", path, "\""));
-  std::ostringstream text;
-  text << file.rdbuf();
-  return text.str();
 }
 
 size_t AppendToString(char* data, size_t size, size_t count, void* user) {
@@ -101,7 +92,7 @@ absl::StatusOr<std::unique_ptr<CurlKubeClient>> CurlKubeClient::Create(
         std::pair{options.config.client_key_file, "client-key"},
         std::pair{options.config.token_file, "token file"}}) {
     if (file.empty()) continue;
-    absl::StatusOr<std::string> read = ReadWholeFile(file, what);
+    absl::StatusOr<std::string> read = client::ReadFileToString(file, what);
     if (!read.ok()) return read.status();
   }
   auto client = std::unique_ptr<CurlKubeClient>(new CurlKubeClient(std::move(options)));
@@ -114,7 +105,7 @@ absl::StatusOr<std::string> CurlKubeClient::BearerToken() {
   absl::MutexLock lock(&token_mu_);
   absl::Time now = clock_->Now();
   if (now - token_read_at_ >= options_.token_refresh) {
-    absl::StatusOr<std::string> read = ReadWholeFile(options_.config.token_file, "token file");
+    absl::StatusOr<std::string> read = client::ReadFileToString(options_.config.token_file, "token file");
     if (!read.ok()) {
       // Keep using the last token: a rotation in progress may briefly hide
       // the file; the server will say 401 if the old one has expired.

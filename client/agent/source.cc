@@ -1,5 +1,5 @@
-// FileFollower (POSIX read/fstat/stat) and LineFeeder; see agent_source.h.
-#include "client/agent_source.h"
+// FileFollower (POSIX read/fstat/stat) and LineFeeder; see client/agent/source.h.
+#include "client/agent/source.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,10 +1,10 @@
-// rescalectl's entry point: all behaviour lives in RunCli (rescalectl_cli.h)
+// rescalectl's entry point: all behaviour lives in RunCli (client/rescalectl/cli.h)
 // so that tests can run the same code in-process.
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "client/rescalectl_cli.h"
+#include "client/rescalectl/cli.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);

@@ -1,0 +1,254 @@
+// PyTorchJob parsing, the merge patches and the small mappings (see
+// client/adapter/pytorchjob.h).
+#include "client/adapter/pytorchjob.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace rescale::adapter {
+namespace {
+
+using json = nlohmann::json;
+
+}  // namespace
+
+const json& FieldAt(const json& object, std::initializer_list<const char*> keys) {
+  static const json kNull;
+  const json* node = &object;
+  for (const char* key : keys) {
+    if (!node->is_object()) return kNull;
+    auto it = node->find(key);
+    if (it == node->end()) return kNull;
+    node = &*it;
+  }
+  return *node;
+}
+
+namespace {
+
+absl::StatusOr<uint32_t> NonNegative(const json& value, const std::string& where) {
+  if (value.is_number_integer() && value.get<int64_t>() >= 0 &&
+      value.get<int64_t>() <= int64_t{UINT32_MAX}) {
+    return static_cast<uint32_t>(value.get<int64_t>());
+  }
+  return absl::InvalidArgumentError(absl::StrCat(where, " must be a non-negative integer, got ",
+                                                 value.dump()));
+}
+
+// A Kubernetes quantity for a countable resource: "4" or 4 (GPUs are whole).
+std::optional<uint32_t> WholeQuantity(const json& value) {
+  if (value.is_number_integer() && value.get<int64_t>() >= 0) {
+    return static_cast<uint32_t>(value.get<int64_t>());
+  }
+  uint32_t parsed = 0;
+  if (value.is_string() && absl::SimpleAtoi(value.get<std::string>(), &parsed)) return parsed;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string DescribeJob(const ApiVersion& api, const std::string& id) {
+  return absl::StrCat("PyTorchJob ", id, " (", api.group, "/", api.version, ")");
+}
+
+std::string ResourcePath(const ApiVersion& api, const std::string& resource, const std::string& ns,
+                         const std::string& name) {
+  std::string path = api.group.empty() ? absl::StrCat("/api/", api.version)
+                                       : absl::StrCat("/apis/", api.group, "/", api.version);
+  if (!ns.empty()) absl::StrAppend(&path, "/namespaces/", ns);
+  absl::StrAppend(&path, "/", resource);
+  if (!name.empty()) absl::StrAppend(&path, "/", name);
+  return path;
+}
+
+absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
+  JobInfo job;
+  const json& metadata = FieldAt(object, {"metadata"});
+  if (!FieldAt(metadata, {"name"}).is_string() || !FieldAt(metadata, {"namespace"}).is_string()) {
+    return absl::InvalidArgumentError("PyTorchJob without metadata.name or metadata.namespace");
+  }
+  job.name = metadata["name"].get<std::string>();
+  job.ns = metadata["namespace"].get<std::string>();
+  job.id = absl::StrCat(job.ns, "/", job.name);
+  const json& api_version = FieldAt(object, {"apiVersion"});
+  if (api_version.is_string()) {
+    std::string text = api_version.get<std::string>();
+    size_t slash = text.find('/');
+    if (slash != std::string::npos) job.api = {text.substr(0, slash), text.substr(slash + 1)};
+  }
+  const std::string what = DescribeJob(job.api, job.id);
+  if (FieldAt(metadata, {"resourceVersion"}).is_string()) {
+    job.resource_version = metadata["resourceVersion"].get<std::string>();
+  }
+
+  const json& spec = FieldAt(object, {"spec"});
+  const json& worker = FieldAt(spec, {"pytorchReplicaSpecs", "Worker"});
+  if (!worker.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": spec.pytorchReplicaSpecs.Worker is missing"));
+  }
+  // The operators default a missing replicas to 1.
+  job.workers = 1;
+  if (!FieldAt(worker, {"replicas"}).is_null()) {
+    absl::StatusOr<uint32_t> workers =
+        NonNegative(worker["replicas"], what + ": spec.pytorchReplicaSpecs.Worker.replicas");
+    if (!workers.ok()) return workers.status();
+    job.workers = *workers;
+  }
+  const json& master = FieldAt(spec, {"pytorchReplicaSpecs", "Master"});
+  if (master.is_object()) {
+    job.masters = 1;
+    if (!FieldAt(master, {"replicas"}).is_null()) {
+      absl::StatusOr<uint32_t> masters =
+          NonNegative(master["replicas"], what + ": spec.pytorchReplicaSpecs.Master.replicas");
+      if (!masters.ok()) return masters.status();
+      job.masters = *masters;
+    }
+  }
+  const json& suspend = FieldAt(spec, {"runPolicy", "suspend"});
+  job.suspended = suspend.is_boolean() && suspend.get<bool>();
+
+  const json& elastic = FieldAt(spec, {"elasticPolicy"});
+  std::optional<uint32_t> min_replicas;
+  std::optional<uint32_t> max_replicas;
+  if (!FieldAt(elastic, {"minReplicas"}).is_null()) {
+    absl::StatusOr<uint32_t> value =
+        NonNegative(elastic["minReplicas"], what + ": spec.elasticPolicy.minReplicas");
+    if (!value.ok()) return value.status();
+    min_replicas = *value;
+  }
+  if (!FieldAt(elastic, {"maxReplicas"}).is_null()) {
+    absl::StatusOr<uint32_t> value =
+        NonNegative(elastic["maxReplicas"], what + ": spec.elasticPolicy.maxReplicas");
+    if (!value.ok()) return value.status();
+    max_replicas = *value;
+  }
+  // Per the operator: one bound set copies it to the other; none = the
+  // Worker replicas, i.e. a fixed-size job.
+  job.min_replicas = min_replicas.value_or(max_replicas.value_or(job.workers));
+  job.max_replicas = max_replicas.value_or(min_replicas.value_or(job.workers));
+  if (job.min_replicas > job.max_replicas) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": spec.elasticPolicy.minReplicas (", job.min_replicas,
+        ") exceeds maxReplicas (", job.max_replicas, ")"));
+  }
+  const json& metrics = FieldAt(elastic, {"metrics"});
+  job.operator_hpa = !metrics.is_null() && !(metrics.is_array() && metrics.empty());
+
+  uint32_t gpus = 0;
+  bool has_gpu_limit = false;
+  const json& containers = FieldAt(worker, {"template", "spec", "containers"});
+  if (containers.is_array()) {
+    for (const json& container : containers) {
+      const json& limit = FieldAt(container, {"resources", "limits", kGpuResource});
+      if (limit.is_null()) continue;
+      std::optional<uint32_t> count = WholeQuantity(limit);
+      if (!count) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": Worker container resources.limits[\"nvidia.com/gpu\"] is not a whole number: ",
+            limit.dump()));
+      }
+      gpus += *count;
+      has_gpu_limit = true;
+    }
+  }
+  if (has_gpu_limit) job.gpus_per_replica = gpus;
+
+  const json& annotations = FieldAt(metadata, {"annotations"});
+  auto annotation = [&](const char* key) -> std::optional<std::string> {
+    const json& value = FieldAt(annotations, {key});
+    if (value.is_string()) return value.get<std::string>();
+    return std::nullopt;
+  };
+  auto bad = [&](const char* key, const std::string& value, const char* expected) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": annotation ", key, "=\"", value,
+                                                   "\" is not ", expected));
+  };
+  if (auto value = annotation(kPriorityAnnotation)) {
+    if (!absl::SimpleAtoi(*value, &job.priority)) return bad(kPriorityAnnotation, *value, "an integer");
+  }
+  if (auto value = annotation(kRestartCostAnnotation)) {
+    double seconds = 0;
+    if (!absl::SimpleAtod(*value, &seconds) || !std::isfinite(seconds) || seconds < 0) {
+      return bad(kRestartCostAnnotation, *value, "a non-negative number of seconds");
+    }
+    job.restart_cost_seconds = seconds;
+  }
+  if (auto value = annotation(kPreemptibleAnnotation)) {
+    bool preemptible = false;
+    if (!absl::SimpleAtob(*value, &preemptible)) return bad(kPreemptibleAnnotation, *value, "true or false");
+    job.preemptible = preemptible;
+  }
+  if (auto value = annotation(kLocalBatchSizeAnnotation)) {
+    if (!absl::SimpleAtoi(*value, &job.local_batch_size)) {
+      return bad(kLocalBatchSizeAnnotation, *value, "a non-negative integer");
+    }
+  }
+  if (auto value = annotation(kPolicyAnnotation)) job.policy = *value;
+  if (annotations.is_object()) {
+    for (const auto& [key, value] : annotations.items()) {
+      if (absl::StartsWith(key, kParameterAnnotationPrefix) && value.is_string()) {
+        job.parameters[key.substr(sizeof(kParameterAnnotationPrefix) - 1)] = value.get<std::string>();
+      }
+    }
+  }
+
+  const json& conditions = FieldAt(object, {"status", "conditions"});
+  if (conditions.is_array()) {
+    for (const json& condition : conditions) {
+      const json& type = FieldAt(condition, {"type"});
+      const json& status = FieldAt(condition, {"status"});
+      if (type.is_string() && status.is_string() && status.get<std::string>() == "True" &&
+          (type.get<std::string>() == "Succeeded" || type.get<std::string>() == "Failed")) {
+        job.finished = true;
+      }
+    }
+  }
+  return job;
+}
+
+json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> workers,
+                 std::optional<bool> suspend) {
+  json patch = {{"metadata", {{"resourceVersion", resource_version}}}};
+  if (workers) patch["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = *workers;
+  if (suspend) patch["spec"]["runPolicy"]["suspend"] = *suspend;
+  return patch;
+}
+
+json MinMemberPatch(const std::string& resource_version, uint32_t min_member) {
+  return {{"metadata", {{"resourceVersion", resource_version}}},
+          {"spec", {{"minMember", min_member}}}};
+}
+
+uint32_t ClampReplicas(const JobInfo& job, uint32_t recommended, bool* clamped) {
+  uint32_t value = std::clamp(recommended, job.min_replicas, job.max_replicas);
+  if (clamped != nullptr) *clamped = value != recommended;
+  return value;
+}
+
+v1::JobSpec ToJobSpec(const JobInfo& job) {
+  v1::JobSpec spec;
+  spec.set_job_id(job.id);
+  spec.set_min_replicas(job.min_replicas);
+  spec.set_max_replicas(job.max_replicas);
+  if (job.gpus_per_replica) spec.set_gpus_per_replica(*job.gpus_per_replica);
+  spec.set_priority(job.priority);
+  if (job.preemptible) spec.set_preemptible(*job.preemptible);
+  if (job.restart_cost_seconds) spec.set_restart_cost_seconds(*job.restart_cost_seconds);
+  spec.set_local_batch_size(job.local_batch_size);
+  spec.set_policy(job.policy);
+  for (const auto& [key, value] : job.parameters) (*spec.mutable_parameters())[key] = value;
+  return spec;
+}
+
+uint32_t NodeGpus(const json& node) {
+  const json& value = FieldAt(node, {"status", "allocatable", kGpuResource});
+  if (value.is_null()) return 0;
+  return WholeQuantity(value).value_or(0);
+}
+
+}  // namespace rescale::adapter

@@ -1,0 +1,199 @@
+// `rescalectl describe job` (see output.h): the kubectl-describe-style view
+// of a job and its throughput-curve table.
+#include "client/rescalectl/output.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <regex>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/rescalectl/output_internal.h"
+
+namespace rescale::cli {
+
+std::string DescribeJob(const v1::Job& job, absl::Time now) {
+  const auto& spec = job.spec();
+  const auto& status = job.status();
+  auto [ns, name] = SplitJobId(spec.job_id());
+  std::string text;
+
+  KeyValueSection identity;
+  identity.Add("Name", name);
+  identity.Add("Namespace", OrNone(ns));
+  identity.Add("Job ID", spec.job_id());
+  text += identity.Render("");
+
+  // Unset optional fields show the server-side default they stand for.
+  KeyValueSection spec_section;
+  spec_section.Add("Min Replicas", absl::StrCat(spec.min_replicas()));
+  spec_section.Add("Max Replicas", absl::StrCat(spec.max_replicas()));
+  spec_section.Add("GPUs Per Replica", spec.has_gpus_per_replica()
+                                           ? absl::StrCat(spec.gpus_per_replica())
+                                           : "1 (default)");
+  spec_section.Add("Priority", absl::StrCat(spec.priority()));
+  spec_section.Add("Preemptible",
+                   spec.has_preemptible() ? YesNo(spec.preemptible()) : "true (default)");
+  spec_section.Add("Restart Cost", spec.has_restart_cost_seconds()
+                                       ? FormatDouble("%gs", spec.restart_cost_seconds())
+                                       : "60s (default)");
+  spec_section.Add("Local Batch Size", absl::StrCat(spec.local_batch_size()));
+  spec_section.Add("Policy", spec.policy().empty() ? "<server default>" : spec.policy());
+  spec_section.Add("Prior Points", spec.prior().empty() ? std::string(kNone)
+                                                        : absl::StrCat(spec.prior_size()));
+  text += "Spec:\n" + spec_section.Render("  ");
+  if (!spec.prior().empty()) {
+    text += PriorPointsTable(spec.prior(), "    ");
+  }
+
+  KeyValueSection status_section;
+  status_section.Add("Current Replicas", absl::StrCat(status.current_replicas()));
+  status_section.Add("Suspended", YesNo(status.suspended()));
+  status_section.Add("Last Applied Generation", absl::StrCat(status.last_applied_generation()));
+  status_section.Add("Last Applied At", FormatTimestamp(status.last_applied_at(), now, "<never>"));
+  status_section.Add("Registered At", FormatTimestamp(status.registered_at(), now, "<unknown>"));
+  status_section.Add("Samples Accepted", absl::StrCat(status.samples_accepted()));
+  text += "Status:\n" + status_section.Render("  ");
+
+  text += "Pods:\n";
+  if (job.pods().empty()) {
+    text += "  <none>\n";
+  } else {
+    Table pods({"POD", "WORLD SIZE", "STEP TIME", "SAMPLES", "LAST SEEN", "STRAGGLER"});
+    for (const auto& pod : job.pods()) {
+      pods.AddRow({
+          pod.pod(),
+          absl::StrCat(pod.world_size()),
+          FormatDouble("%.3fs", pod.recent_step_seconds()),
+          absl::StrCat(pod.sample_count()),
+          IsSet(pod.last_seen()) ? HumanDuration(now - ToAbslTime(pod.last_seen())) + " ago"
+                                 : std::string("<never>"),
+          pod.straggler() ? "yes" : "no",
+      });
+    }
+    text += pods.Render("  ");
+  }
+  // The Pods table can be long; stragglers are what someone scans it for.
+  std::vector<std::string> stragglers;
+  for (const auto& pod : job.pods()) {
+    if (pod.straggler()) stragglers.push_back(pod.pod());
+  }
+  text += "Stragglers:";
+  if (stragglers.empty()) text += " none";
+  for (size_t i = 0; i < stragglers.size(); ++i) text += (i == 0 ? " " : ", ") + stragglers[i];
+  text += "\n";
+
+  text += FormatThroughputCurve(job);
+
+  text += "Recommendation:\n";
+  if (!job.has_recommendation()) {
+    text += "  <none>\n";
+  } else {
+    const auto& rec = job.recommendation();
+    KeyValueSection rec_section;
+    rec_section.Add("Replicas", absl::StrCat(rec.replicas()));
+    rec_section.Add("Suspend", YesNo(rec.suspend()));
+    rec_section.Add("Action", ActionName(rec.action()));
+    rec_section.Add("Generation", absl::StrCat(rec.generation()));
+    rec_section.Add("Binding Constraint", ConstraintName(rec.binding_constraint()));
+    // A job recommended 0 replicas outside the planner's queue (suspended
+    // by a policy) is not running either.
+    rec_section.Add("Queue Position", rec.queue_position() > 0
+                                          ? absl::StrCat(rec.queue_position())
+                                          : RecommendedReplicas(job) > 0 ? "- (running)" : "-");
+    rec_section.Add("GPUs", absl::StrCat(rec.gpus()));
+    rec_section.Add("Current Samples/s", Rate(rec.current_samples_per_second()));
+    rec_section.Add("Predicted Samples/s", Rate(rec.predicted_samples_per_second()));
+    // Why this size and not a neighbour: the planner's utility would change
+    // by these amounts. Unset when the neighbouring size is not allowed.
+    if (rec.has_value_one_more()) {
+      rec_section.Add("Value of one more replica",
+                      FormatDouble("%.4f", rec.value_one_more()) + " (change in planner utility)");
+    }
+    if (rec.has_value_one_fewer()) {
+      rec_section.Add("Value of one fewer replica",
+                      FormatDouble("%.4f", rec.value_one_fewer()) + " (change in planner utility)");
+    }
+    rec_section.Add("Policy", OrNone(rec.policy()));
+    rec_section.Add("Decided At", FormatTimestamp(rec.decided_at(), now, "<never>"));
+    rec_section.Add("Reason", OrNone(rec.reason()));
+    text += rec_section.Render("  ");
+  }
+  return text;
+}
+
+std::string FormatThroughputCurve(const v1::Job& job) {
+  const v1::ThroughputCurve& curve = job.curve();
+  if (curve.points().empty()) {
+    return "Throughput curve: no data yet (the job starts at min_replicas)\n";
+  }
+  std::string text = "Throughput curve:\n";
+  if (!curve.model().empty()) {
+    const bool any_observed = std::any_of(curve.points().begin(), curve.points().end(),
+                                          [](const auto& point) { return point.observed(); });
+    // The fit's RMS log error is, for errors this small, the typical
+    // relative error, which is how people read "fit error". It is measured
+    // on observed sizes only, so a prior-only fit has none to report.
+    absl::StrAppend(&text, "  Model: ", curve.model(),
+                    any_observed
+                        ? FormatDouble(" (fit error %.1f%% RMS)", 100 * curve.fit_rms_log_error())
+                        : std::string(" (no sizes observed yet)"),
+                    "\n");
+  }
+
+  const std::vector<const v1::CurvePoint*> points = PointsByReplicas(curve);
+  const std::vector<const v1::CurvePoint*> rows = CurveTableRows(job, points);
+  const double one_replica_rate = OneReplicaRate(points);
+  const uint32_t recommended = RecommendedReplicas(job);
+  const uint32_t current = CurrentReplicas(job);
+  // The last, unnamed column holds the size markers; Table trims it away on
+  // rows without one.
+  Table table({"N", "PREDICTED/S", "±", "EFFICIENCY", "OBSERVED/S", "ERROR", "SAMPLES", ""});
+  for (const v1::CurvePoint* point : rows) {
+    const double efficiency = EfficiencyOf(*point, one_replica_rate);
+    const bool has_observed = HasObservedRate(*point);
+    const double observed = point->observed_samples_per_second();
+    table.AddRow({
+        absl::StrCat(point->replicas()),
+        Rate(point->samples_per_second()),
+        Rate(point->uncertainty()),
+        efficiency > 0 ? FormatDouble("%.0f%%", 100 * efficiency) : "-",
+        has_observed ? Rate(observed) : "-",
+        // Positive: the model promises more than the job delivered.
+        has_observed
+            ? FormatDouble("%+.1f%%", 100 * (point->samples_per_second() - observed) / observed)
+            : "-",
+        point->observed() ? absl::StrCat(point->sample_count()) : "-",
+        SizeMarker(point->replicas(), recommended, current),
+    });
+  }
+  text += table.Render("  ");
+  if (rows.size() < points.size()) {
+    absl::StrAppend(&text, "  (", rows.size(), " of ", points.size(),
+                    " sizes: observed, recommended, current, min, max and powers of 2;"
+                    " -o yaml lists all)\n");
+  }
+
+  text += "\n";
+  const std::string plot = RenderCurvePlot(curve);
+  for (size_t start = 0; start < plot.size();) {
+    const size_t end = plot.find('\n', start);
+    const std::string line =
+        plot.substr(start, (end == std::string::npos ? plot.size() : end) - start);
+    if (!line.empty()) text += "  " + line;
+    text += "\n";
+    start = end == std::string::npos ? plot.size() : end + 1;
+  }
+  return text;
+}
+
+}  // namespace rescale::cli

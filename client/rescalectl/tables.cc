@@ -1,0 +1,215 @@
+// rescalectl's tables (see output.h): jobs, recommendations, the cluster
+// summary and view, and the watch table printer.
+#include "client/rescalectl/output.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <regex>
+#include <set>
+#include <stdexcept>
+#include <utility>
+
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/rescalectl/output_internal.h"
+
+namespace rescale::cli {
+
+// ---------------------------------------------------------------- tables --
+
+Table::Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+
+void Table::AddRow(std::vector<std::string> cells) {
+  cells.resize(headers_.size());
+  rows_.push_back(std::move(cells));
+}
+
+std::string Table::Render(std::string_view indent) const {
+  std::vector<size_t> widths(headers_.size());
+  for (size_t c = 0; c < headers_.size(); ++c) {
+    widths[c] = DisplayWidth(headers_[c]);
+    for (const auto& row : rows_) widths[c] = std::max(widths[c], DisplayWidth(row[c]));
+  }
+  auto render_line = [&](const std::vector<std::string>& cells) {
+    std::string line(indent);
+    for (size_t c = 0; c < cells.size(); ++c) {
+      line += cells[c];
+      if (c + 1 < cells.size()) line += std::string(widths[c] - DisplayWidth(cells[c]) + 2, ' ');
+    }
+    // A trailing empty cell would leave blanks at the end of the line.
+    StripTrailingBlanks(line);
+    return line + "\n";
+  };
+  std::string text = render_line(headers_);
+  for (const auto& row : rows_) text += render_line(row);
+  return text;
+}
+
+std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
+                            absl::Time now) {
+  // The first eleven columns are a contract with scripts; new ones go last.
+  Table table({"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY", "POLICY",
+               "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS", "STATE", "QUEUE"});
+  for (const auto& job : jobs) {
+    const auto& spec = job.spec();
+    const auto& status = job.status();
+    auto [ns, name] = SplitJobId(spec.job_id());
+    // An empty spec policy means "the server's default"; the recommendation
+    // names the policy that actually decided.
+    std::string policy = spec.policy();
+    if (policy.empty()) policy = job.recommendation().policy();
+    if (policy.empty()) policy = "<default>";
+    const bool has_recommendation = job.has_recommendation();
+    table.AddRow({
+        ns,
+        name,
+        absl::StrCat(spec.min_replicas()),
+        absl::StrCat(spec.max_replicas()),
+        absl::StrCat(spec.has_gpus_per_replica() ? spec.gpus_per_replica() : 1),
+        absl::StrCat(spec.priority()),
+        policy,
+        status.suspended() ? "suspended" : absl::StrCat(status.current_replicas()),
+        has_recommendation ? absl::StrCat(job.recommendation().replicas()) : std::string(kNone),
+        has_recommendation ? ActionName(job.recommendation().action()) : std::string(kNone),
+        IsSet(status.registered_at())
+            ? HumanDuration(now - ToAbslTime(status.registered_at()))
+            : std::string("<unknown>"),
+        has_recommendation ? absl::StrCat(job.recommendation().gpus()) : std::string(kNone),
+        JobState(job),
+        // 0 means "not queued", which a dash says more plainly than a zero.
+        job.recommendation().queue_position() == 0
+            ? "-"
+            : absl::StrCat(job.recommendation().queue_position()),
+    });
+  }
+  return table.Render();
+}
+
+std::string JobState(const v1::Job& job) {
+  if (!job.has_recommendation()) return "Pending";
+  const uint32_t recommended = RecommendedReplicas(job);
+  const uint32_t current = CurrentReplicas(job);
+  if (recommended > 0) return current > 0 ? "Running" : "Starting";
+  return job.status().suspended() ? "Suspended" : "Waiting";
+}
+
+std::string FormatClusterSummary(const v1::Cluster& cluster) {
+  std::string text = absl::StrCat("Cluster: ", cluster.allocated_gpus());
+  if (cluster.capacity_known()) {
+    absl::StrAppend(&text, "/", cluster.total_gpus(), " GPUs allocated (",
+                    UtilizationPercent(cluster), ")");
+  } else {
+    absl::StrAppend(&text, " GPUs allocated (capacity unknown)");
+  }
+  absl::StrAppend(&text, ", ", cluster.waiting_jobs(),
+                  cluster.waiting_jobs() == 1 ? " job" : " jobs", " waiting; plan gap ",
+                  GapPercent(cluster));
+  return text;
+}
+
+// The cells of a recommendation row, shared by `get recommendations` and
+// `watch` so the two tables always agree.
+static std::vector<std::string> RecommendationCells(const v1::Recommendation& rec) {
+  auto [ns, name] = SplitJobId(rec.job_id());
+  return {
+      ns,
+      name,
+      absl::StrCat(rec.replicas()),
+      ActionName(rec.action()),
+      absl::StrCat(rec.generation()),
+      ConstraintName(rec.binding_constraint()),
+      // 0 means "running", which a dash says more plainly than a zero.
+      rec.queue_position() == 0 ? "-" : absl::StrCat(rec.queue_position()),
+      OrNone(rec.reason()),
+  };
+}
+
+std::string FormatRecommendationsTable(
+    const google::protobuf::RepeatedPtrField<v1::Recommendation>& recommendations) {
+  Table table({"NAMESPACE", "NAME", "REPLICAS", "ACTION", "GENERATION", "CONSTRAINT", "QUEUE",
+               "REASON"});
+  for (const auto& rec : recommendations) table.AddRow(RecommendationCells(rec));
+  return table.Render();
+}
+
+
+std::string FormatCluster(const v1::Cluster& cluster) {
+  // Until capacity is set the planner hands out GPUs without bound, so the
+  // total and the free count are not numbers yet.
+  const std::string unbounded = "unbounded";
+  Table totals({"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP"});
+  totals.AddRow({
+      cluster.capacity_known() ? absl::StrCat(cluster.total_gpus()) : unbounded,
+      absl::StrCat(cluster.allocated_gpus()),
+      cluster.capacity_known() ? absl::StrCat(cluster.free_gpus()) : unbounded,
+      absl::StrCat(cluster.waiting_jobs()),
+      cluster.capacity_known() ? UtilizationPercent(cluster) : "-",
+      GapPercent(cluster),
+  });
+  std::string text = totals.Render();
+  if (!cluster.allocations().empty()) {
+    Table allocations({"NAMESPACE", "NAME", "REPLICAS", "GPUS", "PRIORITY"});
+    for (const auto& allocation : cluster.allocations()) {
+      auto [ns, name] = SplitJobId(allocation.job_id());
+      allocations.AddRow({ns, name, absl::StrCat(allocation.replicas()),
+                          absl::StrCat(allocation.gpus()), absl::StrCat(allocation.priority())});
+    }
+    text += "\n" + allocations.Render();
+  }
+  return text;
+}
+
+
+// --------------------------------------------------------------- watch --
+
+namespace {
+struct WatchColumn {
+  const char* header;
+  size_t min_width;
+};
+// Widths fit the common case (short namespaces, names up to ~24 chars);
+// REASON is last and unpadded.
+constexpr WatchColumn kWatchColumns[] = {
+    {"EVENT", 8},   {"NAMESPACE", 12},  {"NAME", 24},  {"REPLICAS", 8}, {"ACTION", 10},
+    {"GENERATION", 10}, {"CONSTRAINT", 17}, {"QUEUE", 5}, {"REASON", 0},
+};
+}  // namespace
+
+void WatchTablePrinter::PrintRow(const std::vector<std::string>& cells) {
+  std::string line;
+  for (size_t c = 0; c < cells.size(); ++c) {
+    line += cells[c];
+    if (c + 1 < cells.size()) {
+      const size_t width = std::max(kWatchColumns[c].min_width, cells[c].size());
+      line += std::string(width - cells[c].size() + 2, ' ');
+    }
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  // Flush per row: someone is watching this live, possibly through a pipe.
+  out_ << line << std::endl;
+}
+
+void WatchTablePrinter::PrintEvent(const v1::RecommendationEvent& event) {
+  if (!header_printed_) {
+    std::vector<std::string> headers;
+    for (const auto& column : kWatchColumns) headers.emplace_back(column.header);
+    PrintRow(headers);
+    header_printed_ = true;
+  }
+  if (event.type() == v1::RecommendationEvent::SYNCED) {
+    // The end-of-initial-list marker carries no recommendation.
+    PrintRow({EventTypeName(event.type())});
+    return;
+  }
+  std::vector<std::string> cells = {EventTypeName(event.type())};
+  for (std::string& cell : RecommendationCells(event.recommendation())) cells.push_back(std::move(cell));
+  PrintRow(cells);
+}
+
+}  // namespace rescale::cli
