@@ -12,7 +12,7 @@
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 ARGS ?=
-CTEST := ctest --output-on-failure -j $(JOBS)
+CTEST := ctest --output-on-failure -j $(JOBS) --timeout 300
 
 .PHONY: all deps build run test test-sanitize test-asan test-tsan bench docker clean
 
@@ -38,11 +38,12 @@ test-asan: deps
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST)
 
 # TSan instruments our code, not the Debian gRPC libraries, so it runs the
-# concurrency-labelled tests, whose threads live in our code.
+# concurrency-labelled tests, whose threads live in our code: the metrics
+# store, the board, the engine's timer and the gRPC watch reactor.
 test-tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DRESCALE_SANITIZE=thread \
 		-DRESCALE_BUILD_BENCH=OFF $(CMAKE_FLAGS) > /dev/null
-	@cmake --build build-tsan -j $(JOBS) --target core_tests
+	@cmake --build build-tsan -j $(JOBS) --target core_tests server_tests
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 $(CTEST) -L concurrency
 
 test-sanitize: test-asan test-tsan

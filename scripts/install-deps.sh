@@ -15,6 +15,7 @@ packages=(
   protobuf-compiler-grpc
   libprotobuf-dev
   libgrpc++-dev
+  grpc-proto
   libabsl-dev
   libspdlog-dev
   catch2

@@ -1,9 +1,6 @@
 // RescaleServer: builds the core and the grpc::Server (see server/server.h).
 #include "server/server.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
@@ -14,18 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "rescale/read_file.h"
 #include "server/services.h"
 
 namespace rescale::server {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read \"", path, "\""));
-  std::stringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& options) {
   if (options.tls_cert_file.empty() && options.tls_key_file.empty()) {
@@ -34,9 +24,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
   if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file must be set together");
   }
-  absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file, "--tls_cert_file");
+  absl::StatusOr<std::string> cert = ReadFileToString(options.tls_cert_file, "--tls_cert_file");
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadFile(options.tls_key_file, "--tls_key_file");
+  absl::StatusOr<std::string> key = ReadFileToString(options.tls_key_file, "--tls_key_file");
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({*key, *cert});

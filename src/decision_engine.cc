@@ -566,14 +566,15 @@ void DecisionEngine::StartTimer() {
     std::lock_guard<std::mutex> lock(timer_mu_);
     timer_cv_.notify_all();
   });
-  timer_thread_ = std::thread([this] { RunTimer(); });
+  // The first tick counts from now, not from when the thread gets to run.
+  const absl::Time first_tick = clock_->Now() + options_.plan_interval;
+  timer_thread_ = std::thread([this, first_tick] { RunTimer(first_tick); });
 }
 
-void DecisionEngine::RunTimer() {
+void DecisionEngine::RunTimer(absl::Time next_tick) {
   const absl::Duration interval = options_.plan_interval;
   const absl::Duration debounce = options_.applied_debounce;
   std::unique_lock<std::mutex> lock(timer_mu_);
-  absl::Time next_tick = clock_->Now() + interval;
   while (!timer_stop_) {
     const absl::Time now = clock_->Now();
     // The rest of a burst arrives during the first report's debounce and is

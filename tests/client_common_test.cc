@@ -14,13 +14,13 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/common/backoff.h"
-#include "client/common/read_file.h"
+#include "rescale/read_file.h"
 
 namespace {
 
 using rescale::client::Backoff;
 using rescale::client::BackoffOptions;
-using rescale::client::ReadFileToString;
+using rescale::ReadFileToString;
 
 TEST_CASE("backoff doubles up to its cap with equal jitter in [d/2, d]") {
   BackoffOptions options;

@@ -5,7 +5,9 @@
 // replica counts), capacity changes that make lower-priority jobs wait or be
 // preempted, the cluster view, deregistration (NOT_FOUND, DELETED to
 // watchers), samples flowing into the job's curve, namespace filtering,
-// UpdateJob, and that the replan timer starts and stops without hanging.
+// UpdateJob, options checked by Create, and the replan timer, which waits on
+// the injected clock: the [concurrency] cases move it by advancing the
+// ManualClock and run under ThreadSanitizer in CI.
 #include "rescale/decision_engine.h"
 
 #include <catch2/catch.hpp>
@@ -509,7 +511,7 @@ TEST_CASE("engine replan refreshes decided_at without a new generation") {
   CHECK(engine.GetCluster().planned_at == clock.Now());
 }
 
-TEST_CASE("engine timer starts and stops, and restarts") {
+TEST_CASE("engine timer starts and stops, and restarts", "[concurrency]") {
   ManualClock clock;
   auto engine_owner = MustCreate(StaticMinOptions(), &clock);
   DecisionEngine& engine = *engine_owner;
@@ -526,7 +528,7 @@ TEST_CASE("engine timer starts and stops, and restarts") {
   CHECK(MustRecommendation(engine, "ns/a").generation == 1);
 }
 
-TEST_CASE("engine destructor stops a running timer and lets go of the clock") {
+TEST_CASE("engine destructor stops a running timer and lets go of the clock", "[concurrency]") {
   ManualClock clock;
   {
     auto engine = MustCreate(StaticMinOptions(), &clock);
@@ -539,7 +541,7 @@ TEST_CASE("engine destructor stops a running timer and lets go of the clock") {
   clock.Advance(absl::Hours(2));
 }
 
-TEST_CASE("engine timer replans when the injected clock passes the plan interval") {
+TEST_CASE("engine timer replans when the injected clock passes the plan interval", "[concurrency]") {
   ManualClock clock;
   EngineOptions options;  // the planner: samples widen what it may choose
   options.plan_interval = absl::Seconds(30);
@@ -569,7 +571,7 @@ TEST_CASE("engine timer replans when the injected clock passes the plan interval
   engine.StopTimer();
 }
 
-TEST_CASE("StopTimer plans the applied reports still waiting for their debounce") {
+TEST_CASE("StopTimer plans the applied reports still waiting for their debounce", "[concurrency]") {
   ManualClock clock;
   EngineOptions options = StaticMinOptions();
   options.applied_debounce = absl::Milliseconds(300);
@@ -631,6 +633,7 @@ TEST_CASE("auto-registering several jobs from one batch plans once, for all of t
     batch[i].pod = "p-0";
     batch[i].world_size = 1;
     batch[i].step_seconds = 0.5;
+    batch[i].batch_size = 8;
   }
   WatchReader reader(engine.Watch().value());
   reader.Drain();  // SYNCED
@@ -748,7 +751,7 @@ TEST_CASE("engine with the efficiency policy scales a job up to its knee and bac
 }
 
 
-TEST_CASE("engine with a debounce plans a burst of applied reports once, on its timer thread") {
+TEST_CASE("engine with a debounce plans a burst of applied reports once, on its timer thread", "[concurrency]") {
   ManualClock clock;
   EngineOptions options = StaticMinOptions();
   options.applied_debounce = absl::Milliseconds(300);

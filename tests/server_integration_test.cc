@@ -6,8 +6,10 @@
 //
 // Synchronisation is by blocking reads of the gRPC streams themselves (a
 // Read returns when the server has written), never by sleeping.
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -422,7 +424,7 @@ TEST_CASE("SetCapacity below demand queues the lower-priority job with a reason"
   CHECK(again.allocated_gpus() == 4);
 }
 
-TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change") {
+TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change", "[concurrency]") {
   TestServer t;
   t.Register("ns/a", 1, 2);
   grpc::ClientContext ctx;
@@ -474,6 +476,90 @@ TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change")
   CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
 }
 
+// The watch reactor under load, for ThreadSanitizer: writers change specs
+// from several threads (each change publishes on the writer's thread, which
+// pumps every reactor), watchers read on theirs, and one watcher cancels
+// midway. Every surviving watcher must end on the server's final state.
+TEST_CASE("watch streams converge on the final state while writers race and a watcher cancels",
+          "[concurrency]") {
+  TestServer t;
+  constexpr int kJobs = 4;
+  constexpr int kRoundsPerWriter = 30;
+  for (int j = 0; j < kJobs; ++j) t.Register("ns/j" + std::to_string(j), 1, 64);
+
+  struct Watcher {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::RecommendationEvent>> reader;
+    std::map<std::string, uint32_t> seen;  // job -> replicas, as last streamed
+  };
+  std::vector<std::unique_ptr<Watcher>> watchers;
+  for (int w = 0; w < 3; ++w) {
+    auto watcher = std::make_unique<Watcher>();
+    watcher->reader =
+        t.recs->WatchRecommendations(&watcher->ctx, v1::WatchRecommendationsRequest());
+    v1::RecommendationEvent event;
+    do {  // through SYNCED: the watcher is registered before writers start
+      REQUIRE(watcher->reader->Read(&event));
+      if (event.type() == v1::RecommendationEvent::ADDED) {
+        watcher->seen[event.recommendation().job_id()] = event.recommendation().replicas();
+      }
+    } while (event.type() != v1::RecommendationEvent::SYNCED);
+    watchers.push_back(std::move(watcher));
+  }
+  // Each watcher reads until its stream ends; the marker job tells it the
+  // writers are done (its MODIFIED comes after every other change).
+  std::vector<std::thread> readers;
+  for (size_t w = 0; w < watchers.size(); ++w) {
+    readers.emplace_back([&, w] {
+      Watcher& watcher = *watchers[w];
+      v1::RecommendationEvent event;
+      while (watcher.reader->Read(&event)) {
+        if (event.type() == v1::RecommendationEvent::SYNCED) continue;
+        watcher.seen[event.recommendation().job_id()] = event.recommendation().replicas();
+        if (event.recommendation().job_id() == "ns/zz-done") break;
+        if (w == 0 && watcher.seen.size() > 2 && event.type() == v1::RecommendationEvent::MODIFIED) {
+          watcher.ctx.TryCancel();  // leaves mid-stream, writes in flight
+        }
+      }
+    });
+  }
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 2; ++w) {
+    writers.emplace_back([&, w] {
+      for (int round = 0; round < kRoundsPerWriter; ++round) {
+        const int job = (round + w) % kJobs;
+        v1::UpdateJobRequest req;
+        *req.mutable_spec() = Spec("ns/j" + std::to_string(job), 1 + (round * 7 + w) % 32, 64);
+        req.mutable_spec()->set_local_batch_size(32);
+        grpc::ClientContext ctx;
+        v1::Job response;
+        CHECK(t.jobs->UpdateJob(&ctx, req, &response).ok());
+      }
+    });
+  }
+  for (std::thread& writer : writers) writer.join();
+  t.Register("ns/zz-done", 1, 1);
+  for (std::thread& reader : readers) reader.join();
+
+  grpc::ClientContext list_ctx;
+  v1::ListRecommendationsResponse final_state;
+  REQUIRE(t.recs->ListRecommendations(&list_ctx, v1::ListRecommendationsRequest(), &final_state)
+              .ok());
+  for (size_t w = 1; w < watchers.size(); ++w) {
+    for (const v1::Recommendation& rec : final_state.recommendations()) {
+      INFO("watcher " << w << " job " << rec.job_id());
+      CHECK(watchers[w]->seen[rec.job_id()] == rec.replicas());
+    }
+    watchers[w]->ctx.TryCancel();
+  }
+  for (auto& watcher : watchers) {
+    v1::RecommendationEvent event;
+    while (watcher->reader->Read(&event)) {
+    }
+    CHECK(watcher->reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  }
+}
+
 TEST_CASE("WatchRecommendations beyond --max_watchers is RESOURCE_EXHAUSTED") {
   ServerOptions options;
   options.engine.max_watchers = 1;
@@ -494,7 +580,7 @@ TEST_CASE("WatchRecommendations beyond --max_watchers is RESOURCE_EXHAUSTED") {
   first->Finish();
 }
 
-TEST_CASE("shutdown ends watch streams with UNAVAILABLE and health stops serving") {
+TEST_CASE("shutdown ends watch streams with UNAVAILABLE and health stops serving", "[concurrency]") {
   TestServer t;
   grpc::ClientContext ctx;
   auto reader = t.recs->WatchRecommendations(&ctx, v1::WatchRecommendationsRequest());

@@ -7,7 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/common/read_file.h"
+#include "rescale/read_file.h"
 #include "spdlog/spdlog.h"
 
 namespace rescale::adapter {
@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<CurlKubeClient>> CurlKubeClient::Create(
         std::pair{options.config.client_key_file, "client-key"},
         std::pair{options.config.token_file, "token file"}}) {
     if (file.empty()) continue;
-    absl::StatusOr<std::string> read = client::ReadFileToString(file, what);
+    absl::StatusOr<std::string> read = ReadFileToString(file, what);
     if (!read.ok()) return read.status();
   }
   auto client = std::unique_ptr<CurlKubeClient>(new CurlKubeClient(std::move(options)));
@@ -105,7 +105,7 @@ absl::StatusOr<std::string> CurlKubeClient::BearerToken() {
   absl::MutexLock lock(&token_mu_);
   absl::Time now = clock_->Now();
   if (now - token_read_at_ >= options_.token_refresh) {
-    absl::StatusOr<std::string> read = client::ReadFileToString(options_.config.token_file, "token file");
+    absl::StatusOr<std::string> read = ReadFileToString(options_.config.token_file, "token file");
     if (!read.ok()) {
       // Keep using the last token: a rotation in progress may briefly hide
       // the file; the server will say 401 if the old one has expired.

@@ -9,7 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/common/read_file.h"
+#include "rescale/read_file.h"
 
 namespace rescale::adapter {
 namespace {
@@ -120,7 +120,7 @@ absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text, const s
 }
 
 absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::string& context) {
-  absl::StatusOr<std::string> text = client::ReadFileToString(path, "kubeconfig");
+  absl::StatusOr<std::string> text = ReadFileToString(path, "kubeconfig");
   if (!text.ok()) return text.status();
   absl::StatusOr<KubeConfig> config =
       ParseKubeconfig(*text, std::filesystem::path(path).parent_path().string(), context);
@@ -153,7 +153,7 @@ absl::StatusOr<KubeConfig> InClusterConfigFrom(const std::string& host, const st
   if (!std::filesystem::exists(config.token_file)) {
     return absl::NotFoundError(absl::StrCat("in-cluster token \"", config.token_file, "\" is missing"));
   }
-  absl::StatusOr<std::string> ns = client::ReadFileToString(mount_dir + "/namespace", "namespace file");
+  absl::StatusOr<std::string> ns = ReadFileToString(mount_dir + "/namespace", "namespace file");
   if (ns.ok()) config.default_namespace = *ns;
   return config;
 }

@@ -1,12 +1,12 @@
 # rescale_client_common: what rescalectl, rescale-adapter and rescale-agent
-# share (client/common/): channel credentials for reaching rescaled, the one
-# retry backoff, and the one way to read a whole file. Included from the
-# top-level CMakeLists.txt, so paths are relative to the source root.
+# share (client/common/): channel credentials for reaching rescaled and the
+# one retry backoff. Files are read by rescale_base's ReadFileToString.
+# Included from the top-level CMakeLists.txt, so paths are relative to the
+# source root.
 add_library(rescale_client_common
   client/common/backoff.cc
   client/common/credentials.cc
-  client/common/read_file.cc
 )
 target_include_directories(rescale_client_common PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(rescale_client_common PUBLIC gRPC::grpc++ absl::status absl::statusor
+target_link_libraries(rescale_client_common PUBLIC rescale_base gRPC::grpc++ absl::status absl::statusor
   absl::strings absl::str_format absl::time)

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "client/common/read_file.h"
+#include "rescale/read_file.h"
 
 namespace rescale::client {
 

@@ -14,7 +14,7 @@ namespace rescale::client {
 
 // TLS when `tls` is set or a CA file is given (the CA file's PEM roots then
 // replace the system's), plaintext otherwise. A CA file that cannot be read
-// fails as ReadFileToString says (client/common/read_file.h), naming --ca-file.
+// fails as ReadFileToString says (rescale/read_file.h), naming --ca-file.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> RescaledCredentials(
     bool tls, const std::string& ca_file);
 

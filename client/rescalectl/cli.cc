@@ -30,7 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/common/credentials.h"
-#include "client/common/read_file.h"
+#include "rescale/read_file.h"
 #include "client/rescalectl/manifests.h"
 #include "client/rescalectl/output.h"
 #include "grpc/health/v1/health.grpc.pb.h"

@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/common/credentials.h"
-#include "client/common/read_file.h"
+#include "rescale/read_file.h"
 #include "client/rescalectl/output.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rescale/v1/rescale.grpc.pb.h"
@@ -37,7 +37,7 @@ std::optional<std::string> ReadManifest(const std::string& path, std::istream& i
     content << in.rdbuf();
     return content.str();
   }
-  absl::StatusOr<std::string> read = client::ReadFileToString(path, "manifest");
+  absl::StatusOr<std::string> read = ReadFileToString(path, "manifest");
   if (!read.ok()) {
     err << "error: " << read.status().message() << "\n";
     return std::nullopt;

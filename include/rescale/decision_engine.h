@@ -201,8 +201,8 @@ class DecisionEngine {
   // when there is no debounce.
   void RequestReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // The timer thread's loop (StartTimer).
-  void RunTimer();
+  // The timer thread's loop (StartTimer), first ticking at `next_tick`.
+  void RunTimer(absl::Time next_tick);
 
   std::mutex timer_mu_;
   std::condition_variable timer_cv_;

@@ -1,7 +1,7 @@
-// ReadFileToString (see client/common/read_file.h for the error-code rule).
+// ReadFileToString (see rescale/read_file.h for the error-code rule).
 // POSIX open/read rather than std::ifstream: the rule needs the errno of
 // the call that failed, which iostreams do not promise to keep.
-#include "client/common/read_file.h"
+#include "rescale/read_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace rescale::client {
+namespace rescale {
 namespace {
 
 absl::Status ReadError(int error, const std::string& path, absl::string_view what) {
@@ -58,4 +58,4 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path, absl::stri
   return content;
 }
 
-}  // namespace rescale::client
+}  // namespace rescale
