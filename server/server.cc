@@ -10,6 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include <mutex>
+
 #include "absl/synchronization/notification.h"
 #include "rescale/read_file.h"
 #include "server/services.h"
@@ -41,7 +43,7 @@ struct RescaleServer::Impl {
   std::unique_ptr<RecommendationServiceImpl> recommendations;
   std::unique_ptr<ClusterServiceImpl> cluster;
   std::unique_ptr<grpc::Server> server;
-  absl::Mutex shutdown_mu;
+  std::mutex shutdown_mu;
   bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
   absl::Notification stopped;
 };
@@ -115,7 +117,7 @@ std::string RescaleServer::address() const {
 void RescaleServer::Shutdown(absl::Duration grace) {
   if (impl_ == nullptr) return;
   {
-    absl::MutexLock lock(&impl_->shutdown_mu);
+    std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
     if (impl_->shut_down) return;
     impl_->shut_down = true;
   }

@@ -20,7 +20,7 @@
 //                             MovieLens-20M guess does not match the trace.
 //  * Epochs: the Pollux simulator's budgets (bert 2, cifar10 100, ncf 10,
 //    imagenet 90, deepspeech2 80, yolov3 50).
-//  * Restart costs: Sia's measurements (algorithms.md section 4): imagenet
+//  * Restart costs: Sia's measurements (../shared/reference/algorithms.md, section 4): imagenet
 //    250 s, bert 120 s, yolov3 45 s, cifar10 30 s, deepspeech2 25 s. Sia did
 //    not measure ncf: kNcfRestartCostSeconds = 30 s is an assumption (a
 //    small model, like cifar10).

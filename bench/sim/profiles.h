@@ -10,7 +10,7 @@
 //   curve:N=R;N=R;...        whole-job samples/s R measured at N replicas;
 //                            linear in between, proportional to N below the
 //                            first point, flat beyond the last
-//   model:a_c=..;b_c=..;...  Pollux's step-time model (algorithms.md section
+//   model:a_c=..;b_c=..;...  Pollux's step-time model (../shared/reference/algorithms.md, section
 //                            3): T_grad = a_c + b_c*m, T_sync = 0 at one
 //                            replica, a_r + b_r*max(n-2,0) on one node,
 //                            a_n + b_n*max(n-2,0) across nodes,

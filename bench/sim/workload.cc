@@ -468,7 +468,7 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> ParseMix(std::string
 }
 
 absl::StatusOr<Workload> GenerateWorkload(const GenerateOptions& options) {
-  // The Pollux workloads' application mix (algorithms.md section 6) and the
+  // The Pollux workloads' application mix (../shared/reference/algorithms.md, section 6) and the
   // submitted (num_replicas, batch_size) each application gets in them.
   static const std::vector<std::pair<std::string, double>> kPolluxMix = {
       {"ncf", 0.39},  {"cifar10", 0.39}, {"deepspeech2", 0.087},

@@ -12,7 +12,7 @@
 //    `name,time,application,num_replicas,batch_size`), mapped as
 //    PolluxMapping documents.
 // And one generator: GenerateWorkload follows the Pollux recipe
-// (algorithms.md section 6) with Poisson arrivals.
+// (../shared/reference/algorithms.md, section 6) with Poisson arrivals.
 #ifndef RESCALE_BENCH_SIM_WORKLOAD_H_
 #define RESCALE_BENCH_SIM_WORKLOAD_H_
 
@@ -91,7 +91,7 @@ absl::StatusOr<std::vector<CapacityChange>> ParseCapacityChanges(std::string_vie
 std::string WorkloadToJsonl(const Workload& workload);
 std::string WorkloadToCsv(const Workload& workload);
 
-// The Pollux recipe (algorithms.md section 6), with the Philly trace (not in
+// The Pollux recipe (../shared/reference/algorithms.md, section 6), with the Philly trace (not in
 // the repo) replaced by its published outcome: Poisson arrivals at
 // `jobs_per_hour` for `hours`; each job's application drawn from the mix
 // (default: the mix of the Pollux workloads: ncf 39%, cifar10 39%,

@@ -86,6 +86,21 @@ class Session {
     return 1;
   }
 
+  // Every unary command's call: `rpc` of a fresh `Stub` on this channel,
+  // with --timeout as the deadline. On failure prints ServerError (with
+  // `context`) and returns false.
+  template <typename Stub, typename Request, typename Response>
+  bool Call(grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+            const Request& request, Response* response, const std::string& context = "") {
+    Stub stub(channel_);
+    grpc::ClientContext call_context;
+    ApplyDeadline(call_context);
+    const grpc::Status status = (stub.*rpc)(&call_context, request, response);
+    if (status.ok()) return true;
+    ServerError(status, context);
+    return false;
+  }
+
  private:
   std::shared_ptr<grpc::Channel> channel_;
   OutputFormat format_;
@@ -102,29 +117,26 @@ using Command = std::function<int(Session&)>;
 int RegisterOrUpdate(Session& session, const std::vector<std::string>& files, bool update) {
   std::optional<std::vector<SpecDocument>> specs = ReadJobSpecs(files, session.in(), session.err());
   if (!specs) return 1;
-  auto stub = v1::JobService::NewStub(session.channel());
   const char* verb = update ? "updated" : "registered";
   int exit_code = 0;
   // Like kubectl apply: every document gets its call; any failure fails the
   // whole command.
   for (const SpecDocument& document : *specs) {
-    grpc::ClientContext context;
-    session.ApplyDeadline(context);
+    const std::string failure =
+        absl::StrCat("error when ", update ? "updating " : "registering ", document.origin, ": ");
     v1::Job job;
-    grpc::Status status;
+    bool ok;
     if (update) {
       v1::UpdateJobRequest request;
       *request.mutable_spec() = document.spec;
-      status = stub->UpdateJob(&context, request, &job);
+      ok = session.Call(&v1::JobService::Stub::UpdateJob, request, &job, failure);
     } else {
       v1::RegisterJobRequest request;
       *request.mutable_spec() = document.spec;
-      status = stub->RegisterJob(&context, request, &job);
+      ok = session.Call(&v1::JobService::Stub::RegisterJob, request, &job, failure);
     }
-    if (!status.ok()) {
-      exit_code = session.ServerError(
-          status, absl::StrCat("error when ", update ? "updating " : "registering ",
-                               document.origin, ": "));
+    if (!ok) {
+      exit_code = 1;
       continue;
     }
     if (session.table()) {
@@ -148,21 +160,17 @@ void PrintClusterSummary(Session& session) {
   grpc::ClientContext context;
   session.ApplyDeadline(context);
   v1::Cluster cluster;
+  // Not Session::Call: a failure here prints nothing.
   if (!stub->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok()) return;
   session.out().flush();  // keep the line after the table on a shared terminal
   session.err() << FormatClusterSummary(cluster) << "\n";
 }
 
 int GetJobs(Session& session, const std::string& ns) {
-  auto stub = v1::JobService::NewStub(session.channel());
-  grpc::ClientContext context;
-  session.ApplyDeadline(context);
   v1::ListJobsRequest request;
   request.set_namespace_(ns);
   v1::ListJobsResponse response;
-  if (auto status = stub->ListJobs(&context, request, &response); !status.ok()) {
-    return session.ServerError(status);
-  }
+  if (!session.Call(&v1::JobService::Stub::ListJobs, request, &response)) return 1;
   if (!session.table()) {
     PrintMessage(response, session.format(), session.out());
   } else if (response.jobs().empty()) {
@@ -176,16 +184,10 @@ int GetJobs(Session& session, const std::string& ns) {
 }
 
 std::optional<v1::Job> FetchJob(Session& session, const std::string& job_id) {
-  auto stub = v1::JobService::NewStub(session.channel());
-  grpc::ClientContext context;
-  session.ApplyDeadline(context);
   v1::GetJobRequest request;
   request.set_job_id(job_id);
   v1::Job job;
-  if (auto status = stub->GetJob(&context, request, &job); !status.ok()) {
-    session.ServerError(status);
-    return std::nullopt;
-  }
+  if (!session.Call(&v1::JobService::Stub::GetJob, request, &job)) return std::nullopt;
   return job;
 }
 
@@ -214,15 +216,10 @@ int DescribeJobCommand(Session& session, const std::string& job_id) {
 }
 
 int GetRecommendations(Session& session, const std::string& ns) {
-  auto stub = v1::RecommendationService::NewStub(session.channel());
-  grpc::ClientContext context;
-  session.ApplyDeadline(context);
   v1::ListRecommendationsRequest request;
   request.set_namespace_(ns);
   v1::ListRecommendationsResponse response;
-  if (auto status = stub->ListRecommendations(&context, request, &response); !status.ok()) {
-    return session.ServerError(status);
-  }
+  if (!session.Call(&v1::RecommendationService::Stub::ListRecommendations, request, &response)) return 1;
   if (!session.table()) {
     PrintMessage(response, session.format(), session.out());
   } else if (response.recommendations().empty()) {
@@ -235,15 +232,10 @@ int GetRecommendations(Session& session, const std::string& ns) {
 }
 
 int GetRecommendation(Session& session, const std::string& job_id) {
-  auto stub = v1::RecommendationService::NewStub(session.channel());
-  grpc::ClientContext context;
-  session.ApplyDeadline(context);
   v1::GetRecommendationRequest request;
   request.set_job_id(job_id);
   v1::Recommendation recommendation;
-  if (auto status = stub->GetRecommendation(&context, request, &recommendation); !status.ok()) {
-    return session.ServerError(status);
-  }
+  if (!session.Call(&v1::RecommendationService::Stub::GetRecommendation, request, &recommendation)) return 1;
   if (!session.table()) {
     PrintMessage(recommendation, session.format(), session.out());
     return 0;
@@ -255,15 +247,10 @@ int GetRecommendation(Session& session, const std::string& job_id) {
 }
 
 int Deregister(Session& session, const std::string& job_id) {
-  auto stub = v1::JobService::NewStub(session.channel());
-  grpc::ClientContext context;
-  session.ApplyDeadline(context);
   v1::DeregisterJobRequest request;
   request.set_job_id(job_id);
   v1::DeregisterJobResponse response;
-  if (auto status = stub->DeregisterJob(&context, request, &response); !status.ok()) {
-    return session.ServerError(status);
-  }
+  if (!session.Call(&v1::JobService::Stub::DeregisterJob, request, &response)) return 1;
   // The response is empty, so every format prints the confirmation.
   session.out() << kJobResourcePrefix << job_id << " deregistered\n";
   return 0;
@@ -310,15 +297,10 @@ int Watch(Session& session, const std::string& ns, int64_t max_events) {
 }
 
 int SetCapacity(Session& session, uint32_t total_gpus) {
-  auto stub = v1::ClusterService::NewStub(session.channel());
-  grpc::ClientContext context;
-  session.ApplyDeadline(context);
   v1::SetCapacityRequest request;
   request.set_total_gpus(total_gpus);
   v1::Cluster cluster;
-  if (auto status = stub->SetCapacity(&context, request, &cluster); !status.ok()) {
-    return session.ServerError(status);
-  }
+  if (!session.Call(&v1::ClusterService::Stub::SetCapacity, request, &cluster)) return 1;
   if (session.table()) {
     session.out() << "cluster capacity set to " << cluster.total_gpus() << " GPUs\n";
   } else {
@@ -328,13 +310,9 @@ int SetCapacity(Session& session, uint32_t total_gpus) {
 }
 
 int GetCapacity(Session& session) {
-  auto stub = v1::ClusterService::NewStub(session.channel());
-  grpc::ClientContext context;
-  session.ApplyDeadline(context);
   v1::Cluster cluster;
-  if (auto status = stub->GetCluster(&context, v1::GetClusterRequest(), &cluster); !status.ok()) {
-    return session.ServerError(status);
-  }
+  const v1::GetClusterRequest request;
+  if (!session.Call(&v1::ClusterService::Stub::GetCluster, request, &cluster)) return 1;
   if (session.table()) {
     session.out() << FormatCluster(cluster);
   } else {
@@ -344,15 +322,10 @@ int GetCapacity(Session& session) {
 }
 
 int Health(Session& session) {
-  auto stub = grpc::health::v1::Health::NewStub(session.channel());
-  grpc::ClientContext context;
-  session.ApplyDeadline(context);
   grpc::health::v1::HealthCheckRequest request;
   request.set_service("");  // "" = the server as a whole.
   grpc::health::v1::HealthCheckResponse response;
-  if (auto status = stub->Check(&context, request, &response); !status.ok()) {
-    return session.ServerError(status);
-  }
+  if (!session.Call(&grpc::health::v1::Health::Stub::Check, request, &response)) return 1;
   if (session.table()) {
     session.out() << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
                   << "\n";
@@ -371,18 +344,13 @@ struct ApplyStatusFlags {
 };
 
 int ApplyStatus(Session& session, const ApplyStatusFlags& flags) {
-  auto stub = v1::RecommendationService::NewStub(session.channel());
-  grpc::ClientContext context;
-  session.ApplyDeadline(context);
   v1::ReportAppliedRequest request;
   request.set_job_id(flags.job_id);
   request.set_replicas(flags.replicas);
   request.set_suspended(flags.suspended);
   request.set_generation(flags.generation);
   v1::ReportAppliedResponse response;
-  if (auto status = stub->ReportApplied(&context, request, &response); !status.ok()) {
-    return session.ServerError(status);
-  }
+  if (!session.Call(&v1::RecommendationService::Stub::ReportApplied, request, &response)) return 1;
   if (session.table()) {
     const auto& status = response.status();
     session.out() << kJobResourcePrefix << flags.job_id << " applied (replicas="
