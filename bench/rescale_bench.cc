@@ -111,8 +111,8 @@ rescale::bench::MutexStore& BaselineStore() {
 void Report(benchmark::State& state) {
   const double samples = static_cast<double>(state.iterations()) * kBatch;
   state.SetItemsProcessed(static_cast<int64_t>(samples));
-  state.counters["ns_per_sample"] = benchmark::Counter(
-      samples / 1e9, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_sample"] =
+      benchmark::Counter(samples / 1e9, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 template <bool kShared>
@@ -125,14 +125,23 @@ void BM_StoreIngest(benchmark::State& state) {
   }
   Report(state);
 }
-BENCHMARK_TEMPLATE(BM_StoreIngest, false)->Name("BM_StoreIngest")->Threads(1)->Threads(2)->UseRealTime();
-BENCHMARK_TEMPLATE(BM_StoreIngest, true)->Name("BM_StoreIngestSharedJob")->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_StoreIngest, false)
+    ->Name("BM_StoreIngest")
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_StoreIngest, true)
+    ->Name("BM_StoreIngestSharedJob")
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
 
 // Samples carrying a `step`, so each goes through the per-pod de-duplication
 // CAS. Every iteration renumbers the batch with fresh increasing steps (part
 // of the measured time, well under 1 ns per sample) so all are accepted.
 void BM_StoreIngestWithSteps(benchmark::State& state) {
-  Workload w = MakeWorkload(JobFor(state, false), "steps-pod-" + std::to_string(state.thread_index()));
+  Workload w =
+      MakeWorkload(JobFor(state, false), "steps-pod-" + std::to_string(state.thread_index()));
   rescale::MetricsStore& store = LockFreeStore();
   // The store outlives a run and the framework runs a benchmark several
   // times: each thread's pod continues where its last run stopped.
@@ -158,8 +167,16 @@ void BM_MutexStoreIngest(benchmark::State& state) {
   }
   Report(state);
 }
-BENCHMARK_TEMPLATE(BM_MutexStoreIngest, false)->Name("BM_MutexStoreIngest")->Threads(1)->Threads(2)->UseRealTime();
-BENCHMARK_TEMPLATE(BM_MutexStoreIngest, true)->Name("BM_MutexStoreIngestSharedJob")->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_MutexStoreIngest, false)
+    ->Name("BM_MutexStoreIngest")
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_MutexStoreIngest, true)
+    ->Name("BM_MutexStoreIngestSharedJob")
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
 
 // Allocated bytes per job, per (job, size) and per pod, measured by the
 // operator new above: registering jobs, then adding sizes, then pods.
@@ -285,7 +302,8 @@ std::vector<rescale::PlannerJob> ClusterPlanInstance(int jobs) {
     job.priority = 0;
     job.current_replicas = 0;
     job.throughput.clear();
-    for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) job.throughput.push_back(10.0 * n);
+    for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n)
+      job.throughput.push_back(10.0 * n);
   }
   return out;
 }
@@ -294,7 +312,8 @@ std::vector<rescale::PlannerJob> ClusterPlanInstance(int jobs) {
 // (upper bound - utility)/|bound| of the scalable solver (must stay <= 1%),
 // waiting = jobs left at 0, utilization = allocated / capacity.
 void BM_ClusterPlan(benchmark::State& state) {
-  const std::vector<rescale::PlannerJob> jobs = ClusterPlanInstance(static_cast<int>(state.range(0)));
+  const std::vector<rescale::PlannerJob> jobs =
+      ClusterPlanInstance(static_cast<int>(state.range(0)));
   const uint64_t capacity = 10 * jobs.size();
   rescale::ClusterPlan plan;
   for (auto _ : state) {

@@ -19,6 +19,9 @@
 // The last line is one summary for scripts:
 //   accepted N in T s: R samples/s; decode D samples/s; ratio X; lost L
 // and the exit status is non-zero if any sample sent was not accepted.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/byte_buffer.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -30,10 +33,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/support/byte_buffer.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -57,7 +56,8 @@ namespace v1 = rescale::v1;
 using Clock = std::chrono::steady_clock;
 
 double CpuSeconds(const rusage& u) {
-  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec / 1e6;
 }
 
 double ProcessCpuSeconds() {
@@ -88,7 +88,8 @@ double OtherProcessCpuSeconds(int pid) {
 
 // The batch is sent over and over, so its timestamps age by the run's
 // length: far inside the server's default ten-minute sample age.
-v1::SampleBatch MakeBatch(const std::string& job, const std::string& pod, int size, bool timestamps) {
+v1::SampleBatch MakeBatch(const std::string& job, const std::string& pod, int size,
+                          bool timestamps) {
   v1::SampleBatch batch;
   batch.set_job_id(job);
   batch.set_pod(pod);
@@ -153,7 +154,8 @@ StreamResult RunStream(const std::string& server, const std::string& bytes, int 
     std::vector<grpc::Slice> slices;
     response.Dump(&slices);
     std::string raw;
-    for (const grpc::Slice& s : slices) raw.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      raw.append(reinterpret_cast<const char*>(s.begin()), s.size());
     summary.ParseFromString(raw);
     result.accepted = summary.accepted();
   }
@@ -227,9 +229,9 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> payloads;
   for (int s = 0; s < streams; ++s) {
-    payloads.push_back(MakeBatch(job, "load-pod-" + std::to_string(s), batch_size,
-                                 absl::GetFlag(FLAGS_timestamps))
-                           .SerializeAsString());
+    payloads.push_back(
+        MakeBatch(job, "load-pod-" + std::to_string(s), batch_size, absl::GetFlag(FLAGS_timestamps))
+            .SerializeAsString());
   }
   std::cerr << absl::StrFormat("streaming %d-sample batches (%d bytes) on %d streams for %.1f s\n",
                                batch_size, payloads[0].size(), streams, seconds);
@@ -242,7 +244,8 @@ int main(int argc, char** argv) {
   std::vector<StreamResult> results(streams);
   std::vector<std::thread> threads;
   for (int s = 0; s < streams; ++s) {
-    threads.emplace_back([&, s] { results[s] = RunStream(server, payloads[s], batch_size, deadline); });
+    threads.emplace_back(
+        [&, s] { results[s] = RunStream(server, payloads[s], batch_size, deadline); });
   }
   for (std::thread& t : threads) t.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -263,20 +266,23 @@ int main(int argc, char** argv) {
   const uint64_t accepted = *after - *before;
   const double rate = accepted / elapsed;
 
-  const double decode = DecodeRate(payloads[0], batch_size, std::min(2.0, std::max(0.5, seconds / 5)));
+  const double decode =
+      DecodeRate(payloads[0], batch_size, std::min(2.0, std::max(0.5, seconds / 5)));
   const uint64_t lost = sent > accepted ? sent - accepted : 0;
 
   std::cout << absl::StrFormat("sent %d samples; server counted %d; stream summaries %d\n", sent,
                                accepted, summarized);
   std::cout << absl::StrFormat("client cpu %.2f s", client_cpu);
   if (server_cpu_start >= 0 && server_cpu_end >= 0) {
-    std::cout << absl::StrFormat("; server cpu %.2f s (%.0f ns/sample)", server_cpu_end - server_cpu_start,
-                                 accepted ? (server_cpu_end - server_cpu_start) * 1e9 / accepted : 0.0);
+    std::cout << absl::StrFormat(
+        "; server cpu %.2f s (%.0f ns/sample)", server_cpu_end - server_cpu_start,
+        accepted ? (server_cpu_end - server_cpu_start) * 1e9 / accepted : 0.0);
   } else {
     std::cout << "; server cpu n/a (pass --server_pid)";
   }
   std::cout << "\n";
-  std::cout << absl::StrFormat("accepted %d in %.1f s: %.0f samples/s; decode %.0f samples/s; ratio %.2f; lost %d\n",
-                               accepted, elapsed, rate, decode, rate / decode, lost);
+  std::cout << absl::StrFormat(
+      "accepted %d in %.1f s: %.0f samples/s; decode %.0f samples/s; ratio %.2f; lost %d\n",
+      accepted, elapsed, rate, decode, rate / decode, lost);
   return lost == 0 && summarized == accepted ? 0 : 1;
 }

@@ -14,8 +14,12 @@ void SetTimestamp(absl::Time t, google::protobuf::Timestamp* proto) {
 }
 
 CurvePoint FromProto(const v1::CurvePoint& p) {
-  return {p.replicas(),   p.samples_per_second(), p.uncertainty(),
-          p.observed(),   p.sample_count(),       p.efficiency(),
+  return {p.replicas(),
+          p.samples_per_second(),
+          p.uncertainty(),
+          p.observed(),
+          p.sample_count(),
+          p.efficiency(),
           p.observed_samples_per_second()};
 }
 
@@ -41,7 +45,8 @@ JobSpec FromProto(const v1::JobSpec& proto) {
   spec.job_id = proto.job_id();
   spec.min_replicas = proto.min_replicas();
   spec.max_replicas = proto.max_replicas();
-  spec.gpus_per_replica = proto.has_gpus_per_replica() ? proto.gpus_per_replica() : kDefaultGpusPerReplica;
+  spec.gpus_per_replica =
+      proto.has_gpus_per_replica() ? proto.gpus_per_replica() : kDefaultGpusPerReplica;
   spec.priority = proto.priority();
   spec.preemptible = proto.has_preemptible() ? proto.preemptible() : kDefaultPreemptible;
   spec.restart_cost_seconds =
@@ -71,35 +76,53 @@ void ToProto(const JobStatus& status, v1::JobStatus* proto) {
   proto->set_current_replicas(status.current_replicas);
   proto->set_suspended(status.suspended);
   proto->set_last_applied_generation(status.last_applied_generation);
-  if (IsSet(status.last_applied_at)) SetTimestamp(status.last_applied_at, proto->mutable_last_applied_at());
-  if (IsSet(status.registered_at)) SetTimestamp(status.registered_at, proto->mutable_registered_at());
+  if (IsSet(status.last_applied_at))
+    SetTimestamp(status.last_applied_at, proto->mutable_last_applied_at());
+  if (IsSet(status.registered_at))
+    SetTimestamp(status.registered_at, proto->mutable_registered_at());
   proto->set_samples_accepted(status.samples_accepted);
 }
 
 v1::Action ToProto(Action action) {
   switch (action) {
-    case Action::kUnspecified: return v1::ACTION_UNSPECIFIED;
-    case Action::kHold: return v1::HOLD;
-    case Action::kScaleUp: return v1::SCALE_UP;
-    case Action::kScaleDown: return v1::SCALE_DOWN;
-    case Action::kSuspend: return v1::SUSPEND;
-    case Action::kResume: return v1::RESUME;
+    case Action::kUnspecified:
+      return v1::ACTION_UNSPECIFIED;
+    case Action::kHold:
+      return v1::HOLD;
+    case Action::kScaleUp:
+      return v1::SCALE_UP;
+    case Action::kScaleDown:
+      return v1::SCALE_DOWN;
+    case Action::kSuspend:
+      return v1::SUSPEND;
+    case Action::kResume:
+      return v1::RESUME;
   }
   return v1::ACTION_UNSPECIFIED;
 }
 
 v1::BindingConstraint ToProto(BindingConstraint c) {
   switch (c) {
-    case BindingConstraint::kUnspecified: return v1::BINDING_CONSTRAINT_UNSPECIFIED;
-    case BindingConstraint::kNone: return v1::NONE;
-    case BindingConstraint::kCapacity: return v1::CAPACITY;
-    case BindingConstraint::kMinReplicas: return v1::MIN_REPLICAS;
-    case BindingConstraint::kMaxReplicas: return v1::MAX_REPLICAS;
-    case BindingConstraint::kEfficiency: return v1::EFFICIENCY;
-    case BindingConstraint::kCooldown: return v1::COOLDOWN;
-    case BindingConstraint::kRestartCost: return v1::RESTART_COST;
-    case BindingConstraint::kPreempted: return v1::PREEMPTED;
-    case BindingConstraint::kInsufficientData: return v1::INSUFFICIENT_DATA;
+    case BindingConstraint::kUnspecified:
+      return v1::BINDING_CONSTRAINT_UNSPECIFIED;
+    case BindingConstraint::kNone:
+      return v1::NONE;
+    case BindingConstraint::kCapacity:
+      return v1::CAPACITY;
+    case BindingConstraint::kMinReplicas:
+      return v1::MIN_REPLICAS;
+    case BindingConstraint::kMaxReplicas:
+      return v1::MAX_REPLICAS;
+    case BindingConstraint::kEfficiency:
+      return v1::EFFICIENCY;
+    case BindingConstraint::kCooldown:
+      return v1::COOLDOWN;
+    case BindingConstraint::kRestartCost:
+      return v1::RESTART_COST;
+    case BindingConstraint::kPreempted:
+      return v1::PREEMPTED;
+    case BindingConstraint::kInsufficientData:
+      return v1::INSUFFICIENT_DATA;
   }
   return v1::BINDING_CONSTRAINT_UNSPECIFIED;
 }
@@ -180,10 +203,18 @@ void ToProto(const IngestResult& result, v1::IngestSummary* proto) {
 
 void ToProto(const RecommendationEvent& event, v1::RecommendationEvent* proto) {
   switch (event.type) {
-    case RecommendationEvent::Type::kAdded: proto->set_type(v1::RecommendationEvent::ADDED); break;
-    case RecommendationEvent::Type::kModified: proto->set_type(v1::RecommendationEvent::MODIFIED); break;
-    case RecommendationEvent::Type::kDeleted: proto->set_type(v1::RecommendationEvent::DELETED); break;
-    case RecommendationEvent::Type::kSynced: proto->set_type(v1::RecommendationEvent::SYNCED); return;
+    case RecommendationEvent::Type::kAdded:
+      proto->set_type(v1::RecommendationEvent::ADDED);
+      break;
+    case RecommendationEvent::Type::kModified:
+      proto->set_type(v1::RecommendationEvent::MODIFIED);
+      break;
+    case RecommendationEvent::Type::kDeleted:
+      proto->set_type(v1::RecommendationEvent::DELETED);
+      break;
+    case RecommendationEvent::Type::kSynced:
+      proto->set_type(v1::RecommendationEvent::SYNCED);
+      return;
   }
   ToProto(event.recommendation, proto->mutable_recommendation());
 }

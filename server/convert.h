@@ -7,9 +7,9 @@
 #ifndef RESCALE_SERVER_CONVERT_H_
 #define RESCALE_SERVER_CONVERT_H_
 
-#include <vector>
-
 #include <grpcpp/support/status.h>
+
+#include <vector>
 
 #include "absl/status/status.h"
 #include "rescale/decision_engine.h"

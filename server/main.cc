@@ -7,11 +7,11 @@
 // Flags are parsed here and only here, into ServerOptions. SIGINT or SIGTERM
 // shut down cleanly: health turns NOT_SERVING, watch streams end with
 // UNAVAILABLE, in-flight calls get --shutdown_grace to finish.
+#include <spdlog/spdlog.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
-
-#include <spdlog/spdlog.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -26,7 +26,8 @@ const rescale::server::ServerOptions kDefaults;
 const rescale::EngineOptions& kEngine = kDefaults.engine;
 }  // namespace
 
-ABSL_FLAG(std::string, listen, kDefaults.listen, "host:port to serve gRPC on (port 0 = any free port)");
+ABSL_FLAG(std::string, listen, kDefaults.listen,
+          "host:port to serve gRPC on (port 0 = any free port)");
 ABSL_FLAG(std::string, log_format, "text", "log format: text or json (one object per line)");
 ABSL_FLAG(std::string, log_level, "info", "log level: trace, debug, info, warn, error");
 ABSL_FLAG(absl::Duration, plan_interval, kEngine.plan_interval,
@@ -36,12 +37,15 @@ ABSL_FLAG(int64_t, capacity_gpus, -1,
 ABSL_FLAG(std::string, default_policy, kEngine.default_policy,
           "policy for jobs whose spec leaves `policy` empty");
 ABSL_FLAG(int, max_jobs, kEngine.max_jobs, "registered jobs at most");
-ABSL_FLAG(int, max_watchers, kEngine.max_watchers, "concurrent WatchRecommendations streams at most");
-ABSL_FLAG(int, max_batch_samples, kDefaults.max_batch_samples, "samples in one SampleBatch at most");
+ABSL_FLAG(int, max_watchers, kEngine.max_watchers,
+          "concurrent WatchRecommendations streams at most");
+ABSL_FLAG(int, max_batch_samples, kDefaults.max_batch_samples,
+          "samples in one SampleBatch at most");
 ABSL_FLAG(int, max_message_bytes, kDefaults.max_message_bytes, "largest gRPC message, bytes");
 ABSL_FLAG(bool, auto_register, kEngine.auto_register,
           "samples for unknown jobs register them with defaults instead of being rejected");
-ABSL_FLAG(absl::Duration, window, kEngine.store.window, "span of the windowed step-time statistics");
+ABSL_FLAG(absl::Duration, window, kEngine.store.window,
+          "span of the windowed step-time statistics");
 ABSL_FLAG(absl::Duration, pod_ttl, kEngine.store.pod_ttl, "pods unseen this long are forgotten");
 ABSL_FLAG(int, max_pods_per_job, kEngine.store.max_pods_per_job,
           "pods tracked per job at most (also at most 4 x max_replicas + 16)");
@@ -61,7 +65,8 @@ ABSL_FLAG(uint32_t, gpus_per_node, kEngine.model.gpus_per_node,
           "nodes (replicas packed onto the fewest nodes); 0 = unknown, one node assumed");
 ABSL_FLAG(absl::Duration, applied_debounce, kEngine.applied_debounce,
           "a burst of ReportApplied calls is planned once, this long after the first");
-ABSL_FLAG(std::string, tls_cert_file, "", "PEM server certificate chain; enables TLS with --tls_key_file");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM server certificate chain; enables TLS with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "how long in-flight calls may run after SIGINT/SIGTERM");
@@ -72,8 +77,8 @@ int main(int argc, char** argv) {
       "Serves rescale.v1 (Metrics, Job, Recommendation, Cluster), grpc.health.v1 and "
       "reflection.");
   absl::ParseCommandLine(argc, argv);
-  if (absl::Status logging = rescale::ConfigureLogging(
-          "rescaled", absl::GetFlag(FLAGS_log_format), absl::GetFlag(FLAGS_log_level));
+  if (absl::Status logging = rescale::ConfigureLogging("rescaled", absl::GetFlag(FLAGS_log_format),
+                                                       absl::GetFlag(FLAGS_log_level));
       !logging.ok()) {
     std::cerr << "rescaled: --log_format/--log_level: " << logging.message() << "\n";
     return 2;

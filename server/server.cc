@@ -8,10 +8,10 @@
 #include <grpcpp/server_builder.h>
 #include <spdlog/spdlog.h>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "rescale/read_file.h"
 #include "server/services.h"
@@ -50,12 +50,12 @@ struct RescaleServer::Impl {
 
 absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOptions options) {
   if (options.max_batch_samples < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_batch_samples must be at least 1, got ", options.max_batch_samples));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_samples must be at least 1, got ", options.max_batch_samples));
   }
   if (options.max_message_bytes < 1024) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_message_bytes must be at least 1024, got ", options.max_message_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes must be at least 1024, got ", options.max_message_bytes));
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();

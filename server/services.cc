@@ -3,10 +3,10 @@
 // write reactor.
 #include "server/services.h"
 
+#include <spdlog/spdlog.h>
+
 #include <memory>
 #include <mutex>
-
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_format.h"
 #include "server/convert.h"
@@ -40,8 +40,8 @@ void ReactorCallbackFromGrpc(void*) {}
 
 absl::Status BatchTooLarge(int size, int limit) {
   return absl::InvalidArgumentError(absl::StrFormat(
-      "samples: the batch has %d samples; the limit is %d (--max_batch_samples); split it",
-      size, limit));
+      "samples: the batch has %d samples; the limit is %d (--max_batch_samples); split it", size,
+      limit));
 }
 
 // Reads SampleBatches until the client half-closes, ingesting each as it
@@ -67,7 +67,8 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
     }
     IngestResult result;
     if (batch_.samples_size() > limits_.max_batch_samples) {
-      const std::string reason(BatchTooLarge(batch_.samples_size(), limits_.max_batch_samples).message());
+      const std::string reason(
+          BatchTooLarge(batch_.samples_size(), limits_.max_batch_samples).message());
       for (int i = 0; i < batch_.samples_size(); ++i) result.Reject(i, reason);
     } else {
       std::vector<StepSample> samples = FromProto(batch_);
@@ -220,12 +221,11 @@ grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServer
   // body, so the error's message carries the whole summary.
   if (result.accepted == 0 && result.rejected_for_limits > 0) {
     return FinishUnary(
-        context,
-        absl::ResourceExhaustedError(absl::StrFormat(
-            "0 of %d samples accepted: %d refused by a limit (%s), %d rejected for other "
-            "reasons, %d duplicates; nothing was stored: retry later or raise the limit",
-            batch->samples_size(), result.rejected_for_limits, result.limit_reason,
-            result.rejected - result.rejected_for_limits, result.duplicates)));
+        context, absl::ResourceExhaustedError(absl::StrFormat(
+                     "0 of %d samples accepted: %d refused by a limit (%s), %d rejected for other "
+                     "reasons, %d duplicates; nothing was stored: retry later or raise the limit",
+                     batch->samples_size(), result.rejected_for_limits, result.limit_reason,
+                     result.rejected - result.rejected_for_limits, result.duplicates)));
   }
   ToProto(result, summary);
   return FinishUnary(context, absl::OkStatus());
@@ -303,8 +303,8 @@ grpc::ServerUnaryReactor* RecommendationServiceImpl::ListRecommendations(
 grpc::ServerWriteReactor<v1::RecommendationEvent>* RecommendationServiceImpl::WatchRecommendations(
     grpc::CallbackServerContext* context, const v1::WatchRecommendationsRequest* request) {
   if (!request->namespace_().empty() && !IsDns1123Label(request->namespace_())) {
-    return new RejectedWatchReactor(absl::InvalidArgumentError(absl::StrFormat(
-        "namespace \"%s\" is not a DNS-1123 label", request->namespace_())));
+    return new RejectedWatchReactor(absl::InvalidArgumentError(
+        absl::StrFormat("namespace \"%s\" is not a DNS-1123 label", request->namespace_())));
   }
   absl::StatusOr<std::shared_ptr<Subscription>> sub = engine_.Watch(request->namespace_());
   if (!sub.ok()) return new RejectedWatchReactor(sub.status());

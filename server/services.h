@@ -63,9 +63,9 @@ class RecommendationServiceImpl final : public v1::RecommendationService::Callba
   grpc::ServerUnaryReactor* GetRecommendation(grpc::CallbackServerContext* context,
                                               const v1::GetRecommendationRequest* request,
                                               v1::Recommendation* response) override;
-  grpc::ServerUnaryReactor* ListRecommendations(
-      grpc::CallbackServerContext* context, const v1::ListRecommendationsRequest* request,
-      v1::ListRecommendationsResponse* response) override;
+  grpc::ServerUnaryReactor* ListRecommendations(grpc::CallbackServerContext* context,
+                                                const v1::ListRecommendationsRequest* request,
+                                                v1::ListRecommendationsResponse* response) override;
   grpc::ServerWriteReactor<v1::RecommendationEvent>* WatchRecommendations(
       grpc::CallbackServerContext* context,
       const v1::WatchRecommendationsRequest* request) override;

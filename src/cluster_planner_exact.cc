@@ -165,5 +165,4 @@ std::vector<uint32_t> SolveExactDp(const Problem& p, const ScoreWeights& weights
   return replicas;
 }
 
-
 }  // namespace rescale::planner_internal

@@ -227,5 +227,4 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
   return out;
 }
 
-
 }  // namespace rescale::planner_internal

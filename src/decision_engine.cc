@@ -34,14 +34,14 @@ absl::Status DecisionEngine::ValidateOptions(const EngineOptions& options) {
   auto positive = [](std::string_view name, absl::Duration value) {
     return value > absl::ZeroDuration()
                ? absl::OkStatus()
-               : absl::InvalidArgumentError(absl::StrFormat(
-                     "%s must be positive, got %s", name, absl::FormatDuration(value)));
+               : absl::InvalidArgumentError(absl::StrFormat("%s must be positive, got %s", name,
+                                                            absl::FormatDuration(value)));
   };
   auto not_negative = [](std::string_view name, absl::Duration value) {
     return value >= absl::ZeroDuration()
                ? absl::OkStatus()
-               : absl::InvalidArgumentError(absl::StrFormat(
-                     "%s must not be negative, got %s", name, absl::FormatDuration(value)));
+               : absl::InvalidArgumentError(absl::StrFormat("%s must not be negative, got %s", name,
+                                                            absl::FormatDuration(value)));
   };
   const std::vector<std::string> known = KnownPolicies();
   if (std::find(known.begin(), known.end(), options.default_policy) == known.end()) {
@@ -148,7 +148,8 @@ std::vector<CurvePoint> DecisionEngine::CurveOf(const JobSpec& spec, const Fitte
     curve.push_back(p);
   }
   return curve;
-}JobView DecisionEngine::ViewLocked(const JobEntry& entry) const {
+}
+JobView DecisionEngine::ViewLocked(const JobEntry& entry) const {
   JobView view;
   view.spec = entry.spec;
   view.status = entry.status;
@@ -176,9 +177,9 @@ absl::StatusOr<DecisionEngine::JobEntry*> DecisionEngine::AddJobLocked(JobSpec s
         "job \"%s\" is already registered; use UpdateJob to change its spec", spec.job_id));
   }
   if (static_cast<int>(jobs_.size()) >= options_.max_jobs) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "cannot register \"%s\": %d jobs are registered, the limit (--max_jobs)", spec.job_id,
-        options_.max_jobs));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cannot register \"%s\": %d jobs are registered, the limit (--max_jobs)",
+                        spec.job_id, options_.max_jobs));
   }
   RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
   JobEntry entry;
@@ -193,8 +194,8 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(spec.job_id);
   if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrFormat(
-        "job \"%s\" is not registered; use RegisterJob to add it", spec.job_id));
+    return absl::NotFoundError(
+        absl::StrFormat("job \"%s\" is not registered; use RegisterJob to add it", spec.job_id));
   }
   RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
   it->second.spec = spec;
@@ -284,7 +285,8 @@ void DecisionEngine::AutoRegister(std::span<const StepSample> samples, IngestRes
   for (const SampleRejection& r : result.rejections) {
     if (!wanted.contains(std::string(samples[r.index].job_id))) all.push_back(r);
   }
-  for (const SampleRejection& r : second.rejections) all.push_back({original_index[r.index], r.reason});
+  for (const SampleRejection& r : second.rejections)
+    all.push_back({original_index[r.index], r.reason});
   std::sort(all.begin(), all.end(),
             [](const SampleRejection& a, const SampleRejection& b) { return a.index < b.index; });
   for (SampleRejection& r : all) {
@@ -317,8 +319,8 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
   const uint64_t latest_generation = latest ? latest->generation : 0;
   if (generation > latest_generation) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "generation %d is newer than the job's latest recommendation (generation %d)",
-        generation, latest_generation));
+        "generation %d is newer than the job's latest recommendation (generation %d)", generation,
+        latest_generation));
   }
   const uint32_t running_before = RunningReplicas(entry.status);
   JobStatus after;
@@ -499,10 +501,12 @@ void DecisionEngine::ReplanLocked() {
     rec.action = ActionFor(entry.status, planned.replicas);
     // The policy's own explanation stands when the planner gave it what it
     // asked for; otherwise the planner's (capacity, priority, cooldown...).
-    const bool got_wish = planned.replicas != 0 && planned.replicas == planner_jobs[i - 1].max_replicas;
+    const bool got_wish =
+        planned.replicas != 0 && planned.replicas == planner_jobs[i - 1].max_replicas;
     const bool policy_explains =
-        got_wish && (!p.planned_by_cluster || p.wish.binding == BindingConstraint::kInsufficientData ||
-                     p.wish.binding == BindingConstraint::kMinReplicas);
+        got_wish &&
+        (!p.planned_by_cluster || p.wish.binding == BindingConstraint::kInsufficientData ||
+         p.wish.binding == BindingConstraint::kMinReplicas);
     rec.reason = policy_explains ? p.wish.reason : planned.reason;
     rec.binding_constraint = policy_explains ? p.wish.binding : planned.binding;
     rec.current_samples_per_second =
@@ -513,7 +517,8 @@ void DecisionEngine::ReplanLocked() {
     rec.policy = p.spec.policy;
     rec.gpus = planned.replicas * p.spec.gpus_per_replica;
     if (p.planned_by_cluster && planned.replicas > 0) {
-      if (planned.replicas < planner_jobs[i - 1].max_replicas) rec.value_one_more = planned.value_one_more;
+      if (planned.replicas < planner_jobs[i - 1].max_replicas)
+        rec.value_one_more = planned.value_one_more;
       if (planned.replicas > p.spec.min_replicas) rec.value_one_fewer = planned.value_one_fewer;
     }
     recs.push_back(std::move(rec));

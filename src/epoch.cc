@@ -34,7 +34,8 @@ thread_local ThreadSlots thread_slots;
 }  // namespace
 
 EpochDomain& EpochDomain::Global() {
-  static EpochDomain* const domain = new EpochDomain();  // never destroyed: threads may outlive main
+  static EpochDomain* const domain =
+      new EpochDomain();  // never destroyed: threads may outlive main
   return *domain;
 }
 

@@ -5,9 +5,7 @@
 
 namespace rescale {
 
-bool IsRunning(const JobStatus& status) {
-  return status.current_replicas > 0 && !status.suspended;
-}
+bool IsRunning(const JobStatus& status) { return status.current_replicas > 0 && !status.suspended; }
 
 uint32_t RunningReplicas(const JobStatus& status) {
   return IsRunning(status) ? status.current_replicas : 0;

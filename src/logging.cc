@@ -18,9 +18,8 @@ class JsonMessageFlag final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
-    const std::string quoted =
-        nlohmann::json(std::string(msg.payload.data(), msg.payload.size()))
-            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string quoted = nlohmann::json(std::string(msg.payload.data(), msg.payload.size()))
+                                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     dest.append(quoted.data(), quoted.data() + quoted.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {

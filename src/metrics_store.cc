@@ -3,6 +3,8 @@
 // design and the memory-ordering argument). The lock-free ingest path is in
 // metrics_store_ingest.cc, window snapshots and queries in
 // metrics_store_stats.cc.
+#include "rescale/metrics_store.h"
+
 #include <algorithm>
 #include <bit>
 #include <memory>
@@ -11,7 +13,6 @@
 
 #include "absl/strings/str_format.h"
 #include "metrics_store_internal.h"
-#include "rescale/metrics_store.h"
 
 namespace rescale {
 namespace {
@@ -68,9 +69,9 @@ absl::Status MetricsStore::AddJob(std::string_view job_id, uint32_t max_replicas
   }
   const int pod_limit = PodLimitFor(max_replicas, options_.max_pods_per_job);
   auto next = std::make_unique<JobTable>(*current);
-  next->jobs.emplace(std::string(job_id),
-                     new JobState(job_id, max_replicas, local_batch_size, options_.max_sizes_per_job,
-                                  PodCapacityFor(pod_limit), pod_limit));
+  next->jobs.emplace(std::string(job_id), new JobState(job_id, max_replicas, local_batch_size,
+                                                       options_.max_sizes_per_job,
+                                                       PodCapacityFor(pod_limit), pod_limit));
   PublishTable(std::move(next));
   ReclaimLocked();
   return absl::OkStatus();
@@ -112,8 +113,10 @@ void MetricsStore::RebuildPods(JobState& job, absl::Time forget_before, size_t c
     if (cell == nullptr) continue;
     if (cutoff != kNever && cell->last_seen_ns.load(std::memory_order_relaxed) < cutoff) continue;
     size_t slot = cell->hash & fresh->mask;
-    while (fresh->slots[slot].load(std::memory_order_relaxed) != nullptr) slot = (slot + 1) & fresh->mask;
-    fresh->slots[slot].store(cell, std::memory_order_relaxed);  // published by the seq_cst store below
+    while (fresh->slots[slot].load(std::memory_order_relaxed) != nullptr)
+      slot = (slot + 1) & fresh->mask;
+    fresh->slots[slot].store(cell,
+                             std::memory_order_relaxed);  // published by the seq_cst store below
     retired.copied.insert(cell);
     ++live;
   }

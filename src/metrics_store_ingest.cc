@@ -88,8 +88,7 @@ inline bool ClaimStep(std::atomic<uint64_t>& next, uint32_t world_size, uint64_t
 
 inline void MaxRelaxed(std::atomic<int64_t>& target, int64_t value) {
   int64_t old = target.load(std::memory_order_relaxed);
-  while (old < value &&
-         !target.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
+  while (old < value && !target.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
   }
 }
 
@@ -200,8 +199,7 @@ std::string MetricsStore::RejectReason(const StepSample& s, const JobState* job,
                            options_.max_pod_name_length);
   }
   if (!std::isfinite(s.step_seconds) || s.step_seconds <= 0) {
-    return absl::StrFormat("step_seconds must be a positive finite number, got %g",
-                           s.step_seconds);
+    return absl::StrFormat("step_seconds must be a positive finite number, got %g", s.step_seconds);
   }
   if (s.step_seconds < options_.min_step_seconds || s.step_seconds > options_.max_step_seconds) {
     return absl::StrFormat("step_seconds %g is outside the plausible range [%g, %g]",
@@ -259,8 +257,7 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
   for (size_t i = 0; i < samples.size(); ++i) {
     const StepSample& s = samples[i];
     // Views into one batch-level string share the pointer: skip the compare.
-    if (!job_looked_up ||
-        (s.job_id.data() != job_key.data() && s.job_id != job_key) ||
+    if (!job_looked_up || (s.job_id.data() != job_key.data() && s.job_id != job_key) ||
         s.job_id.size() != job_key.size()) {
       size_pending.Flush();
       pod_pending.Flush();
@@ -295,10 +292,11 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
       size_pending.Flush();
       SizeCell* cell = FindOrAddSize(*job, s.world_size, now_ns);
       if (cell == nullptr) {
-        result.RejectForLimit(static_cast<uint32_t>(i),
-                      absl::StrFormat("job \"%s\" already has %d distinct world sizes, the limit "
-                                      "(--max_sizes_per_job)",
-                                      job->job_id, options_.max_sizes_per_job));
+        result.RejectForLimit(
+            static_cast<uint32_t>(i),
+            absl::StrFormat("job \"%s\" already has %d distinct world sizes, the limit "
+                            "(--max_sizes_per_job)",
+                            job->job_id, options_.max_sizes_per_job));
         continue;
       }
       size_pending.cell = cell;
@@ -309,11 +307,12 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
       pod_pending.Flush();
       PodCell* cell = FindOrAddPod(*job, s.pod);
       if (cell == nullptr) {
-        result.RejectForLimit(static_cast<uint32_t>(i),
-                      absl::StrFormat("job \"%s\" has %d pods seen within %s, its limit "
-                                      "(--max_pods_per_job, or 4 x max_replicas + 16)",
-                                      job->job_id, job->pod_limit.load(std::memory_order_relaxed),
-                                      absl::FormatDuration(options_.pod_ttl)));
+        result.RejectForLimit(
+            static_cast<uint32_t>(i),
+            absl::StrFormat("job \"%s\" has %d pods seen within %s, its limit "
+                            "(--max_pods_per_job, or 4 x max_replicas + 16)",
+                            job->job_id, job->pod_limit.load(std::memory_order_relaxed),
+                            absl::FormatDuration(options_.pod_ttl)));
         continue;
       }
       pod_pending.cell = cell;
@@ -321,8 +320,8 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
       pod_next_step = cell->next_step.load(std::memory_order_relaxed);
     }
     // Last check before storing: a claimed step is never given back.
-    if (s.step.has_value() && !ClaimStep(pod_pending.cell->next_step, s.world_size, *s.step,
-                                         pod_next_step)) {
+    if (s.step.has_value() &&
+        !ClaimStep(pod_pending.cell->next_step, s.world_size, *s.step, pod_next_step)) {
       ++result.duplicates;
       continue;
     }

@@ -174,9 +174,11 @@ std::vector<PodStats> MetricsStore::Pods(std::string_view job_id) const {
   }
   for (PodStats& p : out) {
     auto it = median.find(p.world_size);
-    p.straggler = it != median.end() && p.recent_step_seconds > options_.straggler_ratio * it->second;
+    p.straggler =
+        it != median.end() && p.recent_step_seconds > options_.straggler_ratio * it->second;
   }
-  std::sort(out.begin(), out.end(), [](const PodStats& a, const PodStats& b) { return a.pod < b.pod; });
+  std::sort(out.begin(), out.end(),
+            [](const PodStats& a, const PodStats& b) { return a.pod < b.pod; });
   return out;
 }
 

@@ -32,7 +32,8 @@ constexpr std::string_view kDownPercent = "scale_down_percent";
 constexpr std::string_view kPeriod = "period_seconds";
 constexpr std::string_view kSelectPolicy = "select_policy";
 
-double ParamOr(const std::map<std::string, std::string>& params, std::string_view key, double fallback) {
+double ParamOr(const std::map<std::string, std::string>& params, std::string_view key,
+               double fallback) {
   auto it = params.find(std::string(key));
   double value = 0;
   if (it == params.end() || !absl::SimpleAtod(it->second, &value)) return fallback;
@@ -48,8 +49,7 @@ std::string ParamOr(const std::map<std::string, std::string>& params, std::strin
 // ---- shared helpers ------------------------------------------------------------------
 
 uint32_t Clamp(const JobSpec& spec, int64_t replicas) {
-  return static_cast<uint32_t>(
-      std::clamp<int64_t>(replicas, spec.min_replicas, spec.max_replicas));
+  return static_cast<uint32_t>(std::clamp<int64_t>(replicas, spec.min_replicas, spec.max_replicas));
 }
 
 const Observation* ObservedAt(const PolicyInput& in, uint32_t replicas) {
@@ -118,7 +118,8 @@ PolicyDecision Guard(const PolicyInput& in, PolicyDecision wish) {
   }
   if (wish.replicas == current) return wish;
 
-  if (in.last_change_at != absl::InfinitePast() && in.now - in.last_change_at < in.options.cooldown) {
+  if (in.last_change_at != absl::InfinitePast() &&
+      in.now - in.last_change_at < in.options.cooldown) {
     const absl::Duration left = in.options.cooldown - (in.now - in.last_change_at);
     return {current, BindingConstraint::kCooldown,
             absl::StrFormat("in cooldown for %s more after the last change (would go to %d: %s)",
@@ -201,8 +202,8 @@ class KubeDlPolicy final : public Policy {
         return Guard(in, std::move(d));
       }
       d.replicas = std::min(2 * current, spec.max_replicas);
-      d.reason = absl::StrFormat("kubedl doubles from %d to %d replicas (%.1f samples/s now)", current,
-                                 d.replicas, here);
+      d.reason = absl::StrFormat("kubedl doubles from %d to %d replicas (%.1f samples/s now)",
+                                 current, d.replicas, here);
       return Guard(in, std::move(d));
     }
     const double then = ObservedRate(*before);
@@ -242,8 +243,8 @@ class HpaPolicy final : public Policy {
  public:
   std::string_view name() const override { return "hpa"; }
   std::vector<std::string_view> parameters() const override {
-    return {kTargetEfficiency, kTolerance, kUpWindow, kDownWindow,
-            kUpPods,           kUpPercent, kDownPercent, kPeriod, kSelectPolicy};
+    return {kTargetEfficiency, kTolerance,   kUpWindow, kDownWindow,  kUpPods,
+            kUpPercent,        kDownPercent, kPeriod,   kSelectPolicy};
   }
   PolicyDecision Decide(const PolicyInput& in) const override {
     if (auto wait = NeedsData(in)) return *wait;
@@ -263,7 +264,8 @@ class HpaPolicy final : public Policy {
     const double metric = in.model->Efficiency(current);
     const double ratio = metric / target;
     uint32_t raw = current;
-    if (std::abs(ratio - 1) > tolerance) raw = Clamp(spec, static_cast<int64_t>(std::ceil(current * ratio)));
+    if (std::abs(ratio - 1) > tolerance)
+      raw = Clamp(spec, static_cast<int64_t>(std::ceil(current * ratio)));
 
     PolicyDecision d{current, BindingConstraint::kEfficiency, "", *in.memory};
     auto& recs = d.memory.recommendations;
@@ -296,7 +298,8 @@ class HpaPolicy final : public Policy {
     if (desired > current && select != "Disabled") {
       const double by_pods = start + up_pods;
       const double by_percent = std::ceil(start * (1 + up_percent / 100));
-      const double limit = select == "Min" ? std::min(by_pods, by_percent) : std::max(by_pods, by_percent);
+      const double limit =
+          select == "Min" ? std::min(by_pods, by_percent) : std::max(by_pods, by_percent);
       desired = static_cast<uint32_t>(std::min<double>(desired, limit));
     } else if (desired < current && select != "Disabled") {
       const double limit = std::floor(start * (1 - down_percent / 100));
@@ -311,13 +314,13 @@ class HpaPolicy final : public Policy {
       d.binding = BindingConstraint::kMinReplicas;
     }
     if (raw == current) {
-      d.reason = absl::StrFormat(
-          "hpa: efficiency %.2f at %d replicas is within %.0f%% of the target %.2f", metric,
-          current, tolerance * 100, target);
+      d.reason =
+          absl::StrFormat("hpa: efficiency %.2f at %d replicas is within %.0f%% of the target %.2f",
+                          metric, current, tolerance * 100, target);
     } else if (d.replicas == current) {
       d.reason = absl::StrFormat(
-          "hpa: efficiency %.2f vs target %.2f asks for %d replicas; stabilisation keeps %d", metric,
-          target, raw, current);
+          "hpa: efficiency %.2f vs target %.2f asks for %d replicas; stabilisation keeps %d",
+          metric, target, raw, current);
     } else {
       d.reason = absl::StrFormat("hpa: efficiency %.2f at %d replicas vs target %.2f: %d replicas",
                                  metric, current, target, d.replicas);
@@ -385,19 +388,21 @@ class PlannerPolicy final : public Policy {
         return Hold(in, cap, BindingConstraint::kMinReplicas,
                     absl::StrFormat("no measurements yet: starts at min_replicas=%d", cap));
       }
-      return Hold(in, cap,
-                  cap < spec.max_replicas ? BindingConstraint::kInsufficientData
-                                          : BindingConstraint::kMaxReplicas,
-                  absl::StrFormat("may start at up to %d replicas (2x the largest measured size)", cap));
+      return Hold(
+          in, cap,
+          cap < spec.max_replicas ? BindingConstraint::kInsufficientData
+                                  : BindingConstraint::kMaxReplicas,
+          absl::StrFormat("may start at up to %d replicas (2x the largest measured size)", cap));
     }
     if (auto wait = NeedsData(in)) return *wait;
     const uint32_t largest = LargestTrusted(in);
     const uint32_t cap = ExplorationCap(spec, largest, RunningReplicas(*in.status));
     if (cap < spec.max_replicas) {
-      return Hold(in, cap, BindingConstraint::kInsufficientData,
-                  absl::StrFormat("explores gradually: at most %d replicas, 2x the largest measured "
-                                  "size (%d)",
-                                  cap, largest));
+      return Hold(
+          in, cap, BindingConstraint::kInsufficientData,
+          absl::StrFormat("explores gradually: at most %d replicas, 2x the largest measured "
+                          "size (%d)",
+                          cap, largest));
     }
     return Hold(in, cap, BindingConstraint::kMaxReplicas,
                 absl::StrFormat("the planner may use up to max_replicas=%d", cap));
@@ -410,7 +415,8 @@ const KubeDlPolicy kKubeDl;
 const HpaPolicy kHpa;
 const EfficiencyPolicy kEfficiency;
 const PlannerPolicy kPlanner;
-const Policy* const kPolicies[] = {&kPlanner, &kStaticMin, &kStaticMax, &kKubeDl, &kHpa, &kEfficiency};
+const Policy* const kPolicies[] = {&kPlanner, &kStaticMin, &kStaticMax,
+                                   &kKubeDl,  &kHpa,       &kEfficiency};
 
 }  // namespace
 
@@ -440,9 +446,10 @@ absl::Status ValidatePolicyParameters(std::string_view policy_name,
   for (const auto& [key, value] : parameters) {
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "spec.parameters[\"%s\"] is not a parameter of policy %s; it takes: %s", key,
-          policy_name,
-          known.empty() ? "none" : absl::StrJoin(std::vector<std::string>(known.begin(), known.end()), ", ")));
+          "spec.parameters[\"%s\"] is not a parameter of policy %s; it takes: %s", key, policy_name,
+          known.empty()
+              ? "none"
+              : absl::StrJoin(std::vector<std::string>(known.begin(), known.end()), ", ")));
     }
     if (key == kSelectPolicy) {
       if (value != "Max" && value != "Min" && value != "Disabled") {
@@ -457,8 +464,8 @@ absl::Status ValidatePolicyParameters(std::string_view policy_name,
           "spec.parameters[\"%s\"] must be a non-negative number, got \"%s\"", key, value));
     }
     if ((key == kTargetEfficiency || key == kEfficiencyThreshold) && (number <= 0 || number > 1)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "spec.parameters[\"%s\"] must be in (0, 1], got %s", key, value));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("spec.parameters[\"%s\"] must be in (0, 1], got %s", key, value));
     }
     if (key == kPeriod && number <= 0) {
       return absl::InvalidArgumentError(
@@ -471,11 +478,14 @@ absl::Status ValidatePolicyParameters(std::string_view policy_name,
 PolicyOptions ResolvePolicyOptions(const PolicyOptions& defaults,
                                    const std::map<std::string, std::string>& parameters) {
   PolicyOptions options = defaults;
-  options.cooldown = absl::Seconds(ParamOr(parameters, kCooldown, absl::ToDoubleSeconds(defaults.cooldown)));
-  options.horizon = absl::Seconds(ParamOr(parameters, kHorizon, absl::ToDoubleSeconds(defaults.horizon)));
+  options.cooldown =
+      absl::Seconds(ParamOr(parameters, kCooldown, absl::ToDoubleSeconds(defaults.cooldown)));
+  options.horizon =
+      absl::Seconds(ParamOr(parameters, kHorizon, absl::ToDoubleSeconds(defaults.horizon)));
   options.efficiency_threshold =
       ParamOr(parameters, kEfficiencyThreshold, defaults.efficiency_threshold);
-  options.hpa_target_efficiency = ParamOr(parameters, kTargetEfficiency, defaults.hpa_target_efficiency);
+  options.hpa_target_efficiency =
+      ParamOr(parameters, kTargetEfficiency, defaults.hpa_target_efficiency);
   return options;
 }
 

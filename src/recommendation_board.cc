@@ -39,8 +39,9 @@ void Subscription::Push(RecommendationEvent event) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
-    const std::string key =
-        event.type == RecommendationEvent::Type::kSynced ? std::string() : event.recommendation.job_id;
+    const std::string key = event.type == RecommendationEvent::Type::kSynced
+                                ? std::string()
+                                : event.recommendation.job_id;
     auto it = pending_.find(key);
     if (it == pending_.end()) {
       const uint64_t sequence = next_sequence_++;
@@ -150,9 +151,8 @@ absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return absl::UnavailableError("the server is shutting down");
   if (static_cast<int>(subscriptions_.size()) >= max_subscriptions_) {
-    return absl::ResourceExhaustedError(
-        "too many concurrent watchers: the limit is " + std::to_string(max_subscriptions_) +
-        " (--max_watchers)");
+    return absl::ResourceExhaustedError("too many concurrent watchers: the limit is " +
+                                        std::to_string(max_subscriptions_) + " (--max_watchers)");
   }
   std::shared_ptr<Subscription> sub(new Subscription(std::move(namespace_filter)));
   std::vector<const Recommendation*> initial;
@@ -172,9 +172,8 @@ absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
 void RecommendationBoard::Unsubscribe(const std::shared_ptr<Subscription>& subscription) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    subscriptions_.erase(
-        std::remove(subscriptions_.begin(), subscriptions_.end(), subscription),
-        subscriptions_.end());
+    subscriptions_.erase(std::remove(subscriptions_.begin(), subscriptions_.end(), subscription),
+                         subscriptions_.end());
   }
   subscription->Close();
 }

@@ -194,8 +194,8 @@ bool Finite(double x) { return std::isfinite(x); }
 struct FitRow {
   double replicas = 0;
   Placement where;
-  double step = 0;      // relative to the reference step
-  double weight = 0;    // inverse variance of log step, times recency
+  double step = 0;        // relative to the reference step
+  double weight = 0;      // inverse variance of log step, times recency
   bool observed = false;  // from an Observation (false: a prior point)
 };
 
@@ -353,7 +353,8 @@ Vec FitParameters(const std::vector<FitRow>& rows, const Vec& lower) {
       double step = 1.0;
       for (int halving = 0; halving <= kStepHalvings && !improved; ++halving, step *= 0.5) {
         Vec candidate;
-        for (int i = 0; i < kParams; ++i) candidate[i] = params[i] + step * (proposal[i] - params[i]);
+        for (int i = 0; i < kParams; ++i)
+          candidate[i] = params[i] + step * (proposal[i] - params[i]);
         const double value = Objective(rows, candidate);
         if (value < objective) {
           params = candidate;
@@ -519,7 +520,8 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   for (size_t i = 0; i < rows.size();) {
     double precision = 0;
     size_t j = i;
-    for (; j < rows.size() && rows[j].replicas == rows[i].replicas; ++j) precision += rows[j].weight;
+    for (; j < rows.size() && rows[j].replicas == rows[i].replicas; ++j)
+      precision += rows[j].weight;
     const double relative =
         std::sqrt(1.0 / precision + model.rms_log_error_ * model.rms_log_error_);
     model.anchors_.push_back({static_cast<uint32_t>(rows[i].replicas), relative});
@@ -550,7 +552,8 @@ double ThroughputModel::Uncertainty(uint32_t n) const {
   if (empty_ || n == 0) return 0;
   double relative = kMaxRelativeUncertainty;
   for (const Anchor& anchor : anchors_) {
-    const double distance = kExtrapolationPerLogSize * std::log(static_cast<double>(n) / anchor.replicas);
+    const double distance =
+        kExtrapolationPerLogSize * std::log(static_cast<double>(n) / anchor.replicas);
     relative = std::min(relative, std::hypot(anchor.relative_error, distance));
   }
   return SamplesPerSecond(n) * relative;
@@ -571,10 +574,11 @@ std::string ThroughputModel::Describe() const {
   // The node term is shown only when the model knows node boundaries.
   const std::string across_nodes =
       gpus_per_node_ == 0 ? std::string()
-                          : absl::StrFormat(" + [nodes>1](%.4g + %.4g*(per_node-1)) (%u GPUs/node, "
-                                            "%u/replica)",
-                                            node_sync_seconds_, node_sync_per_colocated_seconds_,
-                                            gpus_per_node_, gpus_per_replica_);
+                          : absl::StrFormat(
+                                " + [nodes>1](%.4g + %.4g*(per_node-1)) (%u GPUs/node, "
+                                "%u/replica)",
+                                node_sync_seconds_, node_sync_per_colocated_seconds_,
+                                gpus_per_node_, gpus_per_replica_);
   return absl::StrFormat(
       "step(n) = %.4g + [n>1](%.4g + %.4g*(n-2))%s s, batch %.4g, fitted at n=%s, rms log error "
       "%.3f",

@@ -6,28 +6,44 @@ namespace rescale {
 
 std::string_view ActionName(Action action) {
   switch (action) {
-    case Action::kUnspecified: return "ACTION_UNSPECIFIED";
-    case Action::kHold: return "HOLD";
-    case Action::kScaleUp: return "SCALE_UP";
-    case Action::kScaleDown: return "SCALE_DOWN";
-    case Action::kSuspend: return "SUSPEND";
-    case Action::kResume: return "RESUME";
+    case Action::kUnspecified:
+      return "ACTION_UNSPECIFIED";
+    case Action::kHold:
+      return "HOLD";
+    case Action::kScaleUp:
+      return "SCALE_UP";
+    case Action::kScaleDown:
+      return "SCALE_DOWN";
+    case Action::kSuspend:
+      return "SUSPEND";
+    case Action::kResume:
+      return "RESUME";
   }
   return "ACTION_UNSPECIFIED";
 }
 
 std::string_view BindingConstraintName(BindingConstraint constraint) {
   switch (constraint) {
-    case BindingConstraint::kUnspecified: return "BINDING_CONSTRAINT_UNSPECIFIED";
-    case BindingConstraint::kNone: return "NONE";
-    case BindingConstraint::kCapacity: return "CAPACITY";
-    case BindingConstraint::kMinReplicas: return "MIN_REPLICAS";
-    case BindingConstraint::kMaxReplicas: return "MAX_REPLICAS";
-    case BindingConstraint::kEfficiency: return "EFFICIENCY";
-    case BindingConstraint::kCooldown: return "COOLDOWN";
-    case BindingConstraint::kRestartCost: return "RESTART_COST";
-    case BindingConstraint::kPreempted: return "PREEMPTED";
-    case BindingConstraint::kInsufficientData: return "INSUFFICIENT_DATA";
+    case BindingConstraint::kUnspecified:
+      return "BINDING_CONSTRAINT_UNSPECIFIED";
+    case BindingConstraint::kNone:
+      return "NONE";
+    case BindingConstraint::kCapacity:
+      return "CAPACITY";
+    case BindingConstraint::kMinReplicas:
+      return "MIN_REPLICAS";
+    case BindingConstraint::kMaxReplicas:
+      return "MAX_REPLICAS";
+    case BindingConstraint::kEfficiency:
+      return "EFFICIENCY";
+    case BindingConstraint::kCooldown:
+      return "COOLDOWN";
+    case BindingConstraint::kRestartCost:
+      return "RESTART_COST";
+    case BindingConstraint::kPreempted:
+      return "PREEMPTED";
+    case BindingConstraint::kInsufficientData:
+      return "INSUFFICIENT_DATA";
   }
   return "BINDING_CONSTRAINT_UNSPECIFIED";
 }

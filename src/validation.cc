@@ -43,16 +43,16 @@ absl::Status ValidateJobId(std::string_view job_id, std::string_view field) {
   }
   size_t slash = job_id.find('/');
   if (slash == std::string_view::npos || job_id.find('/', slash + 1) != std::string_view::npos) {
-    return Invalid(absl::StrFormat(
-        "%s \"%s\" must be \"namespace/name\" with exactly one '/'", field, job_id));
+    return Invalid(absl::StrFormat("%s \"%s\" must be \"namespace/name\" with exactly one '/'",
+                                   field, job_id));
   }
   std::string_view ns = job_id.substr(0, slash);
   std::string_view name = job_id.substr(slash + 1);
   if (!IsDns1123Label(ns)) {
-    return Invalid(absl::StrFormat(
-        "%s \"%s\": namespace \"%s\" is not a DNS-1123 label (1-63 characters of "
-        "a-z, 0-9 and '-', starting and ending with a letter or digit)",
-        field, job_id, ns));
+    return Invalid(
+        absl::StrFormat("%s \"%s\": namespace \"%s\" is not a DNS-1123 label (1-63 characters of "
+                        "a-z, 0-9 and '-', starting and ending with a letter or digit)",
+                        field, job_id, ns));
   }
   if (!IsDns1123Subdomain(name)) {
     return Invalid(absl::StrFormat(
@@ -66,17 +66,16 @@ absl::Status ValidateJobId(std::string_view job_id, std::string_view field) {
 absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
   if (absl::Status s = ValidateJobId(spec.job_id, "spec.job_id"); !s.ok()) return s;
   if (spec.min_replicas < 1) {
-    return Invalid(absl::StrFormat("spec.min_replicas must be at least 1, got %d",
-                                   spec.min_replicas));
+    return Invalid(
+        absl::StrFormat("spec.min_replicas must be at least 1, got %d", spec.min_replicas));
   }
   if (spec.max_replicas > limits.max_replicas) {
     return Invalid(absl::StrFormat("spec.max_replicas %d exceeds the limit of %d",
                                    spec.max_replicas, limits.max_replicas));
   }
   if (spec.min_replicas > spec.max_replicas) {
-    return Invalid(absl::StrFormat(
-        "spec.min_replicas (%d) must not exceed spec.max_replicas (%d)", spec.min_replicas,
-        spec.max_replicas));
+    return Invalid(absl::StrFormat("spec.min_replicas (%d) must not exceed spec.max_replicas (%d)",
+                                   spec.min_replicas, spec.max_replicas));
   }
   if (spec.gpus_per_replica < 1 || spec.gpus_per_replica > limits.max_gpus_per_replica) {
     return Invalid(absl::StrFormat("spec.gpus_per_replica must be in [1, %d], got %d",
@@ -92,14 +91,15 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
                                    spec.local_batch_size, limits.max_local_batch_size));
   }
   if (spec.prior.size() > limits.max_prior_points) {
-    return Invalid(absl::StrFormat("spec.prior has %d points; the limit is %d",
-                                   spec.prior.size(), limits.max_prior_points));
+    return Invalid(absl::StrFormat("spec.prior has %d points; the limit is %d", spec.prior.size(),
+                                   limits.max_prior_points));
   }
   for (size_t i = 0; i < spec.prior.size(); ++i) {
     const CurvePoint& p = spec.prior[i];
     if (p.replicas < 1 || p.replicas > spec.max_replicas) {
-      return Invalid(absl::StrFormat("spec.prior[%d].replicas must be in [1, %d] (max_replicas), got %d",
-                                     i, spec.max_replicas, p.replicas));
+      return Invalid(
+          absl::StrFormat("spec.prior[%d].replicas must be in [1, %d] (max_replicas), got %d", i,
+                          spec.max_replicas, p.replicas));
     }
     if (!std::isfinite(p.samples_per_second) || p.samples_per_second <= 0) {
       return Invalid(absl::StrFormat(
@@ -108,8 +108,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
     }
     for (size_t j = 0; j < i; ++j) {
       if (spec.prior[j].replicas == p.replicas) {
-        return Invalid(absl::StrFormat("spec.prior[%d].replicas %d repeats spec.prior[%d]", i,
-                                       p.replicas, j));
+        return Invalid(
+            absl::StrFormat("spec.prior[%d].replicas %d repeats spec.prior[%d]", i, p.replicas, j));
       }
     }
   }

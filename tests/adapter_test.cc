@@ -9,7 +9,14 @@
 // fake API server's request log (its own condition variable). Retry delays
 // are a few milliseconds with a fixed jitter source, so retries are quick
 // and repeatable.
+#include "client/adapter/adapter.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -17,19 +24,13 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-#include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
-#include <unistd.h>
-#include <yaml-cpp/yaml.h>
-
-#include "client/adapter/adapter.h"
 #include "client/adapter/curl_kube_client.h"
 #include "client/adapter/kube_config.h"
 #include "rescale/clock.h"
@@ -74,9 +75,10 @@ json PyTorchJob(const JobParams& p) {
       {"template",
        {{"spec",
          {{"containers",
-           json::array({{{"name", "pytorch"},
-                         {"image", "example/train:1"},
-                         {"resources", {{"limits", {{"nvidia.com/gpu", std::to_string(p.gpus)}}}}}}})}}}}}};
+           json::array(
+               {{{"name", "pytorch"},
+                 {"image", "example/train:1"},
+                 {"resources", {{"limits", {{"nvidia.com/gpu", std::to_string(p.gpus)}}}}}}})}}}}}};
   json job = {{"apiVersion", p.api_version},
               {"kind", "PyTorchJob"},
               {"metadata", {{"name", p.name}, {"namespace", p.ns}, {"annotations", p.annotations}}},
@@ -89,7 +91,8 @@ json PyTorchJob(const JobParams& p) {
   if (p.hpa_metrics) {
     elastic["metrics"] = json::array(
         {{{"type", "Resource"},
-          {"resource", {{"name", "cpu"}, {"target", {{"type", "Utilization"}, {"averageUtilization", 80}}}}}}});
+          {"resource",
+           {{"name", "cpu"}, {"target", {{"type", "Utilization"}, {"averageUtilization", 80}}}}}}});
   }
   if (!elastic.empty()) job["spec"]["elasticPolicy"] = elastic;
   if (p.suspend) job["spec"]["runPolicy"] = {{"suspend", *p.suspend}};
@@ -116,7 +119,9 @@ std::string JobPath(const std::string& ns, const std::string& name,
   return "/apis/" + group_version + "/namespaces/" + ns + "/pytorchjobs/" + name;
 }
 
-int Workers(const json& job) { return job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"].get<int>(); }
+int Workers(const json& job) {
+  return job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"].get<int>();
+}
 
 // ------------------------------------------------------------- harness --
 
@@ -199,9 +204,11 @@ class Harness {
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
     if (!channel) {
-      channel = grpc::CreateCustomChannel(rescaled->address(), grpc::InsecureChannelCredentials(), args);
+      channel =
+          grpc::CreateCustomChannel(rescaled->address(), grpc::InsecureChannelCredentials(), args);
     }
-    test_channel = grpc::CreateCustomChannel(rescaled->address(), grpc::InsecureChannelCredentials(), args);
+    test_channel =
+        grpc::CreateCustomChannel(rescaled->address(), grpc::InsecureChannelCredentials(), args);
     jobs = v1::JobService::NewStub(test_channel);
     cluster = v1::ClusterService::NewStub(test_channel);
   }
@@ -220,7 +227,8 @@ class Harness {
   }
 
   void StartAdapter(AdapterOptions options) {
-    adapter = std::make_unique<rescale::adapter::Adapter>(std::move(options), client.get(), channel);
+    adapter =
+        std::make_unique<rescale::adapter::Adapter>(std::move(options), client.get(), channel);
     adapter->Start();
   }
   void StartAdapter() { StartAdapter(Options()); }
@@ -244,7 +252,8 @@ class Harness {
   bool WaitForPatches(const std::string& path, size_t count) {
     return kube.WaitForRequests([&](const std::vector<RecordedRequest>& requests) {
       size_t n = 0;
-      for (const RecordedRequest& request : requests) n += request.method == "PATCH" && request.path == path;
+      for (const RecordedRequest& request : requests)
+        n += request.method == "PATCH" && request.path == path;
       return n >= count;
     });
   }
@@ -270,12 +279,10 @@ TEST_CASE("ParsePyTorchJob takes min and max from elasticPolicy as the operator 
   p.max_replicas = 6;
   p.gpus = 4;
   p.master = true;
-  p.annotations = {{"rescale.io/priority", "7"},
-                   {"rescale.io/restart-cost-seconds", "45.5"},
-                   {"rescale.io/preemptible", "false"},
-                   {"rescale.io/policy", "planner"},
-                   {"rescale.io/local-batch-size", "32"},
-                   {"rescale.io/parameter.cooldown_seconds", "120"}};
+  p.annotations = {
+      {"rescale.io/priority", "7"},          {"rescale.io/restart-cost-seconds", "45.5"},
+      {"rescale.io/preemptible", "false"},   {"rescale.io/policy", "planner"},
+      {"rescale.io/local-batch-size", "32"}, {"rescale.io/parameter.cooldown_seconds", "120"}};
   auto job = rescale::adapter::ParsePyTorchJob(PyTorchJob(p));
   REQUIRE(job.ok());
   CHECK(job->id == "default/bert");
@@ -326,7 +333,8 @@ TEST_CASE("ParsePyTorchJob errors name the object and the field") {
   no_worker["spec"]["pytorchReplicaSpecs"].erase("Worker");
   job = rescale::adapter::ParsePyTorchJob(no_worker);
   REQUIRE_FALSE(job.ok());
-  CHECK_THAT(std::string(job.status().message()), Catch::Contains("spec.pytorchReplicaSpecs.Worker"));
+  CHECK_THAT(std::string(job.status().message()),
+             Catch::Contains("spec.pytorchReplicaSpecs.Worker"));
 }
 
 TEST_CASE("ParsePyTorchJob marks operator-HPA jobs and finished jobs") {
@@ -362,7 +370,8 @@ TEST_CASE("the patches are JSON merge patches guarded by resourceVersion") {
         json::parse(R"({"metadata":{"resourceVersion":"42"},
                         "spec":{"pytorchReplicaSpecs":{"Worker":{"replicas":3}}}})"));
   CHECK(rescale::adapter::WorkerPatch("42", std::nullopt, true) ==
-        json::parse(R"({"metadata":{"resourceVersion":"42"},"spec":{"runPolicy":{"suspend":true}}})"));
+        json::parse(
+            R"({"metadata":{"resourceVersion":"42"},"spec":{"runPolicy":{"suspend":true}}})"));
   CHECK(rescale::adapter::MinMemberPatch("7", 5) ==
         json::parse(R"({"metadata":{"resourceVersion":"7"},"spec":{"minMember":5}})"));
 }
@@ -431,16 +440,17 @@ TEST_CASE("the curl client refuses plain URLs that are not http(s) and maps HTTP
   auto scale = (*client)->Get(JobPath("default", "bert") + "/scale");
   REQUIRE(scale.ok());
   CHECK((*scale)["spec"]["replicas"] == 2);
-  auto scaled = (*client)->Patch(JobPath("default", "bert") + "/scale", "application/merge-patch+json",
-                                 json{{"spec", {{"replicas", 3}}}});
+  auto scaled = (*client)->Patch(JobPath("default", "bert") + "/scale",
+                                 "application/merge-patch+json", json{{"spec", {{"replicas", 3}}}});
   REQUIRE(scaled.ok());
   CHECK(Workers(kube.Object(JobPath("default", "bert"))) == 3);
 }
 
 TEST_CASE("the curl client sends the bearer token and re-reads a rotated token file") {
   FakeKubeApi kube;
-  auto dir = std::filesystem::temp_directory_path() /
-             ("adapter_test_token_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("adapter_test_token_" + std::to_string(::getpid()) +
+                                                "_" + std::to_string(std::random_device{}()));
   std::filesystem::create_directories(dir);
   const std::string token_file = (dir / "token").string();
   std::ofstream(token_file) << "first\n";
@@ -466,8 +476,9 @@ TEST_CASE("the curl client sends the bearer token and re-reads a rotated token f
 }
 
 TEST_CASE("in-cluster config reads the service-account mount and the service environment") {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("adapter_test_sa_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("adapter_test_sa_" + std::to_string(::getpid()) +
+                                                "_" + std::to_string(std::random_device{}()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "token") << "sa-token\n";
   std::ofstream(dir / "ca.crt") << "PEM";
@@ -503,8 +514,9 @@ using rescale::testing::kTestCertificate;
 using rescale::testing::kTestPrivateKey;
 
 TEST_CASE("over https the curl client verifies the API server against the configured CA") {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("adapter_test_tls_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("adapter_test_tls_" + std::to_string(::getpid()) +
+                                                "_" + std::to_string(std::random_device{}()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "tls.crt") << kTestCertificate;
   std::ofstream(dir / "tls.key") << kTestPrivateKey;
@@ -593,9 +605,8 @@ TEST_CASE("discovery registers labelled jobs with their spec and skips unlabelle
   CHECK(selected);
 
   // A change of the job updates rescaled.
-  h.kube.Update(JobPath("default", "bert"), [](json& job) {
-    job["metadata"]["annotations"]["rescale.io/priority"] = "9";
-  });
+  h.kube.Update(JobPath("default", "bert"),
+                [](json& job) { job["metadata"]["annotations"]["rescale.io/priority"] = "9"; });
   REQUIRE(h.log.WaitFor([](const std::vector<AdapterEvent>& events) {
     for (const AdapterEvent& event : events) {
       if (event.kind == Kind::kRegistered && event.detail == "updated") return true;
@@ -630,7 +641,8 @@ TEST_CASE("scale up and down send exact merge patches and each generation is app
   CHECK(job->status().last_applied_generation() == generation);
 
   // Scale down: the policy annotation changes, rescaled recommends min.
-  h.kube.Update(path, [](json& job) { job["metadata"]["annotations"]["rescale.io/policy"] = "static-min"; });
+  h.kube.Update(
+      path, [](json& job) { job["metadata"]["annotations"]["rescale.io/policy"] = "static-min"; });
   REQUIRE(h.WaitForPatches(path, 2));
   REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 2));
   patches = h.PatchesTo(path);
@@ -648,7 +660,8 @@ TEST_CASE("scale up and down send exact merge patches and each generation is app
   const size_t updates = h.log.CountOf(Kind::kRegistered, "default/bert");
   h.kube.SendBookmarks();
   h.kube.Update(path, [](json& job) { job["metadata"]["annotations"]["note"] = "x"; });
-  h.kube.Update(path, [](json& job) { job["metadata"]["annotations"]["rescale.io/priority"] = "3"; });
+  h.kube.Update(path,
+                [](json& job) { job["metadata"]["annotations"]["rescale.io/priority"] = "3"; });
   REQUIRE(h.log.WaitCount(Kind::kRegistered, "default/bert", updates + 1));
   CHECK(h.PatchesTo(path).size() == 2);
   CHECK(h.log.CountOf(Kind::kApplied, "default/bert") == 2);
@@ -705,7 +718,8 @@ TEST_CASE("a plan is applied releases first: the shrink is patched before the gr
   REQUIRE(h.log.WaitCount(Kind::kApplied, "default/b-shrink", 1));
   std::vector<std::string> job_patches;
   for (const RecordedRequest& request : h.kube.Writes()) {
-    if (request.path == grow_path || request.path == shrink_path) job_patches.push_back(request.path);
+    if (request.path == grow_path || request.path == shrink_path)
+      job_patches.push_back(request.path);
   }
   CHECK(job_patches == std::vector<std::string>{shrink_path, grow_path});
   CHECK(Workers(h.kube.Object(shrink_path)) == 1);
@@ -768,7 +782,9 @@ TEST_CASE("suspend and resume go through spec.runPolicy.suspend") {
   const std::string low_path = JobPath("default", "low");
   REQUIRE(h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
     for (const AdapterEvent& event : events) {
-      if (event.kind == Kind::kApplied && event.job_id == "default/low" && event.detail == "suspend") return true;
+      if (event.kind == Kind::kApplied && event.job_id == "default/low" &&
+          event.detail == "suspend")
+        return true;
     }
     return false;
   }));
@@ -788,8 +804,10 @@ TEST_CASE("suspend and resume go through spec.runPolicy.suspend") {
     bool suspended = false;
     for (const AdapterEvent& event : events) {
       if (event.kind != Kind::kApplied || event.job_id != "default/low") continue;
-      if (event.detail == "suspend") suspended = true;
-      else if (suspended) return true;
+      if (event.detail == "suspend")
+        suspended = true;
+      else if (suspended)
+        return true;
     }
     return false;
   }));
@@ -803,7 +821,8 @@ TEST_CASE("suspend and resume go through spec.runPolicy.suspend") {
 }
 
 TEST_CASE("PodGroup minMember follows the workers plus master, for both PodGroup flavours") {
-  for (const std::string api_version : {"scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"}) {
+  for (const std::string api_version :
+       {"scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"}) {
     DYNAMIC_SECTION(api_version) {
       Harness h;
       JobParams p;  // 2 workers + 1 master; static-max -> 4 workers
@@ -885,8 +904,9 @@ TEST_CASE("a watch answered with 410 Gone relists and catches up") {
       // The relist came after a watch that asked for bookmarks.
       bool bookmarks = false;
       for (const RecordedRequest& request : h.kube.Requests()) {
-        if (request.is_watch()) bookmarks = request.query.count("allowWatchBookmarks") &&
-                                            request.query.at("allowWatchBookmarks") == "true";
+        if (request.is_watch())
+          bookmarks = request.query.count("allowWatchBookmarks") &&
+                      request.query.at("allowWatchBookmarks") == "true";
       }
       CHECK(bookmarks);
     }
@@ -922,7 +942,8 @@ TEST_CASE("an API server restart: the adapter re-watches from its resourceVersio
   for (const RecordedRequest& request : h.kube.Requests()) {
     if (request.path != "/apis/kubeflow.org/v1/pytorchjobs") continue;
     if (!request.is_watch()) relisted = true;
-    if (request.is_watch() && first_watch_rv.empty()) first_watch_rv = request.query.at("resourceVersion");
+    if (request.is_watch() && first_watch_rv.empty())
+      first_watch_rv = request.query.at("resourceVersion");
   }
   CHECK(first_watch_rv == bookmark_rv);
   CHECK_FALSE(relisted);
@@ -993,15 +1014,19 @@ TEST_CASE("dry run prints the exact patches and sends none") {
   std::istringstream out(h.dry_run_out.str());
   for (std::string line; std::getline(out, line);) lines.push_back(line);
   REQUIRE(lines.size() == 2);
-  const std::string group_rv = h.kube.Object("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/bert")
-                                   ["metadata"]["resourceVersion"];
-  const std::string job_rv = h.kube.Object(JobPath("default", "bert"))["metadata"]["resourceVersion"];
-  CHECK(lines[0] == "PATCH /apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/bert "
-                    "application/merge-patch+json {\"metadata\":{\"resourceVersion\":\"" + group_rv +
-                    "\"},\"spec\":{\"minMember\":5}}");
-  CHECK(lines[1] == "PATCH /apis/kubeflow.org/v1/namespaces/default/pytorchjobs/bert "
-                    "application/merge-patch+json {\"metadata\":{\"resourceVersion\":\"" + job_rv +
-                    "\"},\"spec\":{\"pytorchReplicaSpecs\":{\"Worker\":{\"replicas\":4}}}}");
+  const std::string group_rv = h.kube.Object(
+      "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/bert")["metadata"]
+                                                                             ["resourceVersion"];
+  const std::string job_rv =
+      h.kube.Object(JobPath("default", "bert"))["metadata"]["resourceVersion"];
+  CHECK(lines[0] ==
+        "PATCH /apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/bert "
+        "application/merge-patch+json {\"metadata\":{\"resourceVersion\":\"" +
+            group_rv + "\"},\"spec\":{\"minMember\":5}}");
+  CHECK(lines[1] ==
+        "PATCH /apis/kubeflow.org/v1/namespaces/default/pytorchjobs/bert "
+        "application/merge-patch+json {\"metadata\":{\"resourceVersion\":\"" +
+            job_rv + "\"},\"spec\":{\"pytorchReplicaSpecs\":{\"Worker\":{\"replicas\":4}}}}");
   // Nothing was applied, so rescaled still sees the 2 workers that run.
   auto job = h.GetJob("default/bert");
   CHECK(job->status().current_replicas() == 2);
@@ -1068,7 +1093,8 @@ TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs"
       if (!doc || doc.IsNull()) continue;
       REQUIRE(doc["kind"]);
       REQUIRE(doc["apiVersion"]);
-      by_kind[doc["kind"].as<std::string>() + "/" + doc["metadata"]["name"].as<std::string>()] = doc;
+      by_kind[doc["kind"].as<std::string>() + "/" + doc["metadata"]["name"].as<std::string>()] =
+          doc;
     }
   }
   REQUIRE(by_kind.count("ClusterRole/rescale-adapter"));
@@ -1077,17 +1103,20 @@ TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs"
     for (const YAML::Node& group : rule["apiGroups"]) {
       for (const YAML::Node& resource : rule["resources"]) {
         for (const YAML::Node& verb : rule["verbs"]) {
-          grants.insert(group.as<std::string>() + "/" + resource.as<std::string>() + ":" + verb.as<std::string>());
+          grants.insert(group.as<std::string>() + "/" + resource.as<std::string>() + ":" +
+                        verb.as<std::string>());
         }
       }
     }
   }
   std::set<std::string> expected;
   for (const char* group : {"kubeflow.org", "training.kubedl.io"}) {
-    for (const char* verb : {"get", "list", "watch", "patch"}) expected.insert(std::string(group) + "/pytorchjobs:" + verb);
+    for (const char* verb : {"get", "list", "watch", "patch"})
+      expected.insert(std::string(group) + "/pytorchjobs:" + verb);
   }
   for (const char* group : {"scheduling.x-k8s.io", "scheduling.volcano.sh"}) {
-    for (const char* verb : {"get", "patch"}) expected.insert(std::string(group) + "/podgroups:" + verb);
+    for (const char* verb : {"get", "patch"})
+      expected.insert(std::string(group) + "/podgroups:" + verb);
   }
   for (const char* verb : {"get", "list", "watch"}) expected.insert("/nodes:" + std::string(verb));
   CHECK(grants == expected);

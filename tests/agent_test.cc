@@ -6,6 +6,11 @@
 // — no sample lost or stored twice when answers are lost and batches are
 // resent. Time is a ManualClock shared by agent and server; nothing sleeps;
 // the server binds port 0.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,11 +18,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <unistd.h>
 
 #include "client/agent/parser.h"
 #include "client/agent/sender.h"
@@ -71,8 +71,8 @@ TEST_CASE("imagenet parser reads the batch time and numbers steps epoch * batche
 
 TEST_CASE("imagenet parser accepts prefixes from kubectl --timestamps and launchers") {
   auto parser = Parser("imagenet");
-  std::optional<ParsedStep> p = parser->Parse(
-      std::string("2024-05-01T10:00:00.123456789Z [default0]:") + kImagenetLines[1]);
+  std::optional<ParsedStep> p =
+      parser->Parse(std::string("2024-05-01T10:00:00.123456789Z [default0]:") + kImagenetLines[1]);
   REQUIRE(p);
   CHECK(p->seconds == Approx(0.468));
   CHECK(p->step == 2u * 5005 + 10);
@@ -85,19 +85,18 @@ TEST_CASE("imagenet parser accepts prefixes from kubectl --timestamps and launch
 TEST_CASE("imagenet parser ignores validation, summaries, other output and malformed lines") {
   auto parser = Parser("imagenet");
   for (const char* line : {
-           "Test: [ 10/196]\tTime  0.101 ( 0.120)\tLoss 1.0144e+00 (9.5380e-01)\tAcc@1  75.00 ( 76.42)",
-           " *   Acc@1 76.130 Acc@5 92.862",
-           "=> creating model 'resnet50'",
-           "Use GPU: 0 for training",
-           "",
-           "Epoch: [0][  10/5005]",                            // no Time meter
-           "Epoch: [0][  10/5005]\tData  0.001 ( 0.052)",      // no Time meter
-           "Epoch: [x][  10/5005]\tTime  0.468 ( 0.512)",      // epoch not a number
-           "Epoch: [0][6000/5005]\tTime  0.468 ( 0.512)",      // index beyond the epoch
-           "Epoch: [0][  10/0]\tTime  0.468 ( 0.512)",         // no batches
-           "Epoch: [0][  10/5005]\tTime  nan (  nan)",         // not a number
-           "Epoch: [0][  10/5005]\tTime  0.000 ( 0.000)",      // not positive
-           "Epoch: [0][  10/5005]\tTimer 0.468 ( 0.512)",      // not the Time meter
+           "Test: [ 10/196]\tTime  0.101 ( 0.120)\tLoss 1.0144e+00 (9.5380e-01)\tAcc@1  75.00 ( "
+           "76.42)",
+           " *   Acc@1 76.130 Acc@5 92.862", "=> creating model 'resnet50'",
+           "Use GPU: 0 for training", "",
+           "Epoch: [0][  10/5005]",                        // no Time meter
+           "Epoch: [0][  10/5005]\tData  0.001 ( 0.052)",  // no Time meter
+           "Epoch: [x][  10/5005]\tTime  0.468 ( 0.512)",  // epoch not a number
+           "Epoch: [0][6000/5005]\tTime  0.468 ( 0.512)",  // index beyond the epoch
+           "Epoch: [0][  10/0]\tTime  0.468 ( 0.512)",     // no batches
+           "Epoch: [0][  10/5005]\tTime  nan (  nan)",     // not a number
+           "Epoch: [0][  10/5005]\tTime  0.000 ( 0.000)",  // not positive
+           "Epoch: [0][  10/5005]\tTimer 0.468 ( 0.512)",  // not the Time meter
        }) {
     INFO(line);
     CHECK_FALSE(parser->Parse(line));
@@ -126,7 +125,8 @@ TEST_CASE("kv parser reads step_time, step and batch_size and ignores other keys
 }
 
 TEST_CASE("regex parser takes named groups, or group 1 as seconds") {
-  auto named = Parser(R"(regex:iter (?<step>\d+) .*took (?P<step_time>[0-9.]+)s(?: bs=(?<batch_size>\d+))?)");
+  auto named = Parser(
+      R"(regex:iter (?<step>\d+) .*took (?P<step_time>[0-9.]+)s(?: bs=(?<batch_size>\d+))?)");
   std::optional<ParsedStep> p = named->Parse("rank0 iter 41 loss 2.3 took 0.125s bs=32");
   REQUIRE(p);
   CHECK(p->seconds == Approx(0.125));
@@ -264,7 +264,8 @@ TEST_CASE("file follower reports a missing file as NOT_FOUND and picks it up lat
   absl::Status status = follower.Poll([](std::string_view) {});
   CHECK(status.code() == absl::StatusCode::kNotFound);
   log.Append("late\n");
-  CHECK(PollAll(follower) == std::vector<std::string>{"late"});  // a file that appears is read whole
+  CHECK(PollAll(follower) ==
+        std::vector<std::string>{"late"});  // a file that appears is read whole
 }
 
 // ---- sender with a scripted transport -------------------------------------------
@@ -343,7 +344,8 @@ TEST_CASE("sender backs off exponentially with injected jitter, capped, and rese
   transport.script = {absl::UnavailableError("down"), absl::UnavailableError("down"),
                       absl::DeadlineExceededError("slow"), absl::UnavailableError("down"),
                       absl::UnavailableError("down")};
-  SampleSender sender(SmallOptions(), &transport, &clock, [] { return 0.5; });  // 3/4 of the ceiling
+  SampleSender sender(SmallOptions(), &transport, &clock,
+                      [] { return 0.5; });  // 3/4 of the ceiling
   for (uint64_t i = 0; i < 3; ++i) sender.Add(At(clock, i));
   const absl::Duration expected[] = {absl::Milliseconds(75), absl::Milliseconds(150),
                                      absl::Milliseconds(300), absl::Milliseconds(600),
@@ -489,7 +491,9 @@ class FaultyTransport final : public SampleTransport {
   SampleTransport* real_;
 };
 
-TEST_CASE("agent delivers every sample exactly once to rescaled when answers are lost and batches resent") {
+TEST_CASE(
+    "agent delivers every sample exactly once to rescaled when answers are lost and batches "
+    "resent") {
   AgentServer server;
   GrpcTransport grpc(server.channel, absl::Seconds(30));
   FaultyTransport faulty(&grpc);
@@ -532,12 +536,14 @@ TEST_CASE("agent pipeline feeds imagenet log lines through to rescaled's pod sta
   LineFeeder feeder(parser.get(), &sender, &server.clock);
   feeder.Feed("=> creating model 'resnet50'");
   for (int i = 0; i < 10; ++i) {
-    feeder.Feed("Epoch: [0][" + std::to_string(i) + "/100]\tTime  0.250 ( 0.250)\tData  0.001 ( 0.001)");
+    feeder.Feed("Epoch: [0][" + std::to_string(i) +
+                "/100]\tTime  0.250 ( 0.250)\tData  0.001 ( 0.001)");
   }
   feeder.Feed("Test: [ 0/10]\tTime  0.100 ( 0.100)");
   // The same lines again, as after a restarted `kubectl logs -f`.
   for (int i = 0; i < 10; ++i) {
-    feeder.Feed("Epoch: [0][" + std::to_string(i) + "/100]\tTime  0.250 ( 0.250)\tData  0.001 ( 0.001)");
+    feeder.Feed("Epoch: [0][" + std::to_string(i) +
+                "/100]\tTime  0.250 ( 0.250)\tData  0.001 ( 0.001)");
   }
   sender.Close();
   sender.Run(absl::Seconds(5));  // closed: everything is due at once, no waiting
@@ -561,7 +567,8 @@ TEST_CASE("grpc transport reports an unreachable server as UNAVAILABLE, which th
     address = gone.server->address();
     gone.server->Shutdown(absl::ZeroDuration());
   }
-  GrpcTransport grpc(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), absl::Seconds(5));
+  GrpcTransport grpc(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()),
+                     absl::Seconds(5));
   ManualClock clock;
   SampleSender sender(SmallOptions(), &grpc, &clock, [] { return 0.5; });
   for (uint64_t i = 0; i < 3; ++i) sender.Add(At(clock, i));

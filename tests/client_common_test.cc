@@ -18,9 +18,9 @@
 
 namespace {
 
+using rescale::ReadFileToString;
 using rescale::client::Backoff;
 using rescale::client::BackoffOptions;
-using rescale::ReadFileToString;
 
 TEST_CASE("backoff doubles up to its cap with equal jitter in [d/2, d]") {
   BackoffOptions options;

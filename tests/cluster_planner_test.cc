@@ -10,9 +10,8 @@
 // GPUs go, and the wording of reasons and queue positions.
 #include "rescale/cluster_planner.h"
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <functional>

@@ -1,8 +1,8 @@
 // Tests of server/convert: proto defaults for unset optional fields, batch
 // flattening, enum names, timestamps and the one absl -> gRPC status mapping.
-#include <catch2/catch.hpp>
-
 #include "server/convert.h"
+
+#include <catch2/catch.hpp>
 
 namespace v1 = rescale::v1;
 using rescale::server::FromProto;

@@ -11,12 +11,10 @@
 #include "rescale/decision_engine.h"
 
 #include <catch2/catch.hpp>
-
 #include <condition_variable>
 #include <map>
-#include <mutex>
-
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -178,8 +176,9 @@ TEST_CASE("engine rejects an unknown policy listing the known ones") {
   CHECK_THAT(message, Contains("spec.policy \"magic\""));
   CHECK_THAT(message, Contains("static-min"));
   CHECK_THAT(message, Contains("static-max"));
-  CHECK(DecisionEngine::KnownPolicies() ==
-        std::vector<std::string>{"planner", "static-min", "static-max", "kubedl", "hpa", "efficiency"});
+  CHECK(DecisionEngine::KnownPolicies() == std::vector<std::string>{"planner", "static-min",
+                                                                    "static-max", "kubedl", "hpa",
+                                                                    "efficiency"});
 }
 
 TEST_CASE("engine refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
@@ -198,7 +197,8 @@ TEST_CASE("engine refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
   CHECK(engine.RegisterJob(Spec("ns/c")).ok());
 }
 
-TEST_CASE("engine turns the action to HOLD once the recommendation is applied, keeping the generation") {
+TEST_CASE(
+    "engine turns the action to HOLD once the recommendation is applied, keeping the generation") {
   ManualClock clock;
   auto engine_owner = MustCreate(StaticMinOptions(), &clock);
   DecisionEngine& engine = *engine_owner;
@@ -266,7 +266,8 @@ TEST_CASE("engine rejects applied replicas above max_replicas") {
   CHECK_THAT(std::string(status.status().message()), Contains("max_replicas 8"));
 }
 
-TEST_CASE("engine reports NOT_FOUND or INVALID_ARGUMENT for applied state of unknown or malformed jobs") {
+TEST_CASE(
+    "engine reports NOT_FOUND or INVALID_ARGUMENT for applied state of unknown or malformed jobs") {
   ManualClock clock;
   auto engine_owner = MustCreate(StaticMinOptions(), &clock);
   DecisionEngine& engine = *engine_owner;
@@ -541,7 +542,8 @@ TEST_CASE("engine destructor stops a running timer and lets go of the clock", "[
   clock.Advance(absl::Hours(2));
 }
 
-TEST_CASE("engine timer replans when the injected clock passes the plan interval", "[concurrency]") {
+TEST_CASE("engine timer replans when the injected clock passes the plan interval",
+          "[concurrency]") {
   ManualClock clock;
   EngineOptions options;  // the planner: samples widen what it may choose
   options.plan_interval = absl::Seconds(30);
@@ -599,13 +601,21 @@ TEST_CASE("Create names the option out of range and its limit") {
       {[](EngineOptions& o) { o.max_watchers = -1; }, "max_watchers must be at least 1"},
       {[](EngineOptions& o) { o.store.max_pods_per_job = 0; }, "max_pods_per_job"},
       {[](EngineOptions& o) { o.store.max_sizes_per_job = 0; }, "max_sizes_per_job"},
-      {[](EngineOptions& o) { o.plan_interval = absl::ZeroDuration(); }, "plan_interval must be positive"},
-      {[](EngineOptions& o) { o.applied_debounce = absl::Seconds(-1); }, "applied_debounce must not be negative"},
+      {[](EngineOptions& o) { o.plan_interval = absl::ZeroDuration(); },
+       "plan_interval must be positive"},
+      {[](EngineOptions& o) { o.applied_debounce = absl::Seconds(-1); },
+       "applied_debounce must not be negative"},
       {[](EngineOptions& o) { o.store.window = absl::ZeroDuration(); }, "window must be positive"},
-      {[](EngineOptions& o) { o.store.pod_ttl = absl::ZeroDuration(); }, "pod_ttl must be positive"},
-      {[](EngineOptions& o) { o.policy.horizon = absl::ZeroDuration(); }, "horizon must be positive"},
-      {[](EngineOptions& o) { o.policy.cooldown = absl::Seconds(-5); }, "cooldown must not be negative"},
-      {[](EngineOptions& o) { o.store.min_step_seconds = 10; o.store.max_step_seconds = 1; },
+      {[](EngineOptions& o) { o.store.pod_ttl = absl::ZeroDuration(); },
+       "pod_ttl must be positive"},
+      {[](EngineOptions& o) { o.policy.horizon = absl::ZeroDuration(); },
+       "horizon must be positive"},
+      {[](EngineOptions& o) { o.policy.cooldown = absl::Seconds(-5); },
+       "cooldown must not be negative"},
+      {[](EngineOptions& o) {
+         o.store.min_step_seconds = 10;
+         o.store.max_step_seconds = 1;
+       },
        "min_step_seconds must be positive and below max_step_seconds"},
   };
   for (const Case& c : cases) {
@@ -643,7 +653,8 @@ TEST_CASE("auto-registering several jobs from one batch plans once, for all of t
   CHECK(after.plans_run == before.plans_run + 1);  // not one per job, plus one
   std::vector<RecommendationEvent> events = reader.Drain();
   REQUIRE(events.size() == 3);
-  for (const RecommendationEvent& event : events) CHECK(event.type == RecommendationEvent::Type::kAdded);
+  for (const RecommendationEvent& event : events)
+    CHECK(event.type == RecommendationEvent::Type::kAdded);
 }
 
 }  // namespace
@@ -696,12 +707,13 @@ TEST_CASE("engine without auto_register rejects samples of unknown jobs as not r
   CHECK(engine.GetJob("ns/ghost").status().code() == absl::StatusCode::kNotFound);
 }
 
-
 // Drives the engine like a cluster would: apply each recommendation, report
 // it, let the pods measure step times from a true law, let a cooldown pass,
 // replan. The efficiency policy should climb toward the knee of the law, then
 // come back down when communication gets slower.
-TEST_CASE("engine with the efficiency policy scales a job up to its knee and back down after a regression") {
+TEST_CASE(
+    "engine with the efficiency policy scales a job up to its knee and back down after a "
+    "regression") {
   ManualClock clock;
   EngineOptions options;
   options.default_policy = "efficiency";
@@ -737,9 +749,9 @@ TEST_CASE("engine with the efficiency policy scales a job up to its knee and bac
     peak = std::max(peak, last);
   }
   INFO("sizes: " << testing_join(sizes));
-  CHECK(sizes.front() > 1);      // it scaled up from min
-  CHECK(peak >= 6);              // toward the knee...
-  CHECK(peak <= 12);             // ...not far beyond it
+  CHECK(sizes.front() > 1);                                   // it scaled up from min
+  CHECK(peak >= 6);                                           // toward the knee...
+  CHECK(peak <= 12);                                          // ...not far beyond it
   CHECK(sizes[sizes.size() - 1] == sizes[sizes.size() - 2]);  // and settled
 
   sync_per_worker = 0.08;  // communication got 8x slower
@@ -750,8 +762,8 @@ TEST_CASE("engine with the efficiency policy scales a job up to its knee and bac
   CHECK_THAT(rec.reason, Contains("efficiency"));
 }
 
-
-TEST_CASE("engine with a debounce plans a burst of applied reports once, on its timer thread", "[concurrency]") {
+TEST_CASE("engine with a debounce plans a burst of applied reports once, on its timer thread",
+          "[concurrency]") {
   ManualClock clock;
   EngineOptions options = StaticMinOptions();
   options.applied_debounce = absl::Milliseconds(300);
@@ -801,7 +813,6 @@ TEST_CASE("engine with a debounce plans a burst of applied reports once, on its 
   engine.Unwatch(watcher);
 }
 
-
 // Reports what the engine recommends as applied and feeds each running job
 // samples from its true step-time law, as a cluster and its agents would.
 void ApplyAndMeasure(DecisionEngine& engine, ManualClock& clock,
@@ -847,7 +858,9 @@ TEST_CASE("engine's default planner gives spare GPUs to the job that scales bett
   CHECK(cluster.plan_upper_bound >= cluster.plan_utility - 1e-9);
 }
 
-TEST_CASE("engine's planner shrinks, then suspends the lower-priority job when capacity drops, and resumes it") {
+TEST_CASE(
+    "engine's planner shrinks, then suspends the lower-priority job when capacity drops, and "
+    "resumes it") {
   ManualClock clock;
   auto engine_owner = MustCreate(EngineOptions{}, &clock);
   DecisionEngine& engine = *engine_owner;

@@ -3,10 +3,10 @@
 // resourceVersion counter and event history, and the streaming watches.
 #include "tests/fake_kube_api.h"
 
+#include <httplib.h>
+
 #include <csignal>
 #include <stdexcept>
-
-#include <httplib.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -17,8 +17,8 @@ namespace {
 using json = nlohmann::json;
 
 json StatusObject(int code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"}, {"apiVersion", "v1"},   {"status", "Failure"},
-          {"message", message}, {"reason", reason}, {"code", code}};
+  return {{"kind", "Status"},   {"apiVersion", "v1"}, {"status", "Failure"},
+          {"message", message}, {"reason", reason},   {"code", code}};
 }
 
 void Reply(httplib::Response& res, int code, const json& body) {
@@ -35,7 +35,8 @@ std::string ResourceOfKind(const std::string& kind) {
 
 bool MatchesSelector(const json& object, const std::string& selector) {
   if (selector.empty()) return true;
-  for (const std::string& term : std::vector<std::string>(absl::StrSplit(selector, ',', absl::SkipEmpty()))) {
+  for (const std::string& term :
+       std::vector<std::string>(absl::StrSplit(selector, ',', absl::SkipEmpty()))) {
     std::vector<std::string> kv = absl::StrSplit(term, absl::MaxSplits('=', 1));
     if (kv.size() != 2) return false;
     std::string value = kv[1];
@@ -89,8 +90,9 @@ struct FakeKubeApi::Route {
       if (parts[i] != "scale" || i + 1 != parts.size()) return route;
       route.scale = true;
     }
-    route.collection = (route.api_version == "v1" ? "/api/v1/" : "/apis/" + route.api_version + "/") +
-                       route.resource;
+    route.collection =
+        (route.api_version == "v1" ? "/api/v1/" : "/apis/" + route.api_version + "/") +
+        route.resource;
     route.valid = true;
     return route;
   }
@@ -121,7 +123,8 @@ FakeKubeApi::FakeKubeApi(const std::string& tls_cert_file, const std::string& tl
 FakeKubeApi::~FakeKubeApi() { Stop(); }
 
 std::string FakeKubeApi::url() const {
-  return (tls_cert_file_.empty() ? "http://127.0.0.1:" : "https://127.0.0.1:") + std::to_string(port_);
+  return (tls_cert_file_.empty() ? "http://127.0.0.1:" : "https://127.0.0.1:") +
+         std::to_string(port_);
 }
 
 void FakeKubeApi::Serve() {
@@ -129,7 +132,8 @@ void FakeKubeApi::Serve() {
     server_ = std::make_unique<httplib::Server>();
   } else {
     auto tls = std::make_unique<httplib::SSLServer>(tls_cert_file_.c_str(), tls_key_file_.c_str());
-    if (!tls->is_valid()) throw std::runtime_error("FakeKubeApi: cannot load the TLS certificate or key");
+    if (!tls->is_valid())
+      throw std::runtime_error("FakeKubeApi: cannot load the TLS certificate or key");
     server_ = std::move(tls);
   }
   // Each open watch holds a worker; leave room for the adapter's requests.
@@ -342,7 +346,8 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
                  {"apiVersion", route.api_version},
                  {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
                  {"items", json::array()}};
-    std::string selector = recorded.query.count("labelSelector") ? recorded.query["labelSelector"] : "";
+    std::string selector =
+        recorded.query.count("labelSelector") ? recorded.query["labelSelector"] : "";
     for (const auto& [path, object] : objects_) {
       Route at = Route::Parse(path);
       if (at.collection != route.collection || (!route.ns.empty() && at.ns != route.ns)) continue;
@@ -358,16 +363,18 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
     return;
   }
   if (it == objects_.end()) {
-    Reply(res, 404, StatusObject(404, "NotFound", route.resource + " \"" + route.name + "\" not found"));
+    Reply(res, 404,
+          StatusObject(404, "NotFound", route.resource + " \"" + route.name + "\" not found"));
     return;
   }
   auto scale_of = [&](const json& object) {
     json replicas = object["spec"]["pytorchReplicaSpecs"]["Worker"].value("replicas", json(1));
     return json{{"kind", "Scale"},
                 {"apiVersion", "autoscaling/v1"},
-                {"metadata", {{"name", route.name},
-                              {"namespace", route.ns},
-                              {"resourceVersion", object["metadata"]["resourceVersion"]}}},
+                {"metadata",
+                 {{"name", route.name},
+                  {"namespace", route.ns},
+                  {"resourceVersion", object["metadata"]["resourceVersion"]}}},
                 {"spec", {{"replicas", replicas}}}};
   };
   if (method == "GET") {
@@ -376,17 +383,17 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
   }
   // PATCH
   if (recorded.content_type != "application/merge-patch+json") {
-    Reply(res, 415, StatusObject(415, "UnsupportedMediaType",
-                                 "the fake serves only application/merge-patch+json, got \"" +
-                                     recorded.content_type + "\""));
+    Reply(res, 415,
+          StatusObject(415, "UnsupportedMediaType",
+                       "the fake serves only application/merge-patch+json, got \"" +
+                           recorded.content_type + "\""));
     return;
   }
   if (int& pending = conflicts_[path]; pending > 0) {
     // A concurrent writer gets in first.
     --pending;
     json object = it->second;
-    object["metadata"]["annotations"]["fake.rescale.io/concurrent-writes"] =
-        std::to_string(rv_);
+    object["metadata"]["annotations"]["fake.rescale.io/concurrent-writes"] = std::to_string(rv_);
     WriteLocked(path, std::move(object), false);
     it = objects_.find(path);
   }
@@ -397,11 +404,11 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
   }
   if (patch.contains("metadata") && patch["metadata"].contains("resourceVersion")) {
     if (patch["metadata"]["resourceVersion"] != it->second["metadata"]["resourceVersion"]) {
-      Reply(res, 409, StatusObject(409, "Conflict",
-                                   "Operation cannot be fulfilled on " + route.resource + " \"" +
-                                       route.name +
-                                       "\": the object has been modified; please apply your "
-                                       "changes to the latest version and try again"));
+      Reply(res, 409,
+            StatusObject(409, "Conflict",
+                         "Operation cannot be fulfilled on " + route.resource + " \"" + route.name +
+                             "\": the object has been modified; please apply your "
+                             "changes to the latest version and try again"));
       return;
     }
     patch["metadata"].erase("resourceVersion");
@@ -419,7 +426,8 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
   Reply(res, 200, route.scale ? scale_of(stored) : stored);
 }
 
-void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorded, void* response_ptr) {
+void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorded,
+                              void* response_ptr) {
   auto& res = *static_cast<httplib::Response*>(response_ptr);
   struct WatchState {
     int64_t cursor = 0;
@@ -439,8 +447,9 @@ void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorde
     return;
   }
   if (from < compacted_rv_) {
-    json gone = StatusObject(410, "Expired", "too old resource version: " + std::to_string(from) +
-                                                 " (" + std::to_string(compacted_rv_) + ")");
+    json gone = StatusObject(410, "Expired",
+                             "too old resource version: " + std::to_string(from) + " (" +
+                                 std::to_string(compacted_rv_) + ")");
     if (gone_as_http_) {
       Reply(res, 410, gone);
     } else {
@@ -486,8 +495,9 @@ void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorde
             if (state->bookmarks) {
               state->cursor = std::max(state->cursor, rv_);
               out += json{{"type", "BOOKMARK"},
-                          {"object", {{"kind", "Bookmark"},
-                                      {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}}}
+                          {"object",
+                           {{"kind", "Bookmark"},
+                            {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}}}
                          .dump() +
                      "\n";
             }

@@ -22,18 +22,17 @@
 #ifndef RESCALE_TESTS_FAKE_KUBE_API_H_
 #define RESCALE_TESTS_FAKE_KUBE_API_H_
 
-#include <condition_variable>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace httplib {
 class Server;
@@ -75,7 +74,8 @@ class FakeKubeApi {
   // Returns the stored object.
   nlohmann::json Put(nlohmann::json object);
   // Applies `mutate` to the stored object at `path` as a write (MODIFIED).
-  nlohmann::json Update(const std::string& path, const std::function<void(nlohmann::json&)>& mutate);
+  nlohmann::json Update(const std::string& path,
+                        const std::function<void(nlohmann::json&)>& mutate);
   // Deletes the object at `path` (DELETED). No-op when absent.
   void Delete(const std::string& path);
   // The stored object, or null.
@@ -127,7 +127,7 @@ class FakeKubeApi {
   int64_t rv_ = 100;
   int64_t compacted_rv_ = 0;
   bool gone_as_http_ = false;
-  int64_t watch_epoch_ = 0;    // bumped to end every open watch
+  int64_t watch_epoch_ = 0;     // bumped to end every open watch
   int64_t bookmark_epoch_ = 0;  // bumped to make every open watch send one
   bool stopping_ = false;
   int open_watches_ = 0;

@@ -2,10 +2,10 @@
 // parses, whatever the message holds.
 #include "rescale/logging.h"
 
-#include <sstream>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include <catch2/catch.hpp>
-#include <spdlog/sinks/ostream_sink.h>
+#include <sstream>
 
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
@@ -38,7 +38,8 @@ TEST_CASE("json log lines stay valid JSON when messages hold quotes, escapes and
     if (i != 2) CHECK(parsed["message"] == messages[i]);
   }
   // Bytes that are not UTF-8 become U+FFFD; the rest of the message stays.
-  CHECK(nlohmann::json::parse(lines[2])["message"] == "control \x01 and bad utf-8 \uFFFD\uFFFD end");
+  CHECK(nlohmann::json::parse(lines[2])["message"] ==
+        "control \x01 and bad utf-8 \uFFFD\uFFFD end");
 }
 
 TEST_CASE("MakeLogger names the bad format or level") {

@@ -22,11 +22,10 @@
 //  * under TSan: no data race, and (with ASan) no use-after-free of tables,
 //    jobs or pod cells retired while writers may hold them.
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "rescale/clock.h"
 #include "rescale/metrics_store.h"
@@ -57,14 +56,16 @@ TEST_CASE("concurrent ingest, reads, Tick and job churn count every sample exact
 
   std::atomic<bool> writers_done{false};
   std::vector<uint64_t> accepted_total(kWriters, 0);
-  std::vector<std::vector<uint64_t>> accepted_stable(kWriters, std::vector<uint64_t>(kStableJobs, 0));
+  std::vector<std::vector<uint64_t>> accepted_stable(kWriters,
+                                                     std::vector<uint64_t>(kStableJobs, 0));
   std::vector<uint64_t> handled(kWriters, 0);
 
   std::vector<std::thread> threads;
   for (int w = 0; w < kWriters; ++w) {
     threads.emplace_back([&, w] {
       std::vector<std::string> pods;
-      for (int p = 0; p < 40; ++p) pods.push_back("pod-" + std::to_string(w) + "-" + std::to_string(p));
+      for (int p = 0; p < 40; ++p)
+        pods.push_back("pod-" + std::to_string(w) + "-" + std::to_string(p));
       std::vector<rescale::StepSample> batch(kBatchSize);
       for (int b = 0; b < kBatchesPerWriter; ++b) {
         const bool churn = b % 3 == 0;
@@ -136,7 +137,8 @@ TEST_CASE("concurrent ingest, reads, Tick and job churn count every sample exact
     INFO(StableId(i));
     CHECK(store.SamplesAccepted(StableId(i)) == expected);
     uint64_t lifetime = 0;
-    for (const rescale::SizeStats& s : store.Stats(StableId(i), clock.Now())) lifetime += s.lifetime_count;
+    for (const rescale::SizeStats& s : store.Stats(StableId(i), clock.Now()))
+      lifetime += s.lifetime_count;
     CHECK(lifetime == expected);
   }
   CHECK(monotone);

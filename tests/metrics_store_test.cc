@@ -7,7 +7,6 @@
 #include "rescale/metrics_store.h"
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -80,13 +79,16 @@ TEST_CASE("store rejects each bad sample with its index and reason while accepti
     s.pod = long_pod;
     bads.push_back({s, "pod name has 254 characters; the limit is 253"});
   }
-  bads.push_back({Sample(2, std::nan("")), "step_seconds must be a positive finite number, got nan"});
+  bads.push_back(
+      {Sample(2, std::nan("")), "step_seconds must be a positive finite number, got nan"});
   bads.push_back({Sample(2, std::numeric_limits<double>::infinity()),
                   "step_seconds must be a positive finite number, got inf"});
   bads.push_back({Sample(2, 0), "step_seconds must be a positive finite number, got 0"});
   bads.push_back({Sample(2, -0.5), "step_seconds must be a positive finite number, got -0.5"});
-  bads.push_back({Sample(2, 4000), "step_seconds 4000 is outside the plausible range [1e-06, 3600]"});
-  bads.push_back({Sample(2, 1e-7), "step_seconds 1e-07 is outside the plausible range [1e-06, 3600]"});
+  bads.push_back(
+      {Sample(2, 4000), "step_seconds 4000 is outside the plausible range [1e-06, 3600]"});
+  bads.push_back(
+      {Sample(2, 1e-7), "step_seconds 1e-07 is outside the plausible range [1e-06, 3600]"});
   bads.push_back({Sample(0), "world_size must be at least 1"});
   bads.push_back({Sample(9), "world_size 9 exceeds the job's max_replicas 8"});
   bads.push_back({Sample(2, 0.5, 0), "batch_size is 0 and the job has no local_batch_size"});
@@ -238,7 +240,8 @@ TEST_CASE("store AddJob on a known job keeps its data and updates max_replicas")
   IngestResult before = store.Ingest(big, kNow);
   CHECK(before.accepted == 0);
   REQUIRE(before.rejections.size() == 1);
-  CHECK_THAT(before.rejections[0].reason, Contains("world_size 6 exceeds the job's max_replicas 4"));
+  CHECK_THAT(before.rejections[0].reason,
+             Contains("world_size 6 exceeds the job's max_replicas 4"));
 
   REQUIRE(store.AddJob(kJob, 8, 32).ok());
   CHECK(store.SamplesAccepted(kJob) == 1);
@@ -440,8 +443,8 @@ TEST_CASE("store rejects samples beyond its size and pod limits with a reason") 
   options.max_pods_per_job = 3;
   MetricsStore store(options);
   REQUIRE(store.AddJob(kJob, 8, 32).ok());
-  IngestResult sizes = store.Ingest(
-      std::vector<StepSample>{Sample(1), Sample(2), Sample(3), Sample(2)}, kNow);
+  IngestResult sizes =
+      store.Ingest(std::vector<StepSample>{Sample(1), Sample(2), Sample(3), Sample(2)}, kNow);
   CHECK(sizes.accepted == 3);
   CHECK(sizes.rejected_for_limits == 1);
   REQUIRE(sizes.rejections.size() == 1);

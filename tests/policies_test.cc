@@ -1,13 +1,12 @@
 // Behaviour tests of the per-job policies (planner, kubedl, hpa, efficiency,
 // static) and the guards kubedl, hpa and efficiency share (exploration,
-// insufficient data, cooldown, restart cost). Curves are synthetic step-time laws fitted by the real
-// ThroughputModel; tests assert relationships (scales up, stops at the knee,
-// rolls back, holds) rather than magic numbers.
+// insufficient data, cooldown, restart cost). Curves are synthetic step-time laws fitted by the
+// real ThroughputModel; tests assert relationships (scales up, stops at the knee, rolls back,
+// holds) rather than magic numbers.
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "rescale/job_rules.h"
 #include "rescale/policy.h"
@@ -86,8 +85,8 @@ struct Scenario {
 };
 
 const Law kLinear{0.2, 0.0};
-const Law kKnee{0.2, 0.04};    // marginal efficiency falls below 0.5 after a few workers
-const Law kAwful{0.2, 0.5};    // every extra worker makes it slower
+const Law kKnee{0.2, 0.04};  // marginal efficiency falls below 0.5 after a few workers
+const Law kAwful{0.2, 0.5};  // every extra worker makes it slower
 
 }  // namespace
 
@@ -290,12 +289,13 @@ TEST_CASE("hpa scales down only after the scale-down stabilisation window") {
   CHECK(s.Decide().replicas < 8);
 }
 
-TEST_CASE("hpa's rate limit counts from the replicas at the start of the period, net of all "
-          "changes") {
+TEST_CASE(
+    "hpa's rate limit counts from the replicas at the start of the period, net of all "
+    "changes") {
   Scenario s("hpa", 1, 64);
   s.Running(8).Measured(kLinear, {1, 2, 4, 8});
   s.spec.parameters["target_efficiency"] = "0.25";  // wants 32
-  s.spec.parameters["scale_up_percent"] = "0";     // so the limit is start + 4 pods
+  s.spec.parameters["scale_up_percent"] = "0";      // so the limit is start + 4 pods
   s.spec.parameters["select_policy"] = "Max";
 
   // Grown by 4 within the 15 s period: it started at 4, so 4 + 4 = 8 is the
@@ -376,7 +376,8 @@ TEST_CASE("static policies want min or max regardless of data") {
 }
 
 TEST_CASE("policy parameters are checked: unknown keys and bad values name the key") {
-  CHECK(ValidatePolicyParameters("hpa", {{"target_efficiency", "0.7"}, {"cooldown_seconds", "30"}}).ok());
+  CHECK(ValidatePolicyParameters("hpa", {{"target_efficiency", "0.7"}, {"cooldown_seconds", "30"}})
+            .ok());
   absl::Status unknown = ValidatePolicyParameters("efficiency", {{"target_efficiency", "0.7"}});
   CHECK(unknown.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(unknown.message()),

@@ -8,7 +8,6 @@
 #include "rescale/recommendation_board.h"
 
 #include <catch2/catch.hpp>
-
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -264,8 +263,9 @@ TEST_CASE("watcher coalesces a pending change followed by a removal into DELETED
   CHECK(events[0].recommendation.replicas == 2);
 }
 
-TEST_CASE("a stalled watcher holds one pending event per job while a job is added and deleted "
-          "over and over") {
+TEST_CASE(
+    "a stalled watcher holds one pending event per job while a job is added and deleted "
+    "over and over") {
   RecommendationBoard board;
   PublishOne(board, Rec("ns/stays", 1));
   auto sub = MustSubscribe(board);  // ADDED ns/stays, SYNCED: never read
@@ -385,8 +385,9 @@ TEST_CASE("CloseAll drains pending events, then kClosed, and refuses new watcher
   CHECK(late.status().code() == absl::StatusCode::kUnavailable);
 }
 
-TEST_CASE("a callback-driven reader converges on the newest state of every job while publishers race",
-          "[concurrency]") {
+TEST_CASE(
+    "a callback-driven reader converges on the newest state of every job while publishers race",
+    "[concurrency]") {
   constexpr int kPublishers = 4;
   constexpr int kJobs = 8;
   constexpr int kRounds = 500;

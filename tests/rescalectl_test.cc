@@ -6,8 +6,13 @@
 // Manifests are written to uniquely named files under the system temp
 // directory. Nothing sleeps: every command returns when its RPC does, and
 // `watch --count N` returns after N events.
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +21,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
@@ -24,19 +30,13 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-#include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
-#include <unistd.h>
-#include <yaml-cpp/yaml.h>
-
 #include "absl/time/time.h"
-#include "client/rescalectl/output.h"
 #include "client/rescalectl/cli.h"
+#include "client/rescalectl/output.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
-#include "tests/test_certificates.h"
 #include "spdlog/spdlog.h"
+#include "tests/test_certificates.h"
 
 namespace {
 
@@ -96,8 +96,8 @@ class TempFile {
     static std::atomic<int> counter{0};
     std::random_device random;
     path_ = std::filesystem::temp_directory_path() /
-            ("rescalectl_test_" + std::to_string(::getpid()) + "_" +
-             std::to_string(counter++) + "_" + std::to_string(random()) + extension);
+            ("rescalectl_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) +
+             "_" + std::to_string(random()) + extension);
     std::ofstream file(path_);
     file << content;
     REQUIRE(file.good());
@@ -198,10 +198,10 @@ TEST_CASE("register reads a YAML manifest and get job shows the same values in e
     REQUIRE(lines.size() == 2);
     // The first eleven columns are a contract with scripts: same names, same
     // places. Newer columns only ever follow them.
-    CHECK(SplitWords(lines[0]) ==
-          std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY",
-                                   "POLICY", "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS",
-                                   "STATE", "QUEUE"});
+    CHECK(SplitWords(lines[0]) == std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX",
+                                                           "GPUS/REPLICA", "PRIORITY", "POLICY",
+                                                           "CURRENT", "RECOMMENDED", "ACTION",
+                                                           "AGE", "GPUS", "STATE", "QUEUE"});
     // get job is one job, not the cluster: no summary line.
     CHECK(got.err.empty());
     auto rows = ParseTable(got.out);
@@ -282,8 +282,7 @@ TEST_CASE("describe job shows spec, status, curve and the recommendation with it
   CHECK(nlohmann::json::parse(as_json.out).at("spec").at("jobId") == "default/bert");
 }
 
-TEST_CASE("register sends one call per YAML document and accepts a wrapped spec",
-          "[rescalectl]") {
+TEST_CASE("register sends one call per YAML document and accepts a wrapped spec", "[rescalectl]") {
   CliServer server;
   TempFile manifest(kTwoJobsManifest);
 
@@ -333,9 +332,9 @@ TEST_CASE("register sends one call per YAML document and accepts a wrapped spec"
     REQUIRE(table.exit_code == 0);
     const std::vector<std::string> lines = SplitLines(table.out);
     REQUIRE(lines.size() == 3);
-    CHECK(SplitWords(lines[0]) ==
-          std::vector<std::string>{"NAMESPACE", "NAME", "REPLICAS", "ACTION", "GENERATION",
-                                   "CONSTRAINT", "QUEUE", "REASON"});
+    CHECK(SplitWords(lines[0]) == std::vector<std::string>{"NAMESPACE", "NAME", "REPLICAS",
+                                                           "ACTION", "GENERATION", "CONSTRAINT",
+                                                           "QUEUE", "REASON"});
     for (auto& row : ParseTable(table.out)) {
       CHECK(row["ACTION"].find("ACTION_") == std::string::npos);
       CHECK(row["CONSTRAINT"].find("BINDING_CONSTRAINT_") == std::string::npos);
@@ -376,7 +375,7 @@ TEST_CASE("update replaces the spec of a registered job", "[rescalectl]") {
 
   TempFile changed(R"({"spec": {"jobId": "default/bert", "minReplicas": 2,
                                     "maxReplicas": 16, "localBatchSize": 64}})",
-                       ".json");
+                   ".json");
   CliResult updated = server.Run({"update", "-f", changed.path()});
   INFO(updated.err);
   REQUIRE(updated.exit_code == 0);
@@ -465,8 +464,7 @@ TEST_CASE("manifest mistakes fail before any call, naming the file and the probl
   }
 }
 
-TEST_CASE("capacity set then capacity get shows total, allocated and free GPUs",
-          "[rescalectl]") {
+TEST_CASE("capacity set then capacity get shows total, allocated and free GPUs", "[rescalectl]") {
   CliServer server;
   TempFile manifest(kBertManifest);  // needs at least 1 replica × 2 GPUs
   REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
@@ -482,8 +480,8 @@ TEST_CASE("capacity set then capacity get shows total, allocated and free GPUs",
   REQUIRE(lines.size() >= 2);
   const std::vector<std::string> headers = SplitWords(lines[0]);
   REQUIRE(headers.size() >= 3);
-  CHECK(headers == std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING",
-                                            "UTILIZATION", "GAP"});
+  CHECK(headers ==
+        std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP"});
   CHECK(SplitWords(lines[1])[0] == "8");
 
   CliResult json = server.Run({"capacity", "get", "-o", "json"});
@@ -499,9 +497,10 @@ TEST_CASE("capacity set then capacity get shows total, allocated and free GPUs",
   }
 }
 
-TEST_CASE("get jobs shows each job's GPUs, state and queue place, then the cluster's "
-          "utilisation on stderr",
-          "[rescalectl]") {
+TEST_CASE(
+    "get jobs shows each job's GPUs, state and queue place, then the cluster's "
+    "utilisation on stderr",
+    "[rescalectl]") {
   CliServer server;
   // Room for one 2-GPU replica: the priority-5 job gets it, the other waits.
   TempFile manifest(R"(jobId: default/first
@@ -521,8 +520,8 @@ priority: 1
 
   auto row_of = [](const std::vector<std::map<std::string, std::string>>& rows,
                    const std::string& name) {
-    auto row = std::find_if(rows.begin(), rows.end(),
-                            [&](const auto& r) { return r.at("NAME") == name; });
+    auto row =
+        std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.at("NAME") == name; });
     REQUIRE(row != rows.end());
     return *row;
   };
@@ -543,8 +542,9 @@ priority: 1
 
   // The operator applies both: first runs, second is suspended.
   REQUIRE(server.Run({"apply-status", "default/first", "--replicas", "1"}).exit_code == 0);
-  REQUIRE(server.Run({"apply-status", "default/second", "--replicas", "0", "--suspended"})
-              .exit_code == 0);
+  REQUIRE(
+      server.Run({"apply-status", "default/second", "--replicas", "0", "--suspended"}).exit_code ==
+      0);
   listed = server.Run({"get", "jobs"});
   REQUIRE(listed.exit_code == 0);
   rows = ParseTable(listed.out);
@@ -728,14 +728,15 @@ TEST_CASE("watch prints a job registered while it runs", "[rescalectl]") {
     }
     events.insert(summary);
   }
-  CHECK(events == std::multiset<std::string>{"ADDED default/first", "ADDED default/second",
-                                             "SYNCED"});
+  CHECK(events ==
+        std::multiset<std::string>{"ADDED default/first", "ADDED default/second", "SYNCED"});
 }
 
 using rescale::testing::kTestCertificate;
 using rescale::testing::kTestPrivateKey;
 
-TEST_CASE("a --ca-file client connects over TLS to a server with that certificate", "[rescalectl]") {
+TEST_CASE("a --ca-file client connects over TLS to a server with that certificate",
+          "[rescalectl]") {
   TempFile certificate(kTestCertificate, ".pem");
   TempFile private_key(kTestPrivateKey, ".pem");
   ServerOptions options;
@@ -873,7 +874,8 @@ TEST_CASE("describe shows each pod with its step time and flags stragglers",
   INFO(text);
   CHECK(text.find("Pods:\n  POD     WORLD SIZE  STEP TIME  SAMPLES  LAST SEEN  STRAGGLER\n"
                   "  bert-0  2           0.500s     40       30s ago    no\n"
-                  "  bert-1  2           1.250s     40       30s ago    yes\n") != std::string::npos);
+                  "  bert-1  2           1.250s     40       30s ago    yes\n") !=
+        std::string::npos);
   CHECK(text.find("Stragglers: bert-1\n") != std::string::npos);
   // Sections with nothing to show say so instead of disappearing.
   CHECK(text.find("Throughput curve: no data yet (the job starts at min_replicas)\n") !=
@@ -895,8 +897,8 @@ TEST_CASE("tables align columns with two spaces and no trailing blanks", "[resca
 
 namespace {
 
-rescale::v1::CurvePoint* AddCurvePoint(rescale::v1::Job& job, uint32_t replicas,
-                                       double predicted, double uncertainty = 0) {
+rescale::v1::CurvePoint* AddCurvePoint(rescale::v1::Job& job, uint32_t replicas, double predicted,
+                                       double uncertainty = 0) {
   rescale::v1::CurvePoint* point = job.mutable_curve()->add_points();
   point->set_replicas(replicas);
   point->set_samples_per_second(predicted);
@@ -937,9 +939,8 @@ std::vector<std::map<std::string, std::string>> CurveTableRows(const std::string
 
 const std::map<std::string, std::string>& RowForSize(
     const std::vector<std::map<std::string, std::string>>& rows, uint32_t replicas) {
-  auto row = std::find_if(rows.begin(), rows.end(), [&](const auto& r) {
-    return r.at("N") == std::to_string(replicas);
-  });
+  auto row = std::find_if(rows.begin(), rows.end(),
+                          [&](const auto& r) { return r.at("N") == std::to_string(replicas); });
   REQUIRE(row != rows.end());
   return *row;
 }
@@ -983,9 +984,10 @@ rescale::v1::Job LinearJob() {
 
 }  // namespace
 
-TEST_CASE("the curve table compares observed with predicted, erring positive when the model "
-          "over-predicts, and marks the recommended size",
-          "[rescalectl][output]") {
+TEST_CASE(
+    "the curve table compares observed with predicted, erring positive when the model "
+    "over-predicts, and marks the recommended size",
+    "[rescalectl][output]") {
   rescale::v1::Job job;
   job.mutable_spec()->set_job_id("default/bert");
   job.mutable_spec()->set_min_replicas(1);
@@ -1007,7 +1009,8 @@ TEST_CASE("the curve table compares observed with predicted, erring positive whe
   const std::string section = rescale::cli::FormatThroughputCurve(job);
   INFO(section);
   CHECK(section.rfind("Throughput curve:\n  Model: step(n) = 0.21 + 0.03*(n-1) s "
-                      "(fit error 4.2% RMS)\n", 0) == 0);
+                      "(fit error 4.2% RMS)\n",
+                      0) == 0);
   const auto rows = CurveTableRows(section);
   REQUIRE(rows.size() == 4);
 
@@ -1123,8 +1126,8 @@ TEST_CASE("the curve plot is width x height cells between a labelled y axis and 
     CHECK(lines[1].rfind("800.0 |", 0) == 0);
     const size_t bar = lines[1].find(" |");
     for (int i = 1; i <= height; ++i) CHECK(lines[i].find(" |") == bar);
-    CHECK(lines[height + 1] == std::string(bar - 1, ' ') + "0 +" +
-                                   lines[height + 1].substr(bar + 2));
+    CHECK(lines[height + 1] ==
+          std::string(bar - 1, ' ') + "0 +" + lines[height + 1].substr(bar + 2));
     const std::string axis = lines[height + 1].substr(bar + 2);
     CHECK(axis.size() == static_cast<size_t>(width));
     CHECK(axis.find_first_not_of("-+") == std::string::npos);
@@ -1193,9 +1196,10 @@ TEST_CASE("the curve plot puts o at each observed rate and * rising with n on a 
   CHECK(previous_row == kHeight - 1);
 }
 
-TEST_CASE("the curve plot draws the uncertainty band around the prediction and clips the "
-          "linear reference at the top",
-          "[rescalectl][output]") {
+TEST_CASE(
+    "the curve plot draws the uncertainty band around the prediction and clips the "
+    "linear reference at the top",
+    "[rescalectl][output]") {
   // Scaling flattens out: 100, 150, 180, 200 samples/s, ±40 at n = 4.
   rescale::v1::ThroughputCurve curve;
   const double rates[] = {100, 150, 180, 200};
@@ -1228,8 +1232,7 @@ TEST_CASE("the curve plot of one point or of zero rates still has its full frame
   rescale::v1::ThroughputCurve zeros;
   for (uint32_t n = 1; n <= 3; ++n) zeros.add_points()->set_replicas(n);
   for (const auto* curve : {&one_point, &zeros}) {
-    const std::vector<std::string> lines =
-        SplitLines(rescale::cli::RenderCurvePlot(*curve, 20, 5));
+    const std::vector<std::string> lines = SplitLines(rescale::cli::RenderCurvePlot(*curve, 20, 5));
     CHECK(lines.size() == 9);
   }
   CHECK(rescale::cli::RenderCurvePlot(rescale::v1::ThroughputCurve(), 60, 14).empty());
@@ -1382,10 +1385,9 @@ TEST_CASE("capacity get adds utilisation and the plan gap to the totals", "[resc
   cluster.set_optimality_gap(0.0125);
   std::vector<std::string> lines = SplitLines(rescale::cli::FormatCluster(cluster));
   REQUIRE(lines.size() >= 2);
-  CHECK(SplitWords(lines[0]) == std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING",
-                                                         "UTILIZATION", "GAP"});
-  CHECK(SplitWords(lines[1]) ==
-        std::vector<std::string>{"64", "48", "16", "2", "75%", "1.25%"});
+  CHECK(SplitWords(lines[0]) ==
+        std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP"});
+  CHECK(SplitWords(lines[1]) == std::vector<std::string>{"64", "48", "16", "2", "75%", "1.25%"});
 
   cluster.set_capacity_known(false);
   cluster.set_total_gpus(0);

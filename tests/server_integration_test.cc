@@ -6,14 +6,6 @@
 //
 // Synchronisation is by blocking reads of the gRPC streams themselves (a
 // Read returns when the server has written), never by sleeping.
-#include <atomic>
-#include <map>
-#include <memory>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include <catch2/catch.hpp>
 #include <google/protobuf/text_format.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
@@ -21,6 +13,14 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/proto_buffer_writer.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/dynamic_message.h"
@@ -111,8 +111,8 @@ TEST_CASE("RegisterJob rejects min_replicas above max_replicas naming both field
   v1::Job job;
   grpc::Status status = t.jobs->RegisterJob(&ctx, req, &job);
   CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-  CHECK_THAT(status.error_message(), Catch::Contains("spec.min_replicas (5)") &&
-                                         Catch::Contains("spec.max_replicas (2)"));
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("spec.min_replicas (5)") && Catch::Contains("spec.max_replicas (2)"));
 }
 
 TEST_CASE("RegisterJob rejects a job_id that is not a DNS-1123 namespace/name") {
@@ -518,7 +518,8 @@ TEST_CASE("watch streams converge on the final state while writers race and a wa
         if (event.type() == v1::RecommendationEvent::SYNCED) continue;
         watcher.seen[event.recommendation().job_id()] = event.recommendation().replicas();
         if (event.recommendation().job_id() == "ns/zz-done") break;
-        if (w == 0 && watcher.seen.size() > 2 && event.type() == v1::RecommendationEvent::MODIFIED) {
+        if (w == 0 && watcher.seen.size() > 2 &&
+            event.type() == v1::RecommendationEvent::MODIFIED) {
           watcher.ctx.TryCancel();  // leaves mid-stream, writes in flight
         }
       }
@@ -547,8 +548,8 @@ TEST_CASE("watch streams converge on the final state while writers race and a wa
 
   grpc::ClientContext list_ctx;
   v1::ListRecommendationsResponse final_state;
-  REQUIRE(t.recs->ListRecommendations(&list_ctx, v1::ListRecommendationsRequest(), &final_state)
-              .ok());
+  REQUIRE(
+      t.recs->ListRecommendations(&list_ctx, v1::ListRecommendationsRequest(), &final_state).ok());
   for (size_t w = 1; w < watchers.size(); ++w) {
     for (const v1::Recommendation& rec : final_state.recommendations()) {
       INFO("watcher " << w << " job " << rec.job_id());
@@ -584,7 +585,8 @@ TEST_CASE("WatchRecommendations beyond --max_watchers is RESOURCE_EXHAUSTED") {
   first->Finish();
 }
 
-TEST_CASE("shutdown ends watch streams with UNAVAILABLE and health stops serving", "[concurrency]") {
+TEST_CASE("shutdown ends watch streams with UNAVAILABLE and health stops serving",
+          "[concurrency]") {
   TestServer t;
   grpc::ClientContext ctx;
   auto reader = t.recs->WatchRecommendations(&ctx, v1::WatchRecommendationsRequest());
@@ -632,8 +634,8 @@ TEST_CASE("server reflection lists the four rescale.v1 services") {
   grpc::GenericStub stub(t.channel);
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
-  auto call = stub.PrepareCall(
-      &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag = nullptr;
   bool ok = false;
   auto await = [&](intptr_t expected) {
@@ -645,8 +647,8 @@ TEST_CASE("server reflection lists the four rescale.v1 services") {
   REQUIRE(await(1));
   grpc::ByteBuffer out;
   bool own = false;
-  REQUIRE(grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(
-              *request, &out, &own)
+  REQUIRE(grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(*request, &out,
+                                                                                     &own)
               .ok());
   call->Write(out, reinterpret_cast<void*>(2));
   REQUIRE(await(2));
@@ -667,9 +669,9 @@ TEST_CASE("server reflection lists the four rescale.v1 services") {
   }
 
   const std::string text = response->DebugString();
-  for (const char* service : {"rescale.v1.MetricsService", "rescale.v1.JobService",
-                              "rescale.v1.RecommendationService", "rescale.v1.ClusterService",
-                              "grpc.health.v1.Health"}) {
+  for (const char* service :
+       {"rescale.v1.MetricsService", "rescale.v1.JobService", "rescale.v1.RecommendationService",
+        "rescale.v1.ClusterService", "grpc.health.v1.Health"}) {
     INFO(text);
     CHECK_THAT(text, Catch::Contains(std::string("name: \"") + service + "\""));
   }

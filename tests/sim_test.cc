@@ -7,16 +7,15 @@
 // never exceeded under every known policy while nodes come and go, the
 // embedded Pollux tables (packed placements, interpolation), the workload
 // formats, and the report files.
+#include <unistd.h>
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -140,7 +139,9 @@ TEST_CASE("shrinking when nodes are lost costs restart_cost_seconds too") {
   for (const TimelinePoint& p : r.timeline) CHECK(p.allocated_gpus <= p.capacity_gpus);
 }
 
-TEST_CASE("a higher-priority arrival suspends the running job, which resumes after it at a restart cost") {
+TEST_CASE(
+    "a higher-priority arrival suspends the running job, which resumes after it at a restart "
+    "cost") {
   // Both jobs need the whole cluster (4 GPUs) for 100 s of work.
   const Workload workload = MustParse(
       R"({"id": "low", "arrival_seconds": 0, "profile": "linear", "samples": 12800, "min_replicas": 4,)"
@@ -231,7 +232,8 @@ TEST_CASE("running policies in parallel gives the results of running them one by
     options.capacity_gpus = 16;
     tasks.push_back({&workload, options});
   }
-  std::vector<absl::StatusOr<SimulationResult>> parallel = RunSimulations(tasks, {.threads = 3, .progress = false});
+  std::vector<absl::StatusOr<SimulationResult>> parallel =
+      RunSimulations(tasks, {.threads = 3, .progress = false});
   REQUIRE(parallel.size() == 3);
   for (size_t i = 0; i < tasks.size(); ++i) {
     REQUIRE(parallel[i].ok());
@@ -294,7 +296,8 @@ TEST_CASE("measured profiles use the packed placement of each replica count") {
   const double t16 = imagenet.StepSeconds(16, 115), t20 = imagenet.StepSeconds(20, 115);
   CHECK(imagenet.StepSeconds(18, 115) == Approx((t16 + t20) / 2));
   // Between measured batches, linear in the batch.
-  CHECK(imagenet.StepSeconds(1, 24) == Approx((imagenet.StepSeconds(1, 20) + imagenet.StepSeconds(1, 28)) / 2));
+  CHECK(imagenet.StepSeconds(1, 24) ==
+        Approx((imagenet.StepSeconds(1, 20) + imagenet.StepSeconds(1, 28)) / 2));
   // Beyond 64 replicas: no extra throughput.
   CHECK(imagenet.StepSeconds(128, 115) == Approx(2 * imagenet.StepSeconds(64, 115)));
 }
@@ -320,7 +323,8 @@ TEST_CASE("curve and model profiles give the step times they describe") {
   CHECK(c->SamplesPerSecond(2) == Approx(100 + 200.0 / 3));
   CHECK(c->SamplesPerSecond(4) == Approx(300));
   CHECK(c->SamplesPerSecond(8) == Approx(300));  // flat beyond the last point
-  absl::StatusOr<ProfileSpec> model = ParseProfile("model:a_c=0.1;b_c=0.01;a_r=0.05;b_r=0.01;a_n=0.2;b_n=0.02;g=1");
+  absl::StatusOr<ProfileSpec> model =
+      ParseProfile("model:a_c=0.1;b_c=0.01;a_r=0.05;b_r=0.01;a_n=0.2;b_n=0.02;g=1");
   REQUIRE(model.ok());
   absl::StatusOr<JobCurve> m = MakeJobCurve(*model, 10, 8);
   REQUIRE(m.ok());
@@ -366,11 +370,11 @@ TEST_CASE("a Pollux workload row maps to a job as documented") {
   const JobDescription& cifar = w.jobs[0];
   CHECK(cifar.work_samples == 100 * 50'000.0);  // 100 epochs of CIFAR-10
   CHECK(cifar.min_replicas == 1);
-  CHECK(cifar.max_replicas == 24);             // 4 x 6
-  CHECK(cifar.local_batch_size == 363);        // 2048 / 6 = 341 -> nearest measured
+  CHECK(cifar.max_replicas == 24);       // 4 x 6
+  CHECK(cifar.local_batch_size == 363);  // 2048 / 6 = 341 -> nearest measured
   CHECK(cifar.restart_cost_seconds == 30);
-  CHECK(w.jobs[1].max_replicas == 64);         // 4 x 48 capped
-  CHECK(w.jobs[2].local_batch_size == 8);      // 64 / 4 = 16, capped at 8
+  CHECK(w.jobs[1].max_replicas == 64);     // 4 x 48 capped
+  CHECK(w.jobs[2].local_batch_size == 8);  // 64 / 4 = 16, capped at 8
 }
 
 TEST_CASE("workload errors name the line and the field") {
@@ -379,22 +383,28 @@ TEST_CASE("workload errors name the line and the field") {
     REQUIRE_FALSE(w.ok());
     return std::string(w.status().message());
   };
-  CHECK_THAT(error(R"({"id": "a", "arrival_seconds": 0, "profile": "linear", "samples": 1})", "jsonl"),
-             Catch::Matchers::Contains("max_replicas"));
+  CHECK_THAT(
+      error(R"({"id": "a", "arrival_seconds": 0, "profile": "linear", "samples": 1})", "jsonl"),
+      Catch::Matchers::Contains("max_replicas"));
   CHECK_THAT(error("id,arrival_seconds,profile,samples,max_replicas\na,0,linear,10,0\n", "csv"),
              Catch::Matchers::Contains("line 2"));
-  CHECK_THAT(error(R"({"id": "a", "arrival_seconds": 0, "profile": "linear", "epochs": 3, "max_replicas": 2})",
-                   "jsonl"),
-             Catch::Matchers::Contains("dataset"));
-  CHECK_THAT(error(R"({"id": "a", "arrival_seconds": 0, "profile": "linear", "samples": 1, "max_replicas": 2,)"
-                   R"( "colour": "red"})",
-                   "jsonl"),
-             Catch::Matchers::Contains("colour"));
+  CHECK_THAT(
+      error(
+          R"({"id": "a", "arrival_seconds": 0, "profile": "linear", "epochs": 3, "max_replicas": 2})",
+          "jsonl"),
+      Catch::Matchers::Contains("dataset"));
+  CHECK_THAT(
+      error(
+          R"({"id": "a", "arrival_seconds": 0, "profile": "linear", "samples": 1, "max_replicas": 2,)"
+          R"( "colour": "red"})",
+          "jsonl"),
+      Catch::Matchers::Contains("colour"));
 }
 
 TEST_CASE("a JSONL workload carries the cluster's capacity and its changes") {
-  const Workload w = MustParse(std::string(R"({"capacity_gpus": 64})") + "\n" +
-                               R"({"capacity_gpus": 48, "at_seconds": 3600})" + "\n" + kLoneLinearJob);
+  const Workload w =
+      MustParse(std::string(R"({"capacity_gpus": 64})") + "\n" +
+                R"({"capacity_gpus": 48, "at_seconds": 3600})" + "\n" + kLoneLinearJob);
   CHECK(w.capacity_gpus == 64u);
   REQUIRE(w.capacity_changes.size() == 1);
   CHECK(w.capacity_changes[0] == CapacityChange{3600, 48});
@@ -410,7 +420,8 @@ TEST_CASE("the report directory holds the CSVs, the plots and report.md") {
     results.push_back(MustSimulate(workload, options));
   }
   const std::string dir =
-      (std::filesystem::temp_directory_path() / absl::StrFormat("rescale-sim-test-%d", ::getpid())).string();
+      (std::filesystem::temp_directory_path() / absl::StrFormat("rescale-sim-test-%d", ::getpid()))
+          .string();
   RunDescription run;
   run.workload = "small";
   run.jobs = workload.jobs.size();
@@ -419,12 +430,13 @@ TEST_CASE("the report directory holds the CSVs, the plots and report.md") {
   REQUIRE(WriteRunReport(dir, run, results).ok());
   absl::StatusOr<std::string> summary = ReadFile(dir + "/summary.csv");
   REQUIRE(summary.ok());
-  for (const char* column : {"policy", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s",
-                             "utilization", "rescales", "suspensions"}) {
+  for (const char* column : {"policy", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s",
+                             "avg_queue_s", "utilization", "rescales", "suspensions"}) {
     CHECK_THAT(summary->substr(0, summary->find('\n')), Catch::Matchers::Contains(column));
   }
-  for (const char* file : {"jobs.csv", "timeline.csv", "allocations.csv", "jct_cdf.svg", "utilization.svg",
-                           "allocation-planner.svg", "allocation-static-min.svg"}) {
+  for (const char* file :
+       {"jobs.csv", "timeline.csv", "allocations.csv", "jct_cdf.svg", "utilization.svg",
+        "allocation-planner.svg", "allocation-static-min.svg"}) {
     INFO(file);
     CHECK(std::filesystem::file_size(dir + "/" + file) > 100);
   }

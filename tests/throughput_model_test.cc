@@ -4,7 +4,10 @@
 // validation test fits the Pollux traces (tests/data/pollux, real
 // measurements) at sizes <= 4 and compares predictions at 8 and 16 with the
 // measured packed placements; it prints the error table (run with -s).
+#include "rescale/throughput_model.h"
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -15,11 +18,8 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "rescale/throughput_model.h"
 
 #ifndef RESCALE_TEST_DATA_DIR
 #error "CMake must define RESCALE_TEST_DATA_DIR (the repo's tests/data folder)"
@@ -42,8 +42,8 @@ struct Law {
   }
 };
 
-Observation Observe(uint32_t n, double step_seconds, double age_seconds = 0,
-                    uint64_t count = 50, double spread_share = 0.02) {
+Observation Observe(uint32_t n, double step_seconds, double age_seconds = 0, uint64_t count = 50,
+                    double spread_share = 0.02) {
   Observation o;
   o.replicas = n;
   o.step_seconds = step_seconds;
@@ -178,9 +178,8 @@ TEST_CASE("more sizes improve the prediction beyond them", "[model]") {
   const double from_two = error_at_16({1, 2});
   const double from_three = error_at_16({1, 2, 4});
   const double from_four = error_at_16({1, 2, 4, 8});
-  INFO("error at 16 from sizes {1}, {1,2}, {1,2,4}, {1,2,4,8}: " << from_one << " " << from_two
-                                                                   << " " << from_three << " "
-                                                                   << from_four);
+  INFO("error at 16 from sizes {1}, {1,2}, {1,2,4}, {1,2,4,8}: "
+       << from_one << " " << from_two << " " << from_three << " " << from_four);
   CHECK(from_two < from_one);
   CHECK(from_three < from_two);
   CHECK(from_four < from_three);
@@ -286,23 +285,33 @@ TEST_CASE("predictions are never super-linear, negative or non-finite, whatever 
   std::vector<Case> cases = {
       {"zero spread", {Observe(1, 0.2, 0, 50, 0), Observe(4, 0.3, 0, 50, 0)}, {}, {}},
       {"one sample", {Observe(2, 0.3, 0, 1)}, {}, lenient},
-      {"wild outlier up", {Observe(1, 0.2), Observe(2, 0.21), Observe(3, 500.0), Observe(4, 0.23)},
-       {}, {}},
+      {"wild outlier up",
+       {Observe(1, 0.2), Observe(2, 0.21), Observe(3, 500.0), Observe(4, 0.23)},
+       {},
+       {}},
       {"wild outlier down",
-       {Observe(1, 0.2), Observe(2, 1e-9), Observe(4, 0.25), Observe(8, 0.3)}, {}, {}},
+       {Observe(1, 0.2), Observe(2, 1e-9), Observe(4, 0.25), Observe(8, 0.3)},
+       {},
+       {}},
       {"step times decreasing with n (super-linear data)",
-       {Observe(1, 1.0), Observe(2, 0.4), Observe(4, 0.1), Observe(8, 0.01)}, {}, {}},
+       {Observe(1, 1.0), Observe(2, 0.4), Observe(4, 0.1), Observe(8, 0.01)},
+       {},
+       {}},
       {"poor scaling then flat", {Observe(3, 0.1), Observe(30, 2.8)}, {}, {}},
       {"tiny and huge step times", {Observe(1, 1e-7), Observe(64, 1e5)}, {}, {}},
       {"prior only", {}, {{.replicas = 4, .samples_per_second = 10}}, {}},
       {"prior with huge uncertainty",
-       {}, {{.replicas = 2, .samples_per_second = 10, .uncertainty = 1e9}}, {}},
+       {},
+       {{.replicas = 2, .samples_per_second = 10, .uncertainty = 1e9}},
+       {}},
       {"empty", {}, {}, {}},
       {"garbage fields",
        {Observe(0, 0.2), Observe(2, nan), Observe(3, inf), Observe(4, -1.0),
         Observe(5, 0.3, /*age=*/nan), Observe(6, 0.3, /*age=*/inf), Observe(1, 0.2, /*age=*/-50)},
-       {{.replicas = 0, .samples_per_second = 5}, {.replicas = 3, .samples_per_second = nan},
-        {.replicas = 3, .samples_per_second = -4}, {.replicas = 9, .samples_per_second = inf}},
+       {{.replicas = 0, .samples_per_second = 5},
+        {.replicas = 3, .samples_per_second = nan},
+        {.replicas = 3, .samples_per_second = -4},
+        {.replicas = 9, .samples_per_second = inf}},
        {}},
       {"nan spread and batch", {}, {}, {}},
       {"zero half life", {Observe(1, 0.2, 1e6), Observe(2, 0.3, 0)}, {}, {}},
@@ -423,8 +432,7 @@ TEST_CASE("sizes that span nodes pay the cross-node cost the data show", "[model
     CheckSane(aware);
     // The first size past a node boundary is where the cost appears...
     CHECK(aware.StepSeconds(per_node + 1) > aware.StepSeconds(per_node) * 1.3);
-    CHECK(aware.StepSeconds(per_node + 1) ==
-          Approx(law.StepSeconds(per_node + 1)).epsilon(0.03));
+    CHECK(aware.StepSeconds(per_node + 1) == Approx(law.StepSeconds(per_node + 1)).epsilon(0.03));
     // ...and four nodes are predicted from one- and two-node data far better
     // than by a model that does not know where nodes end.
     const uint32_t far = 4 * per_node;
@@ -546,9 +554,12 @@ int ChooseBatch(const std::vector<Measurement>& all, uint32_t max_fit_size, TieB
   }
   REQUIRE_FALSE(candidates.empty());  // ascending: std::map order
   switch (tie_break) {
-    case TieBreak::kSmallest: return candidates.front();
-    case TieBreak::kLargest: return candidates.back();
-    case TieBreak::kMedian: break;
+    case TieBreak::kSmallest:
+      return candidates.front();
+    case TieBreak::kLargest:
+      return candidates.back();
+    case TieBreak::kMedian:
+      break;
   }
   return candidates[(candidates.size() - 1) / 2];
 }
@@ -591,8 +602,8 @@ struct AppResult {
   double band[2] = {0, 0};              // relative uncertainty the model claims
 };
 
-const std::vector<std::string> kApps = {"bert", "cifar10", "deepspeech2", "imagenet", "ncf",
-                                        "yolov3"};
+const std::vector<std::string> kApps = {"bert",     "cifar10", "deepspeech2",
+                                        "imagenet", "ncf",     "yolov3"};
 constexpr uint32_t kMaxFitSize = 4;
 // The traces' cluster: placements list at most 4 GPUs on a node.
 constexpr uint32_t kTraceGpusPerNode = 4;
@@ -650,9 +661,10 @@ TEST_CASE("the model fitted at <= 4 GPUs predicts the Pollux traces at 8 and 16"
   std::ostringstream table;
   table << "Throughput model vs Pollux traces (fit: every placement with <= 4 GPUs; spread 5%, "
            "20 samples)\n";
-  table << absl::StrFormat("%-12s %5s %4s | %-10s %8s %8s %7s %7s %6s | %-10s %8s %8s %7s %7s %6s\n",
-                           "app", "bsz", "obs", "at 8", "measured", "model", "step%", "tput%",
-                           "band%", "at 16", "measured", "model", "step%", "tput%", "band%");
+  table << absl::StrFormat(
+      "%-12s %5s %4s | %-10s %8s %8s %7s %7s %6s | %-10s %8s %8s %7s %7s %6s\n", "app", "bsz",
+      "obs", "at 8", "measured", "model", "step%", "tput%", "band%", "at 16", "measured", "model",
+      "step%", "tput%", "band%");
   std::vector<double> step8, step16, tput8, tput16;
   for (const AppResult& r : results) {
     table << absl::StrFormat("%-12s %5d %4d", r.app, r.batch, r.observations);
@@ -683,9 +695,10 @@ TEST_CASE("the model fitted at <= 4 GPUs predicts the Pollux traces at 8 and 16"
       e16.push_back(r.step_error[1]);
       absl::StrAppend(&batches, batches.empty() ? "" : " ", r.app, "=", r.batch);
     }
-    table << absl::StrFormat("with the %s tied batch (%s): median step error %.1f%% at 8, %.1f%% at 16\n",
-                             other == TieBreak::kSmallest ? "smallest" : "largest", batches,
-                             100 * Median(e8), 100 * Median(e16));
+    table << absl::StrFormat(
+        "with the %s tied batch (%s): median step error %.1f%% at 8, %.1f%% at 16\n",
+        other == TieBreak::kSmallest ? "smallest" : "largest", batches, 100 * Median(e8),
+        100 * Median(e16));
   }
   std::cout << table.str() << std::flush;
 

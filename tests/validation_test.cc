@@ -5,7 +5,6 @@
 #include "rescale/validation.h"
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <limits>
 #include <string>
@@ -185,11 +184,9 @@ TEST_CASE("ValidateJobSpec rejects a local_batch_size beyond the limit") {
 TEST_CASE("ValidateJobSpec rejects prior points with replicas outside [1, max_replicas]") {
   JobSpec spec = ValidSpec();  // max_replicas = 8
   spec.prior = {Point(2, 100), Point(9, 400)};
-  CHECK(RejectionMessage(spec) ==
-        "spec.prior[1].replicas must be in [1, 8] (max_replicas), got 9");
+  CHECK(RejectionMessage(spec) == "spec.prior[1].replicas must be in [1, 8] (max_replicas), got 9");
   spec.prior = {Point(0, 100)};
-  CHECK(RejectionMessage(spec) ==
-        "spec.prior[0].replicas must be in [1, 8] (max_replicas), got 0");
+  CHECK(RejectionMessage(spec) == "spec.prior[0].replicas must be in [1, 8] (max_replicas), got 0");
 }
 
 TEST_CASE("ValidateJobSpec rejects prior points with non-positive or non-finite throughput") {

@@ -19,7 +19,8 @@ namespace {
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -34,7 +35,8 @@ absl::StatusOr<CsvTable> ParseCsv(std::string_view text) {
     const int row_line = line;
     // Skip blank and comment lines (only at the start of a record).
     size_t eol = text.find('\n', pos);
-    std::string_view raw = text.substr(pos, eol == std::string_view::npos ? text.size() - pos : eol - pos);
+    std::string_view raw =
+        text.substr(pos, eol == std::string_view::npos ? text.size() - pos : eol - pos);
     if (Trim(raw).empty() || Trim(raw).front() == '#') {
       pos = eol == std::string_view::npos ? text.size() : eol + 1;
       ++line;
@@ -91,9 +93,9 @@ absl::StatusOr<CsvTable> ParseCsv(std::string_view text) {
       continue;
     }
     if (fields.size() > table.columns.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "line %d: %d fields, but the header names %d columns", row_line, fields.size(),
-          table.columns.size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("line %d: %d fields, but the header names %d columns", row_line,
+                          fields.size(), table.columns.size()));
     }
     fields.resize(table.columns.size());  // missing trailing fields are empty
     table.rows.push_back(std::move(fields));

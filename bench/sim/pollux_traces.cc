@@ -23,16 +23,22 @@
 
 // Defines `<symbol>_begin` and `<symbol>_end` around the bytes of `file`,
 // followed by a NUL so the text is also a C string.
-#define RESCALE_SIM_EMBED(symbol, file)                                   \
-  __asm__(".pushsection .rodata\n"                                        \
-          ".global " #symbol "_begin\n"                                   \
-          ".hidden " #symbol "_begin\n" #symbol "_begin:\n"               \
-          ".incbin \"" RESCALE_SIM_POLLUX_TRACES_DIR "/" file "\"\n"      \
-          ".global " #symbol "_end\n"                                     \
-          ".hidden " #symbol "_end\n" #symbol "_end:\n"                   \
-          ".byte 0\n"                                                     \
-          ".popsection\n");                                               \
-  extern "C" const char symbol##_begin[];                                 \
+#define RESCALE_SIM_EMBED(symbol, file)                   \
+  __asm__(                                                \
+      ".pushsection .rodata\n"                            \
+      ".global " #symbol                                  \
+      "_begin\n"                                          \
+      ".hidden " #symbol "_begin\n" #symbol               \
+      "_begin:\n"                                         \
+      ".incbin \"" RESCALE_SIM_POLLUX_TRACES_DIR "/" file \
+      "\"\n"                                              \
+      ".global " #symbol                                  \
+      "_end\n"                                            \
+      ".hidden " #symbol "_end\n" #symbol                 \
+      "_end:\n"                                           \
+      ".byte 0\n"                                         \
+      ".popsection\n");                                   \
+  extern "C" const char symbol##_begin[];                 \
   extern "C" const char symbol##_end[];
 
 RESCALE_SIM_EMBED(rescale_sim_bert_placements, "bert/placements.csv")
@@ -61,19 +67,24 @@ struct EmbeddedFile {
 const EmbeddedFile kEmbedded[] = {
     {"bert", "placements", rescale_sim_bert_placements_begin, rescale_sim_bert_placements_end},
     {"bert", "scalability", rescale_sim_bert_scalability_begin, rescale_sim_bert_scalability_end},
-    {"cifar10", "placements", rescale_sim_cifar10_placements_begin, rescale_sim_cifar10_placements_end},
-    {"cifar10", "scalability", rescale_sim_cifar10_scalability_begin, rescale_sim_cifar10_scalability_end},
+    {"cifar10", "placements", rescale_sim_cifar10_placements_begin,
+     rescale_sim_cifar10_placements_end},
+    {"cifar10", "scalability", rescale_sim_cifar10_scalability_begin,
+     rescale_sim_cifar10_scalability_end},
     {"deepspeech2", "placements", rescale_sim_deepspeech2_placements_begin,
      rescale_sim_deepspeech2_placements_end},
     {"deepspeech2", "scalability", rescale_sim_deepspeech2_scalability_begin,
      rescale_sim_deepspeech2_scalability_end},
-    {"imagenet", "placements", rescale_sim_imagenet_placements_begin, rescale_sim_imagenet_placements_end},
+    {"imagenet", "placements", rescale_sim_imagenet_placements_begin,
+     rescale_sim_imagenet_placements_end},
     {"imagenet", "scalability", rescale_sim_imagenet_scalability_begin,
      rescale_sim_imagenet_scalability_end},
     {"ncf", "placements", rescale_sim_ncf_placements_begin, rescale_sim_ncf_placements_end},
     {"ncf", "scalability", rescale_sim_ncf_scalability_begin, rescale_sim_ncf_scalability_end},
-    {"yolov3", "placements", rescale_sim_yolov3_placements_begin, rescale_sim_yolov3_placements_end},
-    {"yolov3", "scalability", rescale_sim_yolov3_scalability_begin, rescale_sim_yolov3_scalability_end},
+    {"yolov3", "placements", rescale_sim_yolov3_placements_begin,
+     rescale_sim_yolov3_placements_end},
+    {"yolov3", "scalability", rescale_sim_yolov3_scalability_begin,
+     rescale_sim_yolov3_scalability_end},
 };
 
 // How packed a placement is: fewer nodes first, then the larger per-node
@@ -96,7 +107,8 @@ struct Row {
   double step_seconds = 0;
 };
 
-absl::Status Malformed(std::string_view name, std::string_view file, int line, std::string_view what) {
+absl::Status Malformed(std::string_view name, std::string_view file, int line,
+                       std::string_view what) {
   return absl::InvalidArgumentError(
       absl::StrFormat("%s/%s.csv line %d: %s", name, file, line, what));
 }
@@ -114,8 +126,9 @@ absl::StatusOr<std::vector<Row>> ReadRows(std::string_view name, std::string_vie
   const auto local_bsz = table->Find("local_bsz");
   const auto step_time = table->Find("step_time");
   if (!local_bsz || !step_time || (scalability ? (!nodes || !replicas) : !placement)) {
-    return Malformed(name, file, 1, "missing columns (placement or num_nodes,num_replicas; "
-                                    "local_bsz; step_time)");
+    return Malformed(name, file, 1,
+                     "missing columns (placement or num_nodes,num_replicas; "
+                     "local_bsz; step_time)");
   }
   std::vector<Row> rows;
   for (size_t i = 0; i < table->rows.size(); ++i) {
@@ -128,14 +141,15 @@ absl::StatusOr<std::vector<Row>> ReadRows(std::string_view name, std::string_vie
     }
     if (scalability) {
       if (!absl::SimpleAtoi(f[*nodes], &row.packing.nodes) ||
-          !absl::SimpleAtoi(f[*replicas], &row.replicas) || row.replicas == 0 || row.packing.nodes == 0) {
+          !absl::SimpleAtoi(f[*replicas], &row.replicas) || row.replicas == 0 ||
+          row.packing.nodes == 0) {
         return Malformed(name, file, line, "num_nodes and num_replicas must be positive integers");
       }
       row.label = absl::StrFormat("%d nodes", row.packing.nodes);
     } else {
       const std::string& digits = f[*placement];
-      if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
-                                         [](char c) { return c >= '1' && c <= '9'; })) {
+      if (digits.empty() ||
+          !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '1' && c <= '9'; })) {
         return Malformed(name, file, line, "placement must be digits 1-9, one per node");
       }
       for (char c : digits) row.replicas += static_cast<uint32_t>(c - '0');
@@ -179,7 +193,8 @@ absl::StatusOr<MeasuredApp> ParseMeasuredApp(std::string_view name, std::string_
                                              std::string_view scalability_csv) {
   absl::StatusOr<std::vector<Row>> placements = ReadRows(name, "placements", placements_csv, false);
   if (!placements.ok()) return placements.status();
-  absl::StatusOr<std::vector<Row>> scalability = ReadRows(name, "scalability", scalability_csv, true);
+  absl::StatusOr<std::vector<Row>> scalability =
+      ReadRows(name, "scalability", scalability_csv, true);
   if (!scalability.ok()) return scalability.status();
 
   // The most packed placement of each replica count...
@@ -258,7 +273,8 @@ double MeasuredApp::StepSeconds(uint32_t replicas, double local_batch) const {
 
 absl::StatusOr<const MeasuredApp*> LoadMeasuredApp(std::string_view app) {
   static std::mutex mu;
-  static std::map<std::string, MeasuredApp, std::less<>>* cache = new std::map<std::string, MeasuredApp, std::less<>>();
+  static std::map<std::string, MeasuredApp, std::less<>>* cache =
+      new std::map<std::string, MeasuredApp, std::less<>>();
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache->find(app); it != cache->end()) return &it->second;
   const std::string_view placements = EmbeddedTrace(app, "placements");

@@ -28,7 +28,7 @@
 namespace rescale::sim {
 
 // The six measured applications, in the order the artifact lists them.
-inline constexpr std::string_view kPolluxApps[] = {"bert",    "cifar10", "deepspeech2",
+inline constexpr std::string_view kPolluxApps[] = {"bert",     "cifar10", "deepspeech2",
                                                    "imagenet", "ncf",     "yolov3"};
 
 // One application's measurements at packed placements.

@@ -48,9 +48,9 @@ constexpr double kImagenetSamples = 1'281'167;
 constexpr double kCifar10Samples = 50'000;
 constexpr double kBertSquadSamples = 88'641;
 constexpr double kYolov3VocSamples = 16'551;
-constexpr double kDeepspeech2Samples = 7'140;    // derived, +-20 (see above)
-constexpr double kNcfSamples = 4'970'845;        // derived (see above)
-constexpr double kNcfRestartCostSeconds = 30;    // assumed (see above)
+constexpr double kDeepspeech2Samples = 7'140;  // derived, +-20 (see above)
+constexpr double kNcfSamples = 4'970'845;      // derived (see above)
+constexpr double kNcfRestartCostSeconds = 30;  // assumed (see above)
 
 // Synthetic profiles' step time at one replica, seconds.
 constexpr double kSyntheticStepSeconds = 1.0;
@@ -60,8 +60,8 @@ constexpr double kAmdahlSerialFraction = 0.1;
 const BuiltinProfile kBuiltins[] = {
     {"bert", "BERT fine-tuning on SQuAD (Pollux traces)", true, kBertSquadSamples, 2, 120, 12, 0},
     {"cifar10", "ResNet18 on CIFAR-10 (Pollux traces)", true, kCifar10Samples, 100, 30, 363, 0},
-    {"deepspeech2", "DeepSpeech2 on a CommonVoice subset (Pollux traces)", true, kDeepspeech2Samples,
-     80, 25, 57, 0},
+    {"deepspeech2", "DeepSpeech2 on a CommonVoice subset (Pollux traces)", true,
+     kDeepspeech2Samples, 80, 25, 57, 0},
     {"imagenet", "ResNet50 on ImageNet (Pollux traces)", true, kImagenetSamples, 90, 250, 115, 0},
     {"ncf", "neural collaborative filtering on MovieLens (Pollux traces)", true, kNcfSamples, 10,
      kNcfRestartCostSeconds, 32768, 0},
@@ -157,14 +157,22 @@ absl::StatusOr<ProfileSpec> ParseProfile(std::string_view text) {
         return BadProfile(text, absl::StrFormat("\"%s\" needs a non-negative number", key));
       }
       PolluxModel& m = spec.model;
-      if (key == "a_c") m.a_c = value;
-      else if (key == "b_c") m.b_c = value;
-      else if (key == "a_r") m.a_r = value;
-      else if (key == "b_r") m.b_r = value;
-      else if (key == "a_n") m.a_n = value;
-      else if (key == "b_n") m.b_n = value;
-      else if (key == "g") m.g = value;
-      else if (key == "gpus_per_node" && value >= 1) m.gpus_per_node = static_cast<uint32_t>(value);
+      if (key == "a_c")
+        m.a_c = value;
+      else if (key == "b_c")
+        m.b_c = value;
+      else if (key == "a_r")
+        m.a_r = value;
+      else if (key == "b_r")
+        m.b_r = value;
+      else if (key == "a_n")
+        m.a_n = value;
+      else if (key == "b_n")
+        m.b_n = value;
+      else if (key == "g")
+        m.g = value;
+      else if (key == "gpus_per_node" && value >= 1)
+        m.gpus_per_node = static_cast<uint32_t>(value);
       else {
         return BadProfile(text, absl::StrFormat("unknown model key \"%s\" (known: a_c b_c a_r b_r "
                                                 "a_n b_n g gpus_per_node>=1)",
@@ -175,8 +183,9 @@ absl::StatusOr<ProfileSpec> ParseProfile(std::string_view text) {
       return BadProfile(text, "a_c + b_c must be positive (a step takes time)");
     }
     const PolluxModel& m = spec.model;
-    spec.text = absl::StrFormat("model:a_c=%g;b_c=%g;a_r=%g;b_r=%g;a_n=%g;b_n=%g;g=%g;gpus_per_node=%d",
-                                m.a_c, m.b_c, m.a_r, m.b_r, m.a_n, m.b_n, m.g, m.gpus_per_node);
+    spec.text =
+        absl::StrFormat("model:a_c=%g;b_c=%g;a_r=%g;b_r=%g;a_n=%g;b_n=%g;g=%g;gpus_per_node=%d",
+                        m.a_c, m.b_c, m.a_r, m.b_r, m.a_n, m.b_n, m.g, m.gpus_per_node);
     return spec;
   }
   const std::string_view name = Std(absl::StripAsciiWhitespace(Absl(text)));

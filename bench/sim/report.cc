@@ -24,7 +24,8 @@ std::string Ratio(double value, double base) {
   return absl::StrFormat("%.2f", value / base);
 }
 
-const PolicySummary* FindSummary(const std::vector<PolicySummary>& summaries, const std::string& policy) {
+const PolicySummary* FindSummary(const std::vector<PolicySummary>& summaries,
+                                 const std::string& policy) {
   for (const PolicySummary& s : summaries) {
     if (s.policy == policy) return &s;
   }
@@ -39,29 +40,33 @@ double Hours(double seconds) { return seconds / 3600; }
 std::string FileSafe(std::string_view name) {
   std::string out;
   for (char c : name) {
-    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   }
   return out;
 }
 
-std::string ComparisonTable(const std::vector<PolicySummary>& summaries, const std::string& baseline,
-                            bool markdown) {
+std::string ComparisonTable(const std::vector<PolicySummary>& summaries,
+                            const std::string& baseline, bool markdown) {
   const PolicySummary* base = FindSummary(summaries, baseline);
   const std::vector<std::string> header = {
-      "policy",   "avg JCT s (x)", "p50 JCT s (x)", "p99 JCT s (x)", "makespan s (x)", "avg queue s",
-      "util",     "eff util",      "rescales",      "suspensions",   "restarts",       "GPU-h lost",
-      "finished"};
+      "policy",      "avg JCT s (x)", "p50 JCT s (x)", "p99 JCT s (x)", "makespan s (x)",
+      "avg queue s", "util",          "eff util",      "rescales",      "suspensions",
+      "restarts",    "GPU-h lost",    "finished"};
   std::vector<std::vector<std::string>> rows;
   for (const PolicySummary& s : summaries) {
-    auto with_ratio = [&](double v, double b) { return absl::StrFormat("%.0f (%s)", v, Ratio(v, b)); };
-    rows.push_back({s.policy + (base != nullptr && s.policy == base->policy ? " *" : ""),
-                    with_ratio(s.avg_jct_s, base->avg_jct_s), with_ratio(s.p50_jct_s, base->p50_jct_s),
-                    with_ratio(s.p99_jct_s, base->p99_jct_s), with_ratio(s.makespan_s, base->makespan_s),
-                    absl::StrFormat("%.0f", s.avg_queue_s), absl::StrFormat("%.3f", s.utilization),
-                    absl::StrFormat("%.3f", s.effective_utilization), absl::StrFormat("%d", s.rescales),
-                    absl::StrFormat("%d", s.suspensions), absl::StrFormat("%d", s.restarts),
-                    absl::StrFormat("%.1f", s.restart_gpu_hours),
-                    absl::StrFormat("%d/%d%s", s.finished, s.jobs, s.stopped_early ? " (stopped)" : "")});
+    auto with_ratio = [&](double v, double b) {
+      return absl::StrFormat("%.0f (%s)", v, Ratio(v, b));
+    };
+    rows.push_back(
+        {s.policy + (base != nullptr && s.policy == base->policy ? " *" : ""),
+         with_ratio(s.avg_jct_s, base->avg_jct_s), with_ratio(s.p50_jct_s, base->p50_jct_s),
+         with_ratio(s.p99_jct_s, base->p99_jct_s), with_ratio(s.makespan_s, base->makespan_s),
+         absl::StrFormat("%.0f", s.avg_queue_s), absl::StrFormat("%.3f", s.utilization),
+         absl::StrFormat("%.3f", s.effective_utilization), absl::StrFormat("%d", s.rescales),
+         absl::StrFormat("%d", s.suspensions), absl::StrFormat("%d", s.restarts),
+         absl::StrFormat("%.1f", s.restart_gpu_hours),
+         absl::StrFormat("%d/%d%s", s.finished, s.jobs, s.stopped_early ? " (stopped)" : "")});
   }
   std::string out;
   if (markdown) {
@@ -98,11 +103,12 @@ std::string SummaryCsv(const std::vector<PolicySummary>& summaries) {
       "effective_utilization,rescales,suspensions,resumes,restarts,gpu_hours,restart_gpu_hours,"
       "samples_rejected,stopped_early\n";
   for (const PolicySummary& s : summaries) {
-    absl::StrAppendFormat(&out, "%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.6f,%.6f,%d,%d,%d,%d,%.6f,%.6f,%d,%s\n",
-                          CsvField(s.policy), s.jobs, s.finished, s.avg_jct_s, s.p50_jct_s, s.p99_jct_s,
-                          s.makespan_s, s.avg_queue_s, s.utilization, s.effective_utilization, s.rescales,
-                          s.suspensions, s.resumes, s.restarts, s.gpu_hours, s.restart_gpu_hours,
-                          s.samples_rejected, s.stopped_early ? "true" : "false");
+    absl::StrAppendFormat(
+        &out, "%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.6f,%.6f,%d,%d,%d,%d,%.6f,%.6f,%d,%s\n",
+        CsvField(s.policy), s.jobs, s.finished, s.avg_jct_s, s.p50_jct_s, s.p99_jct_s, s.makespan_s,
+        s.avg_queue_s, s.utilization, s.effective_utilization, s.rescales, s.suspensions, s.resumes,
+        s.restarts, s.gpu_hours, s.restart_gpu_hours, s.samples_rejected,
+        s.stopped_early ? "true" : "false");
   }
   return out;
 }
@@ -110,30 +116,33 @@ std::string SummaryCsv(const std::vector<PolicySummary>& summaries) {
 std::string JobsCsv(const std::vector<SimulationResult>& results) {
   std::string out =
       "policy,job,profile,arrival_s,first_start_s,finish_s,jct_s,queue_s,work_samples,done_samples,"
-      "min_replicas,max_replicas,gpus_per_replica,peak_replicas,gpu_hours,restart_gpu_hours,rescales,"
+      "min_replicas,max_replicas,gpus_per_replica,peak_replicas,gpu_hours,restart_gpu_hours,"
+      "rescales,"
       "suspensions,resumes,restarts,finished\n";
   for (const SimulationResult& r : results) {
     for (const JobOutcome& j : r.jobs) {
       absl::StrAppendFormat(
-          &out, "%s,%s,%s,%s,%s,%s,%s,%s,%.1f,%.1f,%d,%d,%d,%d,%.6f,%.6f,%d,%d,%d,%d,%s\n", CsvField(r.policy),
-          CsvField(j.id), CsvField(j.profile), Seconds(j.arrival_seconds), Seconds(j.first_start_seconds),
-          Seconds(j.finish_seconds), j.finished() ? Seconds(j.jct_seconds()) : "",
-          std::isnan(j.first_start_seconds) ? "" : Seconds(j.queue_seconds()), j.work_samples, j.done_samples,
-          j.min_replicas, j.max_replicas, j.gpus_per_replica, j.peak_replicas, j.gpu_seconds / 3600,
-          j.restart_gpu_seconds / 3600, j.rescales, j.suspensions, j.resumes, j.restarts(),
-          j.finished() ? "true" : "false");
+          &out, "%s,%s,%s,%s,%s,%s,%s,%s,%.1f,%.1f,%d,%d,%d,%d,%.6f,%.6f,%d,%d,%d,%d,%s\n",
+          CsvField(r.policy), CsvField(j.id), CsvField(j.profile), Seconds(j.arrival_seconds),
+          Seconds(j.first_start_seconds), Seconds(j.finish_seconds),
+          j.finished() ? Seconds(j.jct_seconds()) : "",
+          std::isnan(j.first_start_seconds) ? "" : Seconds(j.queue_seconds()), j.work_samples,
+          j.done_samples, j.min_replicas, j.max_replicas, j.gpus_per_replica, j.peak_replicas,
+          j.gpu_seconds / 3600, j.restart_gpu_seconds / 3600, j.rescales, j.suspensions, j.resumes,
+          j.restarts(), j.finished() ? "true" : "false");
     }
   }
   return out;
 }
 
 std::string TimelineCsv(const std::vector<SimulationResult>& results) {
-  std::string out = "policy,time_s,capacity_gpus,allocated_gpus,effective_gpus,running_jobs,waiting_jobs\n";
+  std::string out =
+      "policy,time_s,capacity_gpus,allocated_gpus,effective_gpus,running_jobs,waiting_jobs\n";
   for (const SimulationResult& r : results) {
     for (const TimelinePoint& p : r.timeline) {
-      absl::StrAppendFormat(&out, "%s,%s,%d,%d,%d,%d,%d\n", CsvField(r.policy), Seconds(p.time_seconds),
-                            p.capacity_gpus, p.allocated_gpus, p.effective_gpus, p.running_jobs,
-                            p.waiting_jobs);
+      absl::StrAppendFormat(&out, "%s,%s,%d,%d,%d,%d,%d\n", CsvField(r.policy),
+                            Seconds(p.time_seconds), p.capacity_gpus, p.allocated_gpus,
+                            p.effective_gpus, p.running_jobs, p.waiting_jobs);
     }
   }
   return out;
@@ -166,9 +175,12 @@ std::string JctCdfSvg(const std::vector<SimulationResult>& results) {
     jcts.push_back(std::move(v));
   }
   if (!(hi > 0)) lo = 0.01, hi = 1;
-  SvgChart chart({.title = "Job completion time CDF", .x_label = "JCT (hours, log scale)",
-                  .y_label = "fraction of jobs finished", .log_x = true},
-                 std::pow(10, std::floor(std::log10(lo))), std::pow(10, std::ceil(std::log10(hi))), 0, 1);
+  SvgChart chart({.title = "Job completion time CDF",
+                  .x_label = "JCT (hours, log scale)",
+                  .y_label = "fraction of jobs finished",
+                  .log_x = true},
+                 std::pow(10, std::floor(std::log10(lo))), std::pow(10, std::ceil(std::log10(hi))),
+                 0, 1);
   for (size_t p = 0; p < results.size(); ++p) {
     const std::vector<double>& v = jcts[p];
     const double total = static_cast<double>(results[p].jobs.size());
@@ -186,8 +198,8 @@ std::string JctCdfSvg(const std::vector<SimulationResult>& results) {
 // Time-weighted mean of a step function (value_of each timeline point,
 // held until the next) over kTimeBins equal bins of [start, end].
 template <typename ValueOf>
-std::vector<std::pair<double, double>> Binned(const std::vector<TimelinePoint>& timeline, double start,
-                                              double end, ValueOf value_of) {
+std::vector<std::pair<double, double>> Binned(const std::vector<TimelinePoint>& timeline,
+                                              double start, double end, ValueOf value_of) {
   const double bin = (end - start) / kTimeBins;
   std::vector<double> sums(kTimeBins, 0);
   for (size_t i = 0; i < timeline.size(); ++i) {
@@ -202,7 +214,8 @@ std::vector<std::pair<double, double>> Binned(const std::vector<TimelinePoint>& 
     }
   }
   std::vector<std::pair<double, double>> points;
-  for (int b = 0; b < kTimeBins; ++b) points.emplace_back(Hours(start + (b + 0.5) * bin), sums[b] / bin);
+  for (int b = 0; b < kTimeBins; ++b)
+    points.emplace_back(Hours(start + (b + 0.5) * bin), sums[b] / bin);
   return points;
 }
 
@@ -215,25 +228,30 @@ std::string UtilizationSvg(const std::vector<SimulationResult>& results) {
     const double start = r.first_arrival_seconds;
     const double end = std::max(r.end_seconds, start + 1);
     uint32_t peak_capacity = 1;
-    for (const TimelinePoint& t : r.timeline) peak_capacity = std::max(peak_capacity, t.capacity_gpus);
+    for (const TimelinePoint& t : r.timeline)
+      peak_capacity = std::max(peak_capacity, t.capacity_gpus);
     const PolicySummary s = Summarize(r);
-    SvgChart chart({.width = 800,
-                    .height = 190,
-                    .title = absl::StrFormat("%s: GPUs over time (utilization %.2f, effective %.2f)", r.policy,
-                                             s.utilization, s.effective_utilization),
-                    .x_label = p + 1 == results.size() ? "time since the first arrival (hours)" : "",
-                    .y_label = "GPUs",
-                    .legend_right = true},
-                   0, Hours(end - start), 0, peak_capacity * 1.05);
+    SvgChart chart(
+        {.width = 800,
+         .height = 190,
+         .title = absl::StrFormat("%s: GPUs over time (utilization %.2f, effective %.2f)", r.policy,
+                                  s.utilization, s.effective_utilization),
+         .x_label = p + 1 == results.size() ? "time since the first arrival (hours)" : "",
+         .y_label = "GPUs",
+         .legend_right = true},
+        0, Hours(end - start), 0, peak_capacity * 1.05);
     auto shifted = [&](std::vector<std::pair<double, double>> points) {
       for (auto& [x, y] : points) x -= Hours(start);
       return points;
     };
-    chart.Line(shifted(Binned(r.timeline, start, end, [](const TimelinePoint& t) { return double(t.capacity_gpus); })),
+    chart.Line(shifted(Binned(r.timeline, start, end,
+                              [](const TimelinePoint& t) { return double(t.capacity_gpus); })),
                "#000000", 1.2, "6,4");
-    chart.Line(shifted(Binned(r.timeline, start, end, [](const TimelinePoint& t) { return double(t.allocated_gpus); })),
+    chart.Line(shifted(Binned(r.timeline, start, end,
+                              [](const TimelinePoint& t) { return double(t.allocated_gpus); })),
                PaletteColor(p));
-    chart.Line(shifted(Binned(r.timeline, start, end, [](const TimelinePoint& t) { return double(t.effective_gpus); })),
+    chart.Line(shifted(Binned(r.timeline, start, end,
+                              [](const TimelinePoint& t) { return double(t.effective_gpus); })),
                "#666666", 1.0, "2,2");
     chart.LegendEntry("capacity", "#000000", "6,4");
     chart.LegendEntry("allocated", std::string(PaletteColor(p)));
@@ -253,9 +271,11 @@ std::string AllocationSvg(const SimulationResult& result) {
   for (const AllocationChange& a : result.allocations) by_job[a.job].push_back(&a);
   std::vector<double> base(kTimeBins + 1, 0);
   uint32_t peak_capacity = 1;
-  for (const TimelinePoint& p : result.timeline) peak_capacity = std::max(peak_capacity, p.capacity_gpus);
+  for (const TimelinePoint& p : result.timeline)
+    peak_capacity = std::max(peak_capacity, p.capacity_gpus);
   SvgChart chart({.title = absl::StrFormat("GPUs per job over time, stacked (%s)", result.policy),
-                  .x_label = "time (hours)", .y_label = "GPUs"},
+                  .x_label = "time (hours)",
+                  .y_label = "GPUs"},
                  Hours(start), Hours(end), 0, peak_capacity * 1.05);
   for (const auto& [job, changes] : by_job) {
     std::vector<double> gpus(kTimeBins + 1, 0);
@@ -263,7 +283,8 @@ std::string AllocationSvg(const SimulationResult& result) {
     double current = 0;
     int first = -1, last = -1;
     for (int i = 0; i <= kTimeBins; ++i) {
-      while (next < changes.size() && changes[next]->time_seconds <= times[i]) current = changes[next++]->gpus;
+      while (next < changes.size() && changes[next]->time_seconds <= times[i])
+        current = changes[next++]->gpus;
       gpus[i] = current;
       if (current > 0) {
         if (first < 0) first = i;
@@ -302,28 +323,31 @@ std::string ReportMarkdown(const RunDescription& run, const std::vector<PolicySu
     }
     out += ", then " + absl::StrJoin(changes, ", ");
   }
-  absl::StrAppendFormat(&out,
-                        ". Seed %d, plan interval %.0f s, step noise sigma %.3g, %d samples per job per "
-                        "interval. Every policy is the real DecisionEngine under a virtual clock.\n\n",
-                        run.seed, run.plan_interval_seconds, run.step_noise, run.samples_per_tick);
+  absl::StrAppendFormat(
+      &out,
+      ". Seed %d, plan interval %.0f s, step noise sigma %.3g, %d samples per job per "
+      "interval. Every policy is the real DecisionEngine under a virtual clock.\n\n",
+      run.seed, run.plan_interval_seconds, run.step_noise, run.samples_per_tick);
   out += "## Comparison\n\n";
   out += ComparisonTable(summaries, run.baseline, /*markdown=*/true);
-  absl::StrAppendFormat(&out,
-                        "\nTimes in seconds; (x) is the ratio to the baseline, `%s` (marked *). JCT = "
-                        "finish - arrival over finished jobs; p50/p99 interpolate linearly; makespan = "
-                        "last completion - first arrival; queue = first start - arrival; util = "
-                        "allocated / available GPU-time, eff util excludes restarts; restarts = rescales "
-                        "+ resumes (each costs the job's restart_cost_seconds); GPU-h lost = GPU-hours "
-                        "held while restarting. See bench/sim/README.md.\n\n",
-                        run.baseline);
+  absl::StrAppendFormat(
+      &out,
+      "\nTimes in seconds; (x) is the ratio to the baseline, `%s` (marked *). JCT = "
+      "finish - arrival over finished jobs; p50/p99 interpolate linearly; makespan = "
+      "last completion - first arrival; queue = first start - arrival; util = "
+      "allocated / available GPU-time, eff util excludes restarts; restarts = rescales "
+      "+ resumes (each costs the job's restart_cost_seconds); GPU-h lost = GPU-hours "
+      "held while restarting. See bench/sim/README.md.\n\n",
+      run.baseline);
   out += "## Job completion times\n\n![JCT CDF](jct_cdf.svg)\n\n";
   out += "## Cluster allocation\n\n![Allocated GPUs over time](utilization.svg)\n\n";
   out += "## GPUs per job\n\n";
   for (const SimulationResult& r : results) {
     absl::StrAppendFormat(&out, "![%s](allocation-%s.svg)\n\n", r.policy, FileSafe(r.policy));
   }
-  out += "## Data\n\n`summary.csv` (per policy), `jobs.csv` (per job and policy), `timeline.csv` "
-         "(cluster state after each change), `allocations.csv` (every change of a job's replicas).\n";
+  out +=
+      "## Data\n\n`summary.csv` (per policy), `jobs.csv` (per job and policy), `timeline.csv` "
+      "(cluster state after each change), `allocations.csv` (every change of a job's replicas).\n";
   return out;
 }
 
@@ -331,7 +355,8 @@ absl::Status WriteRunReport(const std::string& dir, const RunDescription& run,
                             const std::vector<SimulationResult>& results) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) return absl::InternalError(absl::StrFormat("cannot create %s: %s", dir, error.message()));
+  if (error)
+    return absl::InternalError(absl::StrFormat("cannot create %s: %s", dir, error.message()));
   std::vector<PolicySummary> summaries;
   for (const SimulationResult& r : results) summaries.push_back(Summarize(r));
   const std::vector<std::pair<std::string, std::string>> files = {
@@ -347,7 +372,9 @@ absl::Status WriteRunReport(const std::string& dir, const RunDescription& run,
     if (absl::Status s = WriteFile(dir + "/" + name, contents); !s.ok()) return s;
   }
   for (const SimulationResult& r : results) {
-    if (absl::Status s = WriteFile(dir + "/allocation-" + FileSafe(r.policy) + ".svg", AllocationSvg(r)); !s.ok()) {
+    if (absl::Status s =
+            WriteFile(dir + "/allocation-" + FileSafe(r.policy) + ".svg", AllocationSvg(r));
+        !s.ok()) {
       return s;
     }
   }

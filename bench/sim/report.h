@@ -39,8 +39,8 @@ struct RunDescription {
 
 // The comparison table: one row per policy, times in seconds with their
 // ratio to the baseline's. Plain text for a terminal, or Markdown.
-std::string ComparisonTable(const std::vector<PolicySummary>& summaries, const std::string& baseline,
-                            bool markdown);
+std::string ComparisonTable(const std::vector<PolicySummary>& summaries,
+                            const std::string& baseline, bool markdown);
 
 std::string SummaryCsv(const std::vector<PolicySummary>& summaries);
 std::string JobsCsv(const std::vector<SimulationResult>& results);

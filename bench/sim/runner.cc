@@ -40,7 +40,8 @@ std::vector<absl::StatusOr<SimulationResult>> RunSimulations(std::vector<Simulat
         if (next_task == count) return;
         index = next_task++;
       }
-      absl::StatusOr<SimulationResult> result = Simulate(*tasks[index].workload, tasks[index].options);
+      absl::StatusOr<SimulationResult> result =
+          Simulate(*tasks[index].workload, tasks[index].options);
       {
         std::lock_guard<std::mutex> lock(mu);
         slots[index] = std::move(result);
@@ -63,10 +64,10 @@ std::vector<absl::StatusOr<SimulationResult>> RunSimulations(std::vector<Simulat
       const double fraction = jobs_total == 0 ? 1 : double(finished) / double(jobs_total);
       constexpr int kWidth = 40;
       const int filled = static_cast<int>(fraction * kWidth);
-      std::fprintf(stderr, "\r[%s%s] %3.0f%%  %llu/%llu jobs, %zu/%zu runs", std::string(filled, '#').c_str(),
-                   std::string(kWidth - filled, ' ').c_str(), fraction * 100,
-                   static_cast<unsigned long long>(finished), static_cast<unsigned long long>(jobs_total),
-                   runs_done, count);
+      std::fprintf(stderr, "\r[%s%s] %3.0f%%  %llu/%llu jobs, %zu/%zu runs",
+                   std::string(filled, '#').c_str(), std::string(kWidth - filled, ' ').c_str(),
+                   fraction * 100, static_cast<unsigned long long>(finished),
+                   static_cast<unsigned long long>(jobs_total), runs_done, count);
       std::fflush(stderr);
     }
   }

@@ -18,7 +18,6 @@
 // unreadable workload, bad flag). Workload formats, semantics and the
 // definitions of every figure: bench/sim/README.md.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -71,9 +70,11 @@ struct RunFlags {
 };
 
 void AddRunFlags(CLI::App* cmd, RunFlags& f) {
-  cmd->add_option("--capacity", f.capacity, "GPUs in the cluster at time 0 (default: the workload's)");
-  cmd->add_option("--capacity-changes", f.capacity_changes,
-                  "later capacity, SECONDS:GPUS,... (e.g. 3600:48,7200:64: nodes lost, then added)");
+  cmd->add_option("--capacity", f.capacity,
+                  "GPUs in the cluster at time 0 (default: the workload's)");
+  cmd->add_option(
+      "--capacity-changes", f.capacity_changes,
+      "later capacity, SECONDS:GPUS,... (e.g. 3600:48,7200:64: nodes lost, then added)");
   cmd->add_option("--policies", f.policies,
                   "comma-separated policies (default: all known: " +
                       absl::StrJoin(DecisionEngine::KnownPolicies(), ",") + ")");
@@ -86,7 +87,8 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--noise", f.noise, "sigma of the log-normal noise on every step (0 = none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--samples-per-tick", f.samples_per_tick, "step samples per running job per interval")
+  cmd->add_option("--samples-per-tick", f.samples_per_tick,
+                  "step samples per running job per interval")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--cooldown", f.cooldown, "engine cooldown after an applied change, seconds")
@@ -99,7 +101,8 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
                   "GPUs per node the engine's model assumes (rescaled's --gpus_per_node; 0 = "
                   "unknown)")
       ->capture_default_str();
-  cmd->add_option("--threads", f.threads, "concurrent runs (0 = one per core)")->capture_default_str();
+  cmd->add_option("--threads", f.threads, "concurrent runs (0 = one per core)")
+      ->capture_default_str();
   cmd->add_option("--max-days", f.max_days, "stop this many virtual days after the last arrival")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -109,7 +112,8 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--pollux-max-cap", f.max_cap, "... capped at this")->capture_default_str();
   cmd->add_flag("--no-progress", f.no_progress, "no progress bar on stderr");
-  cmd->add_flag("--verbose", f.verbose, "keep the engine's warnings (e.g. planner optimality gaps)");
+  cmd->add_flag("--verbose", f.verbose,
+                "keep the engine's warnings (e.g. planner optimality gaps)");
 }
 
 struct Prepared {
@@ -168,8 +172,9 @@ SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const 
   o.capacity_gpus = capacity;
   o.capacity_changes = workload.capacity_changes;
   o.capacity_changes.insert(o.capacity_changes.end(), p.changes.begin(), p.changes.end());
-  std::stable_sort(o.capacity_changes.begin(), o.capacity_changes.end(),
-                   [](const CapacityChange& a, const CapacityChange& b) { return a.at_seconds < b.at_seconds; });
+  std::stable_sort(
+      o.capacity_changes.begin(), o.capacity_changes.end(),
+      [](const CapacityChange& a, const CapacityChange& b) { return a.at_seconds < b.at_seconds; });
   o.plan_interval_seconds = f.plan_interval;
   o.samples_per_tick = f.samples_per_tick;
   o.step_noise = f.noise;
@@ -182,7 +187,8 @@ SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const 
 }
 
 // The capacity to use, or nullopt (error printed).
-std::optional<uint32_t> CapacityFor(const RunFlags& f, const Workload& workload, const std::string& path) {
+std::optional<uint32_t> CapacityFor(const RunFlags& f, const Workload& workload,
+                                    const std::string& path) {
   if (f.capacity >= 0) return static_cast<uint32_t>(f.capacity);
   if (workload.capacity_gpus) return *workload.capacity_gpus;
   std::cerr << "rescale-sim: " << path << " gives no capacity: pass --capacity GPUS\n";
@@ -214,26 +220,31 @@ int Run(const RunFlags& f) {
   const auto started = std::chrono::steady_clock::now();
   std::vector<absl::StatusOr<SimulationResult>> outcomes =
       RunSimulations(std::move(tasks), {.threads = f.threads, .progress = !f.no_progress});
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::vector<SimulationResult> results;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     if (!outcomes[i].ok()) {
-      std::cerr << "rescale-sim: policy " << prepared->policies[i] << ": " << outcomes[i].status() << "\n";
-      return outcomes[i].status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitRunFailed;
+      std::cerr << "rescale-sim: policy " << prepared->policies[i] << ": " << outcomes[i].status()
+                << "\n";
+      return outcomes[i].status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                               : kExitRunFailed;
     }
     results.push_back(*std::move(outcomes[i]));
   }
   for (const SimulationResult& r : results) {
     if (r.unsettled_events > 0) {
-      std::cerr << absl::StrFormat("rescale-sim: note: %s: the plan kept changing after %d events\n", r.policy,
-                                   r.unsettled_events);
+      std::cerr << absl::StrFormat(
+          "rescale-sim: note: %s: the plan kept changing after %d events\n", r.policy,
+          r.unsettled_events);
     }
   }
   RunDescription run;
   run.workload = f.workload;
   run.jobs = workload->jobs.size();
   run.capacity_gpus = *capacity;
-  run.capacity_changes = OptionsFor(f, *workload, *prepared, prepared->baseline, *capacity).capacity_changes;
+  run.capacity_changes =
+      OptionsFor(f, *workload, *prepared, prepared->baseline, *capacity).capacity_changes;
   run.seed = f.seed;
   run.plan_interval_seconds = f.plan_interval;
   run.step_noise = f.noise;
@@ -274,13 +285,15 @@ int Sweep(const RunFlags& f) {
   std::vector<SimulationTask> tasks;
   for (size_t w = 0; w < workloads.size(); ++w) {
     for (const std::string& policy : prepared->policies) {
-      tasks.push_back({&workloads[w], OptionsFor(f, workloads[w], *prepared, policy, capacities[w])});
+      tasks.push_back(
+          {&workloads[w], OptionsFor(f, workloads[w], *prepared, policy, capacities[w])});
     }
   }
   const auto started = std::chrono::steady_clock::now();
   std::vector<absl::StatusOr<SimulationResult>> outcomes =
       RunSimulations(std::move(tasks), {.threads = f.threads, .progress = !f.no_progress});
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const size_t per = prepared->policies.size();
   std::string sweep_csv = "workload," + SummaryCsv({});  // the header
   std::vector<std::vector<PolicySummary>> table(workloads.size());
@@ -289,8 +302,8 @@ int Sweep(const RunFlags& f) {
     for (size_t p = 0; p < per; ++p) {
       auto& outcome = outcomes[w * per + p];
       if (!outcome.ok()) {
-        std::cerr << "rescale-sim: " << f.workloads[w] << ", policy " << prepared->policies[p] << ": "
-                  << outcome.status() << "\n";
+        std::cerr << "rescale-sim: " << f.workloads[w] << ", policy " << prepared->policies[p]
+                  << ": " << outcome.status() << "\n";
         return kExitRunFailed;
       }
       results.push_back(*std::move(outcome));
@@ -299,33 +312,37 @@ int Sweep(const RunFlags& f) {
     run.workload = f.workloads[w];
     run.jobs = workloads[w].jobs.size();
     run.capacity_gpus = capacities[w];
-    run.capacity_changes = OptionsFor(f, workloads[w], *prepared, prepared->baseline, capacities[w]).capacity_changes;
+    run.capacity_changes =
+        OptionsFor(f, workloads[w], *prepared, prepared->baseline, capacities[w]).capacity_changes;
     run.seed = f.seed;
     run.plan_interval_seconds = f.plan_interval;
     run.step_noise = f.noise;
     run.samples_per_tick = f.samples_per_tick;
     run.baseline = prepared->baseline;
-    if (absl::Status s = WriteRunReport(f.out + "/" + WorkloadTag(f.workloads[w]), run, results); !s.ok()) {
+    if (absl::Status s = WriteRunReport(f.out + "/" + WorkloadTag(f.workloads[w]), run, results);
+        !s.ok()) {
       std::cerr << "rescale-sim: " << s.message() << "\n";
       return kExitRunFailed;
     }
     for (const SimulationResult& r : results) {
       table[w].push_back(Summarize(r));
       if (r.unsettled_events > 0) {
-        std::cerr << absl::StrFormat("rescale-sim: note: %s, %s: the plan kept changing after %d events\n",
-                                     f.workloads[w], r.policy, r.unsettled_events);
+        std::cerr << absl::StrFormat(
+            "rescale-sim: note: %s, %s: the plan kept changing after %d events\n", f.workloads[w],
+            r.policy, r.unsettled_events);
       }
     }
     const std::string rows = SummaryCsv(table[w]);
-    for (absl::string_view line : absl::StrSplit(rows.substr(rows.find('\n') + 1), '\n', absl::SkipEmpty())) {
+    for (absl::string_view line :
+         absl::StrSplit(rows.substr(rows.find('\n') + 1), '\n', absl::SkipEmpty())) {
       sweep_csv += CsvField(WorkloadTag(f.workloads[w])) + "," + std::string(line) + "\n";
     }
   }
   // Average JCT per workload and policy, their mean, and the mean's ratio.
-  std::string md = absl::StrFormat("# rescale-sim sweep\n\n%d workloads, policies %s, seed %d, baseline %s. "
-                                   "Average JCT in seconds (finished jobs).\n\n",
-                                   workloads.size(), absl::StrJoin(prepared->policies, ", "), f.seed,
-                                   prepared->baseline);
+  std::string md = absl::StrFormat(
+      "# rescale-sim sweep\n\n%d workloads, policies %s, seed %d, baseline %s. "
+      "Average JCT in seconds (finished jobs).\n\n",
+      workloads.size(), absl::StrJoin(prepared->policies, ", "), f.seed, prepared->baseline);
   md += "| workload | " + absl::StrJoin(prepared->policies, " | ") + " |\n|---|";
   for (size_t p = 0; p < per; ++p) md += "---:|";
   md += "\n";
@@ -335,7 +352,8 @@ int Sweep(const RunFlags& f) {
     for (size_t p = 0; p < per; ++p) {
       const PolicySummary& s = table[w][p];
       sums[p] += s.avg_jct_s;
-      md += absl::StrFormat(" %.0f%s |", s.avg_jct_s, s.finished < s.jobs ? " (unfinished jobs)" : "");
+      md += absl::StrFormat(" %.0f%s |", s.avg_jct_s,
+                            s.finished < s.jobs ? " (unfinished jobs)" : "");
     }
     md += "\n";
   }
@@ -345,7 +363,8 @@ int Sweep(const RunFlags& f) {
   md += "| **mean** |";
   for (size_t p = 0; p < per; ++p) md += absl::StrFormat(" **%.0f** |", sums[p] / workloads.size());
   md += "\n| ratio to " + prepared->baseline + " |";
-  for (size_t p = 0; p < per; ++p) md += absl::StrFormat(" %.2f |", sums[p] / std::max(sums[base], 1e-9));
+  for (size_t p = 0; p < per; ++p)
+    md += absl::StrFormat(" %.2f |", sums[p] / std::max(sums[base], 1e-9));
   md += "\n\nPer-workload reports: `<workload>/report.md`.\n";
   std::error_code error;
   std::filesystem::create_directories(f.out, error);
@@ -414,11 +433,12 @@ int Generate(const GenerateFlags& f) {
 int Profiles(const std::string& name, int64_t local_batch) {
   for (const BuiltinProfile& p : BuiltinProfiles()) {
     if (!name.empty() && p.name != name) continue;
-    const uint32_t batch = local_batch > 0 ? RoundToMeasuredLocalBatch(p.name, double(local_batch)) : p.default_local_batch;
+    const uint32_t batch = local_batch > 0 ? RoundToMeasuredLocalBatch(p.name, double(local_batch))
+                                           : p.default_local_batch;
     std::cout << absl::StrFormat("%s: %s\n  local batch %d", p.name, p.description, batch);
     if (p.dataset_samples > 0) {
-      std::cout << absl::StrFormat(", %.0f samples per epoch, %g epochs (Pollux)", p.dataset_samples,
-                                   p.pollux_epochs);
+      std::cout << absl::StrFormat(", %.0f samples per epoch, %g epochs (Pollux)",
+                                   p.dataset_samples, p.pollux_epochs);
     }
     std::cout << absl::StrFormat(", restart cost %g s\n", p.restart_cost_seconds);
     absl::StatusOr<ProfileSpec> spec = ParseProfile(p.name);
@@ -447,7 +467,8 @@ int Main(int argc, char** argv) {
 
   RunFlags run_flags;
   CLI::App* run = app.add_subcommand("run", "simulate one workload under each policy and compare");
-  run->add_option("--workload", run_flags.workload, "workload file (.jsonl, .csv, or a Pollux workload CSV)")
+  run->add_option("--workload", run_flags.workload,
+                  "workload file (.jsonl, .csv, or a Pollux workload CSV)")
       ->required();
   AddRunFlags(run, run_flags);
 
@@ -461,27 +482,37 @@ int Main(int argc, char** argv) {
   generate->add_option("--rate", gen_flags.rate, "arrivals per hour (Poisson)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  generate->add_option("--jobs", gen_flags.jobs,
-                       "exactly this many jobs over --hours (Poisson given the count); overrides --rate")
+  generate
+      ->add_option(
+          "--jobs", gen_flags.jobs,
+          "exactly this many jobs over --hours (Poisson given the count); overrides --rate")
       ->check(CLI::NonNegativeNumber);
   generate->add_option("--hours", gen_flags.hours, "span of arrivals, hours")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   generate->add_option("--seed", gen_flags.seed, "random seed")->capture_default_str();
-  generate->add_option("--mix", gen_flags.mix,
-                       "application weights, e.g. ncf=39,cifar10=39,deepspeech2=8.7,bert=6.7,yolov3=4.6,"
-                       "imagenet=2 (the default)");
-  generate->add_option("--capacity", gen_flags.capacity, "cluster GPUs to record in a JSONL workload");
-  generate->add_option("--out", gen_flags.out, "file (.jsonl or .csv; - = stdout as JSONL)")->capture_default_str();
-  generate->add_option("--pollux-max-factor", gen_flags.max_factor, "max_replicas = factor x submitted size ...")
+  generate->add_option(
+      "--mix", gen_flags.mix,
+      "application weights, e.g. ncf=39,cifar10=39,deepspeech2=8.7,bert=6.7,yolov3=4.6,"
+      "imagenet=2 (the default)");
+  generate->add_option("--capacity", gen_flags.capacity,
+                       "cluster GPUs to record in a JSONL workload");
+  generate->add_option("--out", gen_flags.out, "file (.jsonl or .csv; - = stdout as JSONL)")
       ->capture_default_str();
-  generate->add_option("--pollux-max-cap", gen_flags.max_cap, "... capped at this")->capture_default_str();
+  generate
+      ->add_option("--pollux-max-factor", gen_flags.max_factor,
+                   "max_replicas = factor x submitted size ...")
+      ->capture_default_str();
+  generate->add_option("--pollux-max-cap", gen_flags.max_cap, "... capped at this")
+      ->capture_default_str();
 
   std::string profile_name;
   int64_t profile_batch = 0;
-  CLI::App* profiles = app.add_subcommand("profiles", "list the built-in profiles and their curves");
+  CLI::App* profiles =
+      app.add_subcommand("profiles", "list the built-in profiles and their curves");
   profiles->add_option("--name", profile_name, "only this profile");
-  profiles->add_option("--local-batch", profile_batch, "local batch (measured ones: rounded to the nearest measured)");
+  profiles->add_option("--local-batch", profile_batch,
+                       "local batch (measured ones: rounded to the nearest measured)");
 
   try {
     app.parse(argc, argv);

@@ -70,7 +70,6 @@ struct SimJob {
   }
 };
 
-
 }  // namespace
 
 EngineOptions EngineOptionsFor(const SimulationOptions& options, uint32_t jobs,
@@ -149,7 +148,8 @@ void Simulation::DrawIntervalNoise(SimJob& job) {
   job.interval_noise = 1;
   if (options_.step_noise > 0 && job.running()) {
     const double sigma = options_.step_noise;
-    const double steps = std::max(1.0, options_.plan_interval_seconds / job.curve.StepSeconds(job.replicas));
+    const double steps =
+        std::max(1.0, options_.plan_interval_seconds / job.curve.StepSeconds(job.replicas));
     const double sd = std::sqrt(std::expm1(sigma * sigma) / steps);
     // A mean of positive steps is positive; the floor only guards the tail
     // of the normal approximation for tiny K.
@@ -160,7 +160,8 @@ void Simulation::DrawIntervalNoise(SimJob& job) {
 
 absl::Status Simulation::Prepare() {
   uint32_t largest_capacity = options_.capacity_gpus;
-  for (const CapacityChange& c : options_.capacity_changes) largest_capacity = std::max(largest_capacity, c.gpus);
+  for (const CapacityChange& c : options_.capacity_changes)
+    largest_capacity = std::max(largest_capacity, c.gpus);
   uint32_t largest_max = 1;
   std::set<std::string> labels;
   jobs_.reserve(workload_.jobs.size());
@@ -170,12 +171,14 @@ absl::Status Simulation::Prepare() {
     const uint64_t min_gpus = uint64_t{desc.min_replicas} * desc.gpus_per_replica;
     if (min_gpus > largest_capacity) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "job \"%s\" needs %d GPUs at min_replicas but the cluster never has more than %d", desc.id,
-          min_gpus, largest_capacity));
+          "job \"%s\" needs %d GPUs at min_replicas but the cluster never has more than %d",
+          desc.id, min_gpus, largest_capacity));
     }
-    absl::StatusOr<JobCurve> curve = MakeJobCurve(desc.profile, desc.local_batch_size, desc.max_replicas);
+    absl::StatusOr<JobCurve> curve =
+        MakeJobCurve(desc.profile, desc.local_batch_size, desc.max_replicas);
     if (!curve.ok()) {
-      return absl::InvalidArgumentError(absl::StrFormat("job \"%s\": %s", desc.id, curve.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("job \"%s\": %s", desc.id, curve.status().message()));
     }
     job.curve = *std::move(curve);
     // Unique engine names, deterministic in workload order.
@@ -215,7 +218,8 @@ void Simulation::Advance(double t) {
     now_ = std::max(now_, t);
     return;
   }
-  if (now_ >= result_.first_arrival_seconds) result_.capacity_gpu_seconds += double(capacity_) * span;
+  if (now_ >= result_.first_arrival_seconds)
+    result_.capacity_gpu_seconds += double(capacity_) * span;
   for (SimJob& job : jobs_) {
     if (!job.running()) continue;
     const double gpus = job.gpus();
@@ -252,7 +256,8 @@ absl::Status Simulation::Arrive(SimJob& job) {
   spec.policy = options_.policy;
   absl::StatusOr<JobView> view = engine_->RegisterJob(std::move(spec));
   if (!view.ok()) {
-    return absl::InternalError(absl::StrFormat("RegisterJob(%s): %s", job.engine_id, view.status().ToString()));
+    return absl::InternalError(
+        absl::StrFormat("RegisterJob(%s): %s", job.engine_id, view.status().ToString()));
   }
   job.phase = Phase::kWaiting;
   ++in_system_;
@@ -269,10 +274,12 @@ absl::Status Simulation::Finish(SimJob& job) {
   job.segments.clear();
   --in_system_;
   result_.allocations.push_back({now_, static_cast<uint32_t>(&job - jobs_.data()), 0, 0});
-  if (options_.jobs_finished != nullptr) options_.jobs_finished->fetch_add(1, std::memory_order_relaxed);
+  if (options_.jobs_finished != nullptr)
+    options_.jobs_finished->fetch_add(1, std::memory_order_relaxed);
   absl::Status status = engine_->DeregisterJob(job.engine_id);
   if (!status.ok()) {
-    return absl::InternalError(absl::StrFormat("DeregisterJob(%s): %s", job.engine_id, status.ToString()));
+    return absl::InternalError(
+        absl::StrFormat("DeregisterJob(%s): %s", job.engine_id, status.ToString()));
   }
   return absl::OkStatus();
 }
@@ -432,8 +439,8 @@ void Simulation::RecordTimeline() {
 absl::StatusOr<SimulationResult> Simulation::Run() {
   if (absl::Status s = Prepare(); !s.ok()) return s;
   const double interval = options_.plan_interval_seconds;
-  const double deadline =
-      (jobs_.empty() ? 0 : jobs_.back().desc->arrival_seconds) + options_.max_seconds_after_last_arrival;
+  const double deadline = (jobs_.empty() ? 0 : jobs_.back().desc->arrival_seconds) +
+                          options_.max_seconds_after_last_arrival;
   size_t next_arrival = 0;
   size_t next_capacity = 0;
   const auto& changes = options_.capacity_changes;
@@ -500,13 +507,16 @@ std::string EngineLabel(std::string_view id) {
     const char lower = absl::ascii_tolower(static_cast<unsigned char>(c));
     label += (absl::ascii_isalnum(static_cast<unsigned char>(lower)) || lower == '-') ? lower : '-';
   }
-  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.front()))) label.erase(0, 1);
+  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.front())))
+    label.erase(0, 1);
   if (label.size() > 200) label.resize(200);
-  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.back()))) label.pop_back();
+  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.back())))
+    label.pop_back();
   return label.empty() ? "job" : label;
 }
 
-absl::StatusOr<SimulationResult> Simulate(const Workload& workload, const SimulationOptions& options) {
+absl::StatusOr<SimulationResult> Simulate(const Workload& workload,
+                                          const SimulationOptions& options) {
   Simulation simulation(workload, options);
   return simulation.Run();
 }

@@ -92,8 +92,8 @@ inline constexpr double kNever = std::numeric_limits<double>::quiet_NaN();
 
 // What happened to one job.
 struct JobOutcome {
-  std::string id;            // as in the workload
-  std::string engine_job_id; // "sim/<label>" as the engine knew it
+  std::string id;             // as in the workload
+  std::string engine_job_id;  // "sim/<label>" as the engine knew it
   std::string profile;
   double arrival_seconds = 0;
   double first_start_seconds = kNever;  // NaN = never started
@@ -122,7 +122,7 @@ struct TimelinePoint {
   uint32_t allocated_gpus = 0;
   uint32_t effective_gpus = 0;  // allocated to jobs not restarting
   uint32_t running_jobs = 0;
-  uint32_t waiting_jobs = 0;    // arrived, not running (queued or suspended)
+  uint32_t waiting_jobs = 0;  // arrived, not running (queued or suspended)
   friend bool operator==(const TimelinePoint&, const TimelinePoint&) = default;
 };
 
@@ -142,13 +142,13 @@ struct SimulationResult {
   std::vector<TimelinePoint> timeline;
   std::vector<AllocationChange> allocations;
   double first_arrival_seconds = 0;
-  double end_seconds = 0;             // last completion (or the stop)
-  double capacity_gpu_seconds = 0;    // capacity integrated from first arrival to end
-  uint64_t replans = 0;               // explicit Replan() calls (ticks)
-  uint64_t reports = 0;               // ReportApplied calls
+  double end_seconds = 0;           // last completion (or the stop)
+  double capacity_gpu_seconds = 0;  // capacity integrated from first arrival to end
+  uint64_t replans = 0;             // explicit Replan() calls (ticks)
+  uint64_t reports = 0;             // ReportApplied calls
   uint64_t samples_ingested = 0;
-  uint64_t samples_rejected = 0;      // should stay 0: a rejection is a simulator bug
-  bool stopped_early = false;         // hit max_seconds_after_last_arrival
+  uint64_t samples_rejected = 0;  // should stay 0: a rejection is a simulator bug
+  bool stopped_early = false;     // hit max_seconds_after_last_arrival
   // Events after which the engine still changed its answer in the last
   // apply round (the rest waits for the next event); expected 0.
   uint64_t unsettled_events = 0;
@@ -159,7 +159,8 @@ struct SimulationResult {
 // gpus_per_replica above every capacity) or a curve that cannot be built;
 // INTERNAL if the engine rejects a call or the cluster is over-committed.
 // Thread-safe: concurrent calls share nothing but read-only data.
-absl::StatusOr<SimulationResult> Simulate(const Workload& workload, const SimulationOptions& options);
+absl::StatusOr<SimulationResult> Simulate(const Workload& workload,
+                                          const SimulationOptions& options);
 
 // The engine-side name of a workload job id: a DNS-1123-safe label.
 std::string EngineLabel(std::string_view id);

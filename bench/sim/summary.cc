@@ -39,7 +39,8 @@ PolicySummary Summarize(const SimulationResult& result) {
     s.restarts += job.restarts();
   }
   s.finished = jcts.size();
-  s.avg_jct_s = jcts.empty() ? 0 : std::accumulate(jcts.begin(), jcts.end(), 0.0) / double(jcts.size());
+  s.avg_jct_s =
+      jcts.empty() ? 0 : std::accumulate(jcts.begin(), jcts.end(), 0.0) / double(jcts.size());
   s.p50_jct_s = Quantile(jcts, 0.5);
   s.p99_jct_s = Quantile(jcts, 0.99);
   s.makespan_s = result.end_seconds - result.first_arrival_seconds;

@@ -19,11 +19,20 @@ std::string XmlEscape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -59,7 +68,8 @@ double SvgChart::X(double x) const {
   const double plot = options_.width - left_ - right_;
   double f = 0;
   if (options_.log_x) {
-    f = (std::log10(std::max(x, x_min_)) - std::log10(x_min_)) / (std::log10(x_max_) - std::log10(x_min_));
+    f = (std::log10(std::max(x, x_min_)) - std::log10(x_min_)) /
+        (std::log10(x_max_) - std::log10(x_min_));
   } else {
     f = (x - x_min_) / (x_max_ - x_min_);
   }
@@ -81,18 +91,18 @@ std::string SvgChart::Points(const std::vector<std::pair<double, double>>& point
 void SvgChart::Line(const std::vector<std::pair<double, double>>& points, std::string_view color,
                     double stroke_width, std::string_view dash) {
   if (points.empty()) return;
-  absl::StrAppendFormat(&body_,
-                        "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\"%s points=\"%s\"/>\n",
-                        color, stroke_width,
-                        dash.empty() ? "" : absl::StrFormat(" stroke-dasharray=\"%s\"", dash),
-                        Points(points));
+  absl::StrAppendFormat(
+      &body_, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\"%s points=\"%s\"/>\n",
+      color, stroke_width, dash.empty() ? "" : absl::StrFormat(" stroke-dasharray=\"%s\"", dash),
+      Points(points));
 }
 
 void SvgChart::Area(const std::vector<std::pair<double, double>>& points, std::string_view color,
                     double opacity) {
   if (points.size() < 3) return;
-  absl::StrAppendFormat(&body_, "<polygon fill=\"%s\" fill-opacity=\"%.2f\" stroke=\"none\" points=\"%s\"/>\n",
-                        color, opacity, Points(points));
+  absl::StrAppendFormat(
+      &body_, "<polygon fill=\"%s\" fill-opacity=\"%.2f\" stroke=\"none\" points=\"%s\"/>\n", color,
+      opacity, Points(points));
 }
 
 void SvgChart::LegendEntry(std::string label, std::string color, std::string dash) {
@@ -133,8 +143,9 @@ std::string StackVertically(const std::vector<SvgChart>& charts) {
 std::string SvgChart::RenderGroup(int y_offset) const {
   const int w = options_.width, h = options_.height;
   std::string out = absl::StrFormat("<g transform=\"translate(0,%d)\">\n", y_offset);
-  absl::StrAppendFormat(&out, "<text x=\"%d\" y=\"20\" text-anchor=\"middle\" font-size=\"15\">%s</text>\n", w / 2,
-                        XmlEscape(options_.title));
+  absl::StrAppendFormat(
+      &out, "<text x=\"%d\" y=\"20\" text-anchor=\"middle\" font-size=\"15\">%s</text>\n", w / 2,
+      XmlEscape(options_.title));
   // Grid and ticks.
   std::vector<double> xticks;
   if (options_.log_x) {
@@ -145,16 +156,18 @@ std::string SvgChart::RenderGroup(int y_offset) const {
     xticks = NiceTicks(x_min_, x_max_);
   }
   for (double x : xticks) {
-    absl::StrAppendFormat(&out,
-                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n"
-                          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
-                          X(x), top_, X(x), h - bottom_, X(x), h - bottom_ + 16, x);
+    absl::StrAppendFormat(
+        &out,
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+        X(x), top_, X(x), h - bottom_, X(x), h - bottom_ + 16, x);
   }
   for (double y : NiceTicks(y_min_, y_max_)) {
-    absl::StrAppendFormat(&out,
-                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n"
-                          "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-                          left_, Y(y), w - right_, Y(y), left_ - 6, Y(y) + 4, y);
+    absl::StrAppendFormat(
+        &out,
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+        left_, Y(y), w - right_, Y(y), left_ - 6, Y(y) + 4, y);
   }
   out += body_;
   // Axes on top of the data.
@@ -165,7 +178,8 @@ std::string SvgChart::RenderGroup(int y_offset) const {
   absl::StrAppendFormat(&out, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
                         left_ + (w - left_ - right_) / 2, h - 10, XmlEscape(options_.x_label));
   absl::StrAppendFormat(&out,
-                        "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.1f)\">%s</text>\n",
+                        "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 "
+                        "16 %.1f)\">%s</text>\n",
                         top_ + (h - top_ - bottom_) / 2, top_ + (h - top_ - bottom_) / 2,
                         XmlEscape(options_.y_label));
   // Legend, top-left inside the plot, on a translucent box.
@@ -173,20 +187,23 @@ std::string SvgChart::RenderGroup(int y_offset) const {
     size_t longest = 0;
     for (const auto& entry : legend_) longest = std::max(longest, entry.first.size());
     const double box_width = 40 + 7.0 * longest;
-    const double x0 = options_.legend_right ? w - right_ - 10 - box_width : left_ + 10, y0 = top_ + 8;
-    absl::StrAppendFormat(&out,
-                          "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"white\" "
-                          "fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n",
-                          x0, y0, box_width, 8 + 16.0 * legend_.size());
+    const double x0 = options_.legend_right ? w - right_ - 10 - box_width : left_ + 10,
+                 y0 = top_ + 8;
+    absl::StrAppendFormat(
+        &out,
+        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"white\" "
+        "fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n",
+        x0, y0, box_width, 8 + 16.0 * legend_.size());
     for (size_t i = 0; i < legend_.size(); ++i) {
       const auto& [label, style] = legend_[i];
       const double y = y0 + 14 + 16.0 * i;
-      absl::StrAppendFormat(&out,
-                            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                            "stroke-width=\"3\"%s/>\n<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
-                            x0 + 6, y - 4, x0 + 28, y - 4, style.first,
-                            style.second.empty() ? "" : absl::StrFormat(" stroke-dasharray=\"%s\"", style.second),
-                            x0 + 34, y, XmlEscape(label));
+      absl::StrAppendFormat(
+          &out,
+          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+          "stroke-width=\"3\"%s/>\n<text x=\"%.1f\" y=\"%.1f\">%s</text>\n",
+          x0 + 6, y - 4, x0 + 28, y - 4, style.first,
+          style.second.empty() ? "" : absl::StrFormat(" stroke-dasharray=\"%s\"", style.second),
+          x0 + 34, y, XmlEscape(label));
     }
   }
   out += "</g>\n";

@@ -24,7 +24,7 @@ class SvgChart {
     std::string title;
     std::string x_label;
     std::string y_label;
-    bool log_x = false;  // x must be > 0 then
+    bool log_x = false;         // x must be > 0 then
     bool legend_right = false;  // legend box in the top-right corner
   };
   SvgChart(Options options, double x_min, double x_max, double y_min, double y_max);

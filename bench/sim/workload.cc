@@ -29,11 +29,19 @@ namespace {
 // The fields of one job, as text, by name.
 using Fields = std::map<std::string, std::string, std::less<>>;
 
-const std::set<std::string, std::less<>> kJobFields = {
-    "id",           "arrival_seconds",  "profile",      "samples",
-    "epochs",       "dataset_samples",  "min_replicas", "max_replicas",
-    "gpus_per_replica", "priority",     "preemptible",  "restart_cost_seconds",
-    "local_batch_size"};
+const std::set<std::string, std::less<>> kJobFields = {"id",
+                                                       "arrival_seconds",
+                                                       "profile",
+                                                       "samples",
+                                                       "epochs",
+                                                       "dataset_samples",
+                                                       "min_replicas",
+                                                       "max_replicas",
+                                                       "gpus_per_replica",
+                                                       "priority",
+                                                       "preemptible",
+                                                       "restart_cost_seconds",
+                                                       "local_batch_size"};
 
 absl::Status FieldError(std::string_view where, std::string_view field, std::string_view why) {
   return absl::InvalidArgumentError(absl::StrFormat("%s: field %s %s", where, field, why));
@@ -51,7 +59,8 @@ absl::Status ReadDouble(const Fields& f, std::string_view where, std::string_vie
   if (!text) return absl::OkStatus();
   double value = 0;
   if (!absl::SimpleAtod(Absl(*text), &value) || !std::isfinite(value) || value < min) {
-    return FieldError(where, key, absl::StrFormat("must be a number >= %g, got \"%s\"", min, *text));
+    return FieldError(where, key,
+                      absl::StrFormat("must be a number >= %g, got \"%s\"", min, *text));
   }
   out = value;
   return absl::OkStatus();
@@ -93,10 +102,10 @@ absl::Status ReadBool(const Fields& f, std::string_view where, std::string_view 
   return absl::OkStatus();
 }
 
-#define SIM_RETURN_IF_ERROR(expr)        \
-  do {                                   \
-    absl::Status status_ = (expr);       \
-    if (!status_.ok()) return status_;   \
+#define SIM_RETURN_IF_ERROR(expr)      \
+  do {                                 \
+    absl::Status status_ = (expr);     \
+    if (!status_.ok()) return status_; \
   } while (0)
 
 // One job from its fields; `where` prefixes errors ("FILE line N").
@@ -118,8 +127,9 @@ absl::StatusOr<JobDescription> ParseJob(const Fields& f, std::string_view where)
   absl::StatusOr<ProfileSpec> profile = ParseProfile(*profile_text);
   if (!profile.ok()) return FieldError(where, "profile", Std(profile.status().message()));
   job.profile = *std::move(profile);
-  const BuiltinProfile* builtin =
-      job.profile.kind == ProfileSpec::Kind::kBuiltin ? FindBuiltinProfile(job.profile.name) : nullptr;
+  const BuiltinProfile* builtin = job.profile.kind == ProfileSpec::Kind::kBuiltin
+                                      ? FindBuiltinProfile(job.profile.name)
+                                      : nullptr;
 
   const bool has_samples = Get(f, "samples").has_value();
   const bool has_epochs = Get(f, "epochs").has_value();
@@ -133,25 +143,28 @@ absl::StatusOr<JobDescription> ParseJob(const Fields& f, std::string_view where)
     double dataset = builtin != nullptr ? builtin->dataset_samples : 0;
     SIM_RETURN_IF_ERROR(ReadDouble(f, where, "dataset_samples", 1, dataset));
     if (dataset <= 0) {
-      return FieldError(where, "epochs",
-                        "needs a dataset size: profile has none, so give dataset_samples or samples");
+      return FieldError(
+          where, "epochs",
+          "needs a dataset size: profile has none, so give dataset_samples or samples");
     }
     job.work_samples = job.epochs * dataset;
   }
-  if (!(job.work_samples > 0)) return FieldError(where, "samples/epochs", "must give positive work");
+  if (!(job.work_samples > 0))
+    return FieldError(where, "samples/epochs", "must give positive work");
 
   SIM_RETURN_IF_ERROR(ReadInt(f, where, "min_replicas", 1, 100'000, job.min_replicas));
   if (!Get(f, "max_replicas")) return FieldError(where, "max_replicas", "is required");
   SIM_RETURN_IF_ERROR(ReadInt(f, where, "max_replicas", 1, 100'000, job.max_replicas));
   if (job.max_replicas < job.min_replicas) {
-    return FieldError(where, "max_replicas",
-                      absl::StrFormat("(%d) must be >= min_replicas (%d)", job.max_replicas,
-                                      job.min_replicas));
+    return FieldError(
+        where, "max_replicas",
+        absl::StrFormat("(%d) must be >= min_replicas (%d)", job.max_replicas, job.min_replicas));
   }
   SIM_RETURN_IF_ERROR(ReadInt(f, where, "gpus_per_replica", 1, 64, job.gpus_per_replica));
   SIM_RETURN_IF_ERROR(ReadInt(f, where, "priority", -1'000'000, 1'000'000, job.priority));
   SIM_RETURN_IF_ERROR(ReadBool(f, where, "preemptible", job.preemptible));
-  job.restart_cost_seconds = builtin != nullptr ? builtin->restart_cost_seconds : kDefaultRestartCostSeconds;
+  job.restart_cost_seconds =
+      builtin != nullptr ? builtin->restart_cost_seconds : kDefaultRestartCostSeconds;
   SIM_RETURN_IF_ERROR(ReadDouble(f, where, "restart_cost_seconds", 0, job.restart_cost_seconds));
   job.local_batch_size = builtin != nullptr ? builtin->default_local_batch : 32;
   SIM_RETURN_IF_ERROR(ReadInt(f, where, "local_batch_size", 1, 1 << 24, job.local_batch_size));
@@ -171,10 +184,13 @@ absl::StatusOr<std::string> JsonFieldText(const std::string& key, const nlohmann
     if (value.contains("curve") && value["curve"].is_array()) {
       std::vector<std::string> points;
       for (const auto& point : value["curve"]) {
-        if (!point.is_array() || point.size() != 2 || !point[0].is_number() || !point[1].is_number()) {
-          return FieldError(where, "profile", "curve points must be [replicas, samples_per_second]");
+        if (!point.is_array() || point.size() != 2 || !point[0].is_number() ||
+            !point[1].is_number()) {
+          return FieldError(where, "profile",
+                            "curve points must be [replicas, samples_per_second]");
         }
-        points.push_back(absl::StrFormat("%d=%.17g", point[0].get<int64_t>(), point[1].get<double>()));
+        points.push_back(
+            absl::StrFormat("%d=%.17g", point[0].get<int64_t>(), point[1].get<double>()));
       }
       return "curve:" + absl::StrJoin(points, ";");
     }
@@ -201,17 +217,20 @@ absl::Status CheckAndSort(Workload& workload) {
   if (workload.jobs.empty()) return absl::InvalidArgumentError("the workload has no jobs");
   std::stable_sort(workload.jobs.begin(), workload.jobs.end(),
                    [](const JobDescription& a, const JobDescription& b) {
-                     if (a.arrival_seconds != b.arrival_seconds) return a.arrival_seconds < b.arrival_seconds;
+                     if (a.arrival_seconds != b.arrival_seconds)
+                       return a.arrival_seconds < b.arrival_seconds;
                      return a.id < b.id;
                    });
-  std::stable_sort(workload.capacity_changes.begin(), workload.capacity_changes.end(),
-                   [](const CapacityChange& a, const CapacityChange& b) { return a.at_seconds < b.at_seconds; });
+  std::stable_sort(
+      workload.capacity_changes.begin(), workload.capacity_changes.end(),
+      [](const CapacityChange& a, const CapacityChange& b) { return a.at_seconds < b.at_seconds; });
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobDescription> PolluxJob(const std::string& name, double time, const std::string& app,
-                                         uint32_t num_replicas, double batch_size,
-                                         const PolluxMapping& mapping, std::string_view where) {
+absl::StatusOr<JobDescription> PolluxJob(const std::string& name, double time,
+                                         const std::string& app, uint32_t num_replicas,
+                                         double batch_size, const PolluxMapping& mapping,
+                                         std::string_view where) {
   const BuiltinProfile* builtin = FindBuiltinProfile(app);
   if (builtin == nullptr || !builtin->measured) {
     return absl::InvalidArgumentError(
@@ -247,10 +266,10 @@ absl::StatusOr<Workload> ParsePollux(const CsvTable& table, const PolluxMapping&
     const std::string where = absl::StrFormat("line %d", table.line_numbers[i]);
     double t = 0, b = 0;
     uint32_t n = 0;
-    if (!absl::SimpleAtod(row[time], &t) || t < 0 || !absl::SimpleAtoi(row[replicas], &n) || n == 0 ||
-        !absl::SimpleAtod(row[batch], &b) || b <= 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: time, num_replicas and batch_size must be positive numbers", where));
+    if (!absl::SimpleAtod(row[time], &t) || t < 0 || !absl::SimpleAtoi(row[replicas], &n) ||
+        n == 0 || !absl::SimpleAtod(row[batch], &b) || b <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: time, num_replicas and batch_size must be positive numbers", where));
     }
     absl::StatusOr<JobDescription> job = PolluxJob(row[name], t, row[app], n, b, mapping, where);
     if (!job.ok()) return job.status();
@@ -265,7 +284,8 @@ absl::StatusOr<Workload> ParseRescaleCsv(const CsvTable& table) {
   for (size_t i = 0; i < table.rows.size(); ++i) {
     Fields fields;
     for (size_t c = 0; c < table.columns.size(); ++c) fields[table.columns[c]] = table.rows[i][c];
-    absl::StatusOr<JobDescription> job = ParseJob(fields, absl::StrFormat("line %d", table.line_numbers[i]));
+    absl::StatusOr<JobDescription> job =
+        ParseJob(fields, absl::StrFormat("line %d", table.line_numbers[i]));
     if (!job.ok()) return job.status();
     workload.jobs.push_back(*std::move(job));
   }
@@ -281,14 +301,16 @@ absl::StatusOr<Workload> ParseJsonl(std::string_view text) {
     const absl::string_view trimmed = absl::StripAsciiWhitespace(line);
     if (trimmed.empty() || trimmed.front() == '#') continue;
     const std::string where = absl::StrFormat("line %d", line_number);
-    nlohmann::json object = nlohmann::json::parse(Std(trimmed), nullptr, /*allow_exceptions=*/false);
+    nlohmann::json object =
+        nlohmann::json::parse(Std(trimmed), nullptr, /*allow_exceptions=*/false);
     if (object.is_discarded() || !object.is_object()) {
       return absl::InvalidArgumentError(absl::StrFormat("%s: not a JSON object", where));
     }
     if (object.contains("capacity_gpus")) {
       CapacityChange change;
       const auto& gpus = object["capacity_gpus"];
-      if (!gpus.is_number_integer() || gpus.get<int64_t>() < 0 || gpus.get<int64_t>() > 10'000'000) {
+      if (!gpus.is_number_integer() || gpus.get<int64_t>() < 0 ||
+          gpus.get<int64_t>() > 10'000'000) {
         return absl::InvalidArgumentError(
             absl::StrFormat("%s: capacity_gpus must be a non-negative integer", where));
       }
@@ -302,7 +324,8 @@ absl::StatusOr<Workload> ParseJsonl(std::string_view text) {
       for (const auto& [key, value] : object.items()) {
         if (key != "capacity_gpus" && key != "at_seconds") {
           return absl::InvalidArgumentError(absl::StrFormat(
-              "%s: a cluster line takes capacity_gpus and at_seconds only, not \"%s\"", where, key));
+              "%s: a cluster line takes capacity_gpus and at_seconds only, not \"%s\"", where,
+              key));
         }
       }
       if (change.at_seconds == 0) {
@@ -336,8 +359,9 @@ std::string Num(double v) {
 
 // The work as epochs when that reads back exactly, else as samples.
 std::pair<std::string, std::string> WorkOf(const JobDescription& job) {
-  const BuiltinProfile* builtin =
-      job.profile.kind == ProfileSpec::Kind::kBuiltin ? FindBuiltinProfile(job.profile.name) : nullptr;
+  const BuiltinProfile* builtin = job.profile.kind == ProfileSpec::Kind::kBuiltin
+                                      ? FindBuiltinProfile(job.profile.name)
+                                      : nullptr;
   if (job.epochs > 0 && builtin != nullptr && builtin->dataset_samples > 0 &&
       job.epochs * builtin->dataset_samples == job.work_samples) {
     return {"epochs", Num(job.epochs)};
@@ -395,14 +419,16 @@ absl::StatusOr<std::vector<CapacityChange>> ParseCapacityChanges(std::string_vie
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, ':');
     CapacityChange change;
     if (!absl::SimpleAtod(absl::StripAsciiWhitespace(kv.first), &change.at_seconds) ||
-        change.at_seconds < 0 || !absl::SimpleAtoi(absl::StripAsciiWhitespace(kv.second), &change.gpus)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "capacity change \"%s\" is not SECONDS:GPUS (e.g. 3600:48)", item));
+        change.at_seconds < 0 ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(kv.second), &change.gpus)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("capacity change \"%s\" is not SECONDS:GPUS (e.g. 3600:48)", item));
     }
     changes.push_back(change);
   }
-  std::stable_sort(changes.begin(), changes.end(),
-                   [](const CapacityChange& a, const CapacityChange& b) { return a.at_seconds < b.at_seconds; });
+  std::stable_sort(
+      changes.begin(), changes.end(),
+      [](const CapacityChange& a, const CapacityChange& b) { return a.at_seconds < b.at_seconds; });
   return changes;
 }
 
@@ -412,7 +438,8 @@ std::string WorkloadToJsonl(const Workload& workload) {
     out += absl::StrFormat("{\"capacity_gpus\": %d, \"at_seconds\": 0}\n", *workload.capacity_gpus);
   }
   for (const CapacityChange& c : workload.capacity_changes) {
-    out += absl::StrFormat("{\"capacity_gpus\": %d, \"at_seconds\": %s}\n", c.gpus, Num(c.at_seconds));
+    out +=
+        absl::StrFormat("{\"capacity_gpus\": %d, \"at_seconds\": %s}\n", c.gpus, Num(c.at_seconds));
   }
   for (const JobDescription& job : workload.jobs) {
     nlohmann::ordered_json object;
@@ -435,9 +462,9 @@ std::string WorkloadToCsv(const Workload& workload) {
   std::string out;
   std::vector<std::string> header;
   // One work column for the whole file: epochs only when every job has them.
-  const bool all_epochs = std::all_of(workload.jobs.begin(), workload.jobs.end(), [](const JobDescription& j) {
-    return WorkOf(j).first == "epochs";
-  });
+  const bool all_epochs =
+      std::all_of(workload.jobs.begin(), workload.jobs.end(),
+                  [](const JobDescription& j) { return WorkOf(j).first == "epochs"; });
   for (const auto& [key, value] : JobFieldsOf(JobDescription{})) {
     header.push_back(key == "samples" && all_epochs ? "epochs" : key);
   }
@@ -460,7 +487,8 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> ParseMix(std::string
     double weight = 0;
     const std::string name(absl::StripAsciiWhitespace(kv.first));
     if (!absl::SimpleAtod(kv.second, &weight) || weight < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat("mix item \"%s\" is not NAME=WEIGHT", item));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("mix item \"%s\" is not NAME=WEIGHT", item));
     }
     mix.emplace_back(name, weight);
   }
@@ -471,7 +499,7 @@ absl::StatusOr<Workload> GenerateWorkload(const GenerateOptions& options) {
   // The Pollux workloads' application mix (../shared/reference/algorithms.md, section 6) and the
   // submitted (num_replicas, batch_size) each application gets in them.
   static const std::vector<std::pair<std::string, double>> kPolluxMix = {
-      {"ncf", 0.39},  {"cifar10", 0.39}, {"deepspeech2", 0.087},
+      {"ncf", 0.39},   {"cifar10", 0.39}, {"deepspeech2", 0.087},
       {"bert", 0.067}, {"yolov3", 0.046}, {"imagenet", 0.02}};
   static const std::map<std::string, std::vector<std::pair<uint32_t, double>>> kSubmittedSizes = {
       {"ncf", {{1, 32768}}},
@@ -488,9 +516,10 @@ absl::StatusOr<Workload> GenerateWorkload(const GenerateOptions& options) {
   std::vector<double> weights;
   for (const auto& [name, weight] : mix) {
     if (!kSubmittedSizes.contains(name)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "mix: \"%s\" is not a measured profile (bert, cifar10, deepspeech2, imagenet, ncf, yolov3)",
-          name));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("mix: \"%s\" is not a measured profile (bert, cifar10, deepspeech2, "
+                          "imagenet, ncf, yolov3)",
+                          name));
     }
     weights.push_back(weight);
   }
@@ -518,8 +547,8 @@ absl::StatusOr<Workload> GenerateWorkload(const GenerateOptions& options) {
     // Whole seconds, as the Pollux workloads have.
     const double arrival = std::floor(arrivals[index]);
     absl::StatusOr<JobDescription> job =
-        PolluxJob(absl::StrFormat("%s-%d", app, index), arrival, app, replicas, batch, options.mapping,
-                  "generate");
+        PolluxJob(absl::StrFormat("%s-%d", app, index), arrival, app, replicas, batch,
+                  options.mapping, "generate");
     if (!job.ok()) return job.status();
     workload.jobs.push_back(*std::move(job));
   }

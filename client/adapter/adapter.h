@@ -30,11 +30,14 @@
 #ifndef RESCALE_CLIENT_ADAPTER_ADAPTER_H_
 #define RESCALE_CLIENT_ADAPTER_ADAPTER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <random>
@@ -42,9 +45,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -61,17 +61,17 @@ namespace rescale::adapter {
 // What the adapter did, for tests and for the log's structure.
 struct AdapterEvent {
   enum class Kind {
-    kJobsListed,       // a LIST of jobs (one API version) was processed
-    kNodesListed,      // a LIST of nodes was processed
-    kRegistered,       // job registered or updated with rescaled
-    kDeregistered,     // job deregistered (finished or deleted)
-    kSkipped,          // job not managed (operator HPA, invalid): detail says why
-    kApplied,          // a recommendation's generation applied and reported
-    kDryRunPatch,      // dry run: detail is "PATCH path body"
-    kCapacitySet,      // SetCapacity sent; value = GPUs
-    kRescaledSynced,   // a WatchRecommendations stream delivered SYNCED
-    kWatchRelisted,    // a watch got 410 Gone and relists
-    kBookmark,         // a watch moved to a BOOKMARK's resourceVersion (detail)
+    kJobsListed,      // a LIST of jobs (one API version) was processed
+    kNodesListed,     // a LIST of nodes was processed
+    kRegistered,      // job registered or updated with rescaled
+    kDeregistered,    // job deregistered (finished or deleted)
+    kSkipped,         // job not managed (operator HPA, invalid): detail says why
+    kApplied,         // a recommendation's generation applied and reported
+    kDryRunPatch,     // dry run: detail is "PATCH path body"
+    kCapacitySet,     // SetCapacity sent; value = GPUs
+    kRescaledSynced,  // a WatchRecommendations stream delivered SYNCED
+    kWatchRelisted,   // a watch got 410 Gone and relists
+    kBookmark,        // a watch moved to a BOOKMARK's resourceVersion (detail)
   };
   Kind kind;
   std::string job_id;
@@ -125,7 +125,7 @@ class Adapter {
  private:
   struct JobEntry {
     JobInfo info;
-    bool registered = false;  // with the rescaled of the current stream
+    bool registered = false;               // with the rescaled of the current stream
     std::optional<std::string> sent_spec;  // serialized JobSpec last sent
     uint64_t applied_generation = 0;
   };

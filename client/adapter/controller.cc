@@ -1,15 +1,13 @@
 // rescale-adapter's controller (see client/adapter/adapter.h): the list+watch
 // loops over jobs and nodes, registration with rescaled, and the applying
 // of recommendations in the safe order.
-#include "client/adapter/adapter.h"
-
 #include <algorithm>
 #include <set>
 #include <utility>
 
-#include "rescale/apply_order.h"
-
 #include "absl/strings/str_cat.h"
+#include "client/adapter/adapter.h"
+#include "rescale/apply_order.h"
 #include "spdlog/spdlog.h"
 
 namespace rescale::adapter {
@@ -91,8 +89,8 @@ std::unique_ptr<grpc::ClientContext> Adapter::NewContext() const {
 void Adapter::ListWatch(const std::string& path, const std::string& selector,
                         const std::function<void(const std::vector<json>&)>& on_list,
                         const std::function<void(const WatchEvent&)>& on_event,
-                        const std::function<void()>& on_list_error,
-                        AdapterEvent::Kind listed_kind, const std::string& what) {
+                        const std::function<void()>& on_list_error, AdapterEvent::Kind listed_kind,
+                        const std::string& what) {
   client::Backoff backoff(options_.backoff, [this] { return NextRandom(); });
   bool warned_missing = false;
   while (!stopping()) {
@@ -100,7 +98,9 @@ void Adapter::ListWatch(const std::string& path, const std::string& selector,
     if (!list.ok()) {
       if (list.status().code() == absl::StatusCode::kNotFound) {
         // The CRD is not installed (yet); say so once, keep checking.
-        if (!warned_missing) spdlog::warn("{}: not served ({}); will retry", what, std::string(list.status().message()));
+        if (!warned_missing)
+          spdlog::warn("{}: not served ({}); will retry", what,
+                       std::string(list.status().message()));
         warned_missing = true;
       } else {
         spdlog::warn("list {}: {}", what, list.status().ToString());
@@ -216,8 +216,7 @@ void Adapter::RunJobs(const ApiVersion& api) {
     WakeApplier();
   };
   ListWatch(path, options_.label_selector, on_list, on_event, on_list_error,
-            AdapterEvent::Kind::kJobsListed,
-            "pytorchjobs." + api.group);
+            AdapterEvent::Kind::kJobsListed, "pytorchjobs." + api.group);
 }
 
 void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
@@ -356,7 +355,8 @@ void Adapter::SyncJob(const std::string& id) {
     // afresh: the watch cache may not have caught up with our own last
     // patch yet. When rescaled already had the job (ALREADY_EXISTS) it
     // also has what was applied, which a stale report would overwrite.
-    absl::StatusOr<json> fresh = kube_->Get(ResourcePath(info.api, "pytorchjobs", info.ns, info.name));
+    absl::StatusOr<json> fresh =
+        kube_->Get(ResourcePath(info.api, "pytorchjobs", info.ns, info.name));
     if (fresh.ok()) {
       absl::StatusOr<JobInfo> parsed = ParsePyTorchJob(*fresh);
       if (parsed.ok()) info = *std::move(parsed);
@@ -585,10 +585,9 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
     status = ApplyToKube(info, workers, suspend);
     if (status.ok()) break;
     const absl::StatusCode code = status.code();
-    const bool retryable = code == absl::StatusCode::kUnavailable ||
-                           code == absl::StatusCode::kAborted ||
-                           code == absl::StatusCode::kUnknown ||
-                           code == absl::StatusCode::kInternal;
+    const bool retryable =
+        code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
+        code == absl::StatusCode::kUnknown || code == absl::StatusCode::kInternal;
     spdlog::warn("apply generation {} to {}: {}{}", recommendation.generation(), id,
                  status.ToString(), retryable ? "; retrying" : "");
     if (!retryable || !SleepFor(backoff.Next())) break;
@@ -654,8 +653,7 @@ absl::Status Adapter::PatchPodGroup(const JobInfo& job, uint32_t min_member) {
 }
 
 absl::Status Adapter::PatchWithRetry(
-    const std::string& path,
-    const std::function<absl::StatusOr<json>(const json&)>& make_patch) {
+    const std::string& path, const std::function<absl::StatusOr<json>(const json&)>& make_patch) {
   absl::Status last;
   for (int attempt = 0; attempt <= options_.max_conflict_retries; ++attempt) {
     absl::StatusOr<json> object = kube_->Get(path);

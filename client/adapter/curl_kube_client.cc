@@ -4,7 +4,6 @@
 
 #include <curl/curl.h>
 
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rescale/read_file.h"
@@ -59,13 +58,20 @@ absl::Status StatusFromHttp(long http_code, const std::string& what, const std::
   switch (http_code) {
     case 400:
     case 415:
-    case 422: return absl::InvalidArgumentError(message);
-    case 401: return absl::UnauthenticatedError(message);
-    case 403: return absl::PermissionDeniedError(message);
-    case 404: return absl::NotFoundError(message);
-    case 409: return absl::AbortedError(message);
-    case 410: return absl::OutOfRangeError(message);
-    default: break;
+    case 422:
+      return absl::InvalidArgumentError(message);
+    case 401:
+      return absl::UnauthenticatedError(message);
+    case 403:
+      return absl::PermissionDeniedError(message);
+    case 404:
+      return absl::NotFoundError(message);
+    case 409:
+      return absl::AbortedError(message);
+    case 410:
+      return absl::OutOfRangeError(message);
+    default:
+      break;
   }
   if (http_code == 429 || http_code >= 500) return absl::UnavailableError(message);
   return absl::UnknownError(message);
@@ -86,11 +92,10 @@ absl::StatusOr<std::unique_ptr<CurlKubeClient>> CurlKubeClient::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("Kubernetes API server \"", server, "\" must start with https://"));
   }
-  for (const auto& [file, what] :
-       {std::pair{options.config.ca_file, "certificate-authority"},
-        std::pair{options.config.client_cert_file, "client-certificate"},
-        std::pair{options.config.client_key_file, "client-key"},
-        std::pair{options.config.token_file, "token file"}}) {
+  for (const auto& [file, what] : {std::pair{options.config.ca_file, "certificate-authority"},
+                                   std::pair{options.config.client_cert_file, "client-certificate"},
+                                   std::pair{options.config.client_key_file, "client-key"},
+                                   std::pair{options.config.token_file, "token file"}}) {
     if (file.empty()) continue;
     absl::StatusOr<std::string> read = ReadFileToString(file, what);
     if (!read.ok()) return read.status();
@@ -165,8 +170,8 @@ absl::StatusOr<curl_slist*> CurlKubeClient::Prepare(void* handle, const std::str
     curl_easy_setopt(easy, CURLOPT_SSLKEY, config.client_key_file.c_str());
   }
   if (!config.client_key_data.empty()) {
-    curl_blob blob{const_cast<char*>(config.client_key_data.data()),
-                   config.client_key_data.size(), CURL_BLOB_COPY};
+    curl_blob blob{const_cast<char*>(config.client_key_data.data()), config.client_key_data.size(),
+                   CURL_BLOB_COPY};
     curl_easy_setopt(easy, CURLOPT_SSLKEY_BLOB, &blob);
     curl_easy_setopt(easy, CURLOPT_SSLKEYTYPE, "PEM");
   }
@@ -299,10 +304,10 @@ absl::Status CurlKubeClient::Watch(const std::string& path, const std::string& l
                                    const std::function<bool(const WatchEvent&)>& on_event,
                                    const std::atomic<bool>& stop) {
   const std::string what = absl::StrCat("WATCH ", path);
-  std::string query = absl::StrCat(
-      "watch=true&allowWatchBookmarks=true&timeoutSeconds=",
-      absl::ToInt64Seconds(options_.watch_timeout));
-  if (!resource_version.empty()) absl::StrAppend(&query, "&resourceVersion=", Escape(resource_version));
+  std::string query = absl::StrCat("watch=true&allowWatchBookmarks=true&timeoutSeconds=",
+                                   absl::ToInt64Seconds(options_.watch_timeout));
+  if (!resource_version.empty())
+    absl::StrAppend(&query, "&resourceVersion=", Escape(resource_version));
   if (!label_selector.empty()) absl::StrAppend(&query, "&labelSelector=", Escape(label_selector));
 
   EasyPtr easy(curl_easy_init());
@@ -359,14 +364,16 @@ absl::Status CurlKubeClient::Watch(const std::string& path, const std::string& l
   if (cancelled) return absl::CancelledError(absl::StrCat(what, ": stopped"));
   if (sink.stopped_by_callback) return absl::OkStatus();
   if (!sink.decode_error.ok()) {
-    return absl::Status(sink.decode_error.code(), absl::StrCat(what, ": ", sink.decode_error.message()));
+    return absl::Status(sink.decode_error.code(),
+                        absl::StrCat(what, ": ", sink.decode_error.message()));
   }
   if (result == CURLE_OK || sink.http_error) {
     // An error status may come with no body, so the write callback never
     // saw it: ask for the code once the transfer is over.
     long http_code = 0;
     curl_easy_getinfo(easy.get(), CURLINFO_RESPONSE_CODE, &http_code);
-    if (http_code < 200 || http_code >= 300) return StatusFromHttp(http_code, what, sink.error_body);
+    if (http_code < 200 || http_code >= 300)
+      return StatusFromHttp(http_code, what, sink.error_body);
   }
   if (result != CURLE_OK) {
     return absl::UnavailableError(

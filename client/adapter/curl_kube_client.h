@@ -72,7 +72,7 @@ class CurlKubeClient final : public KubeClient {
   // Sets URL, TLS, auth and timeouts on `easy`; returns the header list the
   // caller frees.
   absl::StatusOr<::curl_slist*> Prepare(void* easy, const std::string& url,
-                                             const std::string& content_type);
+                                        const std::string& content_type);
   std::string Url(const std::string& path, const std::string& query) const;
   std::string Escape(const std::string& value) const;
   absl::StatusOr<std::string> BearerToken();

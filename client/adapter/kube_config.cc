@@ -1,10 +1,10 @@
 // Kubeconfig and in-cluster configuration parsing (see kube_config.h).
 #include "client/adapter/kube_config.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdlib>
 #include <filesystem>
-
-#include <yaml-cpp/yaml.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -55,7 +55,8 @@ absl::StatusOr<std::string> Base64Field(const YAML::Node& map, const std::string
 
 }  // namespace
 
-absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text, const std::string& base_dir,
+absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text,
+                                           const std::string& base_dir,
                                            const std::string& context) {
   YAML::Node root;
   try {
@@ -151,7 +152,8 @@ absl::StatusOr<KubeConfig> InClusterConfigFrom(const std::string& host, const st
   config.token_file = mount_dir + "/token";
   config.ca_file = mount_dir + "/ca.crt";
   if (!std::filesystem::exists(config.token_file)) {
-    return absl::NotFoundError(absl::StrCat("in-cluster token \"", config.token_file, "\" is missing"));
+    return absl::NotFoundError(
+        absl::StrCat("in-cluster token \"", config.token_file, "\" is missing"));
   }
   absl::StatusOr<std::string> ns = ReadFileToString(mount_dir + "/namespace", "namespace file");
   if (ns.ok()) config.default_namespace = *ns;

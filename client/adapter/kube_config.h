@@ -20,7 +20,8 @@ namespace rescale::adapter {
 absl::StatusOr<KubeConfig> LoadKubeconfig(const std::string& path, const std::string& context = "");
 
 // Same, from YAML text; `base_dir` resolves relative paths.
-absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text, const std::string& base_dir,
+absl::StatusOr<KubeConfig> ParseKubeconfig(const std::string& yaml_text,
+                                           const std::string& base_dir,
                                            const std::string& context = "");
 
 // The in-cluster service account: https://$KUBERNETES_SERVICE_HOST:

@@ -9,20 +9,20 @@
 // server URL (in a kubeconfig) is honoured only because it is explicit, and
 // is meant for tests. Flags are parsed here and only here; SIGINT or SIGTERM
 // stop the adapter cleanly.
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
-#include <CLI/CLI.hpp>
-#include <grpcpp/grpcpp.h>
-#include <spdlog/spdlog.h>
-
 #include "client/adapter/adapter.h"
 #include "client/adapter/curl_kube_client.h"
-#include "client/common/credentials.h"
 #include "client/adapter/kube_config.h"
+#include "client/common/credentials.h"
 #include "rescale/logging.h"
 
 int main(int argc, char** argv) {
@@ -38,8 +38,9 @@ int main(int argc, char** argv) {
   double backoff_initial = absl::ToDoubleSeconds(options.backoff.initial);
   double backoff_max = absl::ToDoubleSeconds(options.backoff.max);
 
-  CLI::App app{"rescale-adapter: applies Rescale's recommendations to Kubeflow and KubeDL "
-               "PyTorchJobs (and their gang PodGroups) labelled rescale.io/managed=true"};
+  CLI::App app{
+      "rescale-adapter: applies Rescale's recommendations to Kubeflow and KubeDL "
+      "PyTorchJobs (and their gang PodGroups) labelled rescale.io/managed=true"};
   app.add_option("--server", server, "Address of rescaled, host:port")->required();
   app.add_option("--kubeconfig", kubeconfig,
                  "kubeconfig file (default: in-cluster service account, else $KUBECONFIG, else "
@@ -57,13 +58,18 @@ int main(int argc, char** argv) {
                  "PyTorchJob APIs to watch, group/version (default: kubeflow.org/v1 "
                  "training.kubedl.io/v1alpha1)");
   app.add_flag("--tls", tls, "Connect to rescaled with TLS, trusting the system's root CAs");
-  app.add_option("--ca-file", ca_file, "PEM CAs to trust for rescaled instead of the system's; implies --tls");
-  app.add_option("--backoff-initial", backoff_initial, "First retry delay, seconds")->capture_default_str();
-  app.add_option("--backoff-max", backoff_max, "Longest retry delay, seconds")->capture_default_str();
+  app.add_option("--ca-file", ca_file,
+                 "PEM CAs to trust for rescaled instead of the system's; implies --tls");
+  app.add_option("--backoff-initial", backoff_initial, "First retry delay, seconds")
+      ->capture_default_str();
+  app.add_option("--backoff-max", backoff_max, "Longest retry delay, seconds")
+      ->capture_default_str();
   app.add_option("--max-conflict-retries", options.max_conflict_retries,
-                 "409 Conflicts retried per write")->capture_default_str();
+                 "409 Conflicts retried per write")
+      ->capture_default_str();
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (absl::Status logging = rescale::ConfigureLogging("rescale-adapter", log_format, log_level);
       !logging.ok()) {

@@ -35,8 +35,8 @@ absl::StatusOr<uint32_t> NonNegative(const json& value, const std::string& where
       value.get<int64_t>() <= int64_t{UINT32_MAX}) {
     return static_cast<uint32_t>(value.get<int64_t>());
   }
-  return absl::InvalidArgumentError(absl::StrCat(where, " must be a non-negative integer, got ",
-                                                 value.dump()));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, " must be a non-negative integer, got ", value.dump()));
 }
 
 // A Kubernetes quantity for a countable resource: "4" or 4 (GPUs are whole).
@@ -132,9 +132,9 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
   job.min_replicas = min_replicas.value_or(max_replicas.value_or(job.workers));
   job.max_replicas = max_replicas.value_or(min_replicas.value_or(job.workers));
   if (job.min_replicas > job.max_replicas) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": spec.elasticPolicy.minReplicas (", job.min_replicas,
-        ") exceeds maxReplicas (", job.max_replicas, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": spec.elasticPolicy.minReplicas (",
+                                                   job.min_replicas, ") exceeds maxReplicas (",
+                                                   job.max_replicas, ")"));
   }
   const json& metrics = FieldAt(elastic, {"metrics"});
   job.operator_hpa = !metrics.is_null() && !(metrics.is_array() && metrics.empty());
@@ -165,11 +165,12 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
     return std::nullopt;
   };
   auto bad = [&](const char* key, const std::string& value, const char* expected) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": annotation ", key, "=\"", value,
-                                                   "\" is not ", expected));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": annotation ", key, "=\"", value, "\" is not ", expected));
   };
   if (auto value = annotation(kPriorityAnnotation)) {
-    if (!absl::SimpleAtoi(*value, &job.priority)) return bad(kPriorityAnnotation, *value, "an integer");
+    if (!absl::SimpleAtoi(*value, &job.priority))
+      return bad(kPriorityAnnotation, *value, "an integer");
   }
   if (auto value = annotation(kRestartCostAnnotation)) {
     double seconds = 0;
@@ -180,7 +181,8 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
   }
   if (auto value = annotation(kPreemptibleAnnotation)) {
     bool preemptible = false;
-    if (!absl::SimpleAtob(*value, &preemptible)) return bad(kPreemptibleAnnotation, *value, "true or false");
+    if (!absl::SimpleAtob(*value, &preemptible))
+      return bad(kPreemptibleAnnotation, *value, "true or false");
     job.preemptible = preemptible;
   }
   if (auto value = annotation(kLocalBatchSizeAnnotation)) {
@@ -192,7 +194,8 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
   if (annotations.is_object()) {
     for (const auto& [key, value] : annotations.items()) {
       if (absl::StartsWith(key, kParameterAnnotationPrefix) && value.is_string()) {
-        job.parameters[key.substr(sizeof(kParameterAnnotationPrefix) - 1)] = value.get<std::string>();
+        job.parameters[key.substr(sizeof(kParameterAnnotationPrefix) - 1)] =
+            value.get<std::string>();
       }
     }
   }

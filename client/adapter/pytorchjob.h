@@ -13,10 +13,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "rescale/v1/rescale.pb.h"
@@ -57,8 +56,8 @@ struct JobInfo {
   std::string id;  // "ns/name"
   ApiVersion api;
   std::string resource_version;
-  uint32_t workers = 0;  // spec.pytorchReplicaSpecs.Worker.replicas
-  uint32_t masters = 0;  // spec.pytorchReplicaSpecs.Master.replicas (0 if none)
+  uint32_t workers = 0;    // spec.pytorchReplicaSpecs.Worker.replicas
+  uint32_t masters = 0;    // spec.pytorchReplicaSpecs.Master.replicas (0 if none)
   bool suspended = false;  // spec.runPolicy.suspend
   // elasticPolicy.minReplicas/maxReplicas; one set copies the other;
   // neither set = both the Worker replicas.
@@ -106,7 +105,8 @@ uint32_t NodeGpus(const nlohmann::json& node);
 std::string DescribeJob(const ApiVersion& api, const std::string& id);
 
 // The value at a path of object keys, or null json when any step is missing.
-const nlohmann::json& FieldAt(const nlohmann::json& object, std::initializer_list<const char*> keys);
+const nlohmann::json& FieldAt(const nlohmann::json& object,
+                              std::initializer_list<const char*> keys);
 
 }  // namespace rescale::adapter
 

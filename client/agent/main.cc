@@ -18,9 +18,14 @@
 //   3  samples were lost: dropped from a full buffer, refused for good, or
 //      still unacknowledged when --drain-timeout ran out
 // On exit one line of statistics goes to stderr.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -30,18 +35,12 @@
 #include <string>
 #include <thread>
 
-#include <CLI/CLI.hpp>
-#include <grpcpp/create_channel.h>
-#include <grpcpp/security/credentials.h>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "client/common/credentials.h"
 #include "client/agent/parser.h"
 #include "client/agent/sender.h"
 #include "client/agent/source.h"
+#include "client/common/credentials.h"
 
 namespace {
 
@@ -95,8 +94,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--job", flags.job, "job id, namespace/name")->required();
   app.add_option("--pod", flags.pod, "pod whose log this is")->envname("POD_NAME")->required();
-  app.add_option("--world-size", flags.world_size,
-                 "workers in the job; default: $WORLD_SIZE, else $PET_NNODES when not a min:max range");
+  app.add_option(
+      "--world-size", flags.world_size,
+      "workers in the job; default: $WORLD_SIZE, else $PET_NNODES when not a min:max range");
   app.add_option("--batch-size", flags.batch_size,
                  "samples per step on this pod, for lines that do not say; 0 = the job's "
                  "local_batch_size")
@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   app.add_option("--flush-interval", flags.flush_interval,
                  "seconds a partial batch may wait before it is sent")
       ->capture_default_str();
-  app.add_option("--buffer", flags.buffer, "unacknowledged samples kept at most; beyond, the oldest are dropped")
+  app.add_option("--buffer", flags.buffer,
+                 "unacknowledged samples kept at most; beyond, the oldest are dropped")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--max-backoff", flags.max_backoff, "longest wait between retries, seconds")
@@ -119,8 +120,10 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout", flags.drain_timeout,
                  "seconds to keep delivering after the input ends")
       ->capture_default_str();
-  app.add_option("--rpc-timeout", flags.rpc_timeout, "deadline of one RPC, seconds")->capture_default_str();
-  app.add_option("--poll-interval", flags.poll_interval, "with --file: seconds between reads at its end")
+  app.add_option("--rpc-timeout", flags.rpc_timeout, "deadline of one RPC, seconds")
+      ->capture_default_str();
+  app.add_option("--poll-interval", flags.poll_interval,
+                 "with --file: seconds between reads at its end")
       ->capture_default_str();
   app.add_flag("--tls", flags.tls, "connect with TLS, trusting the system's root CAs");
   app.add_option("--ca-file", flags.ca_file, "PEM file of CAs to trust instead; implies --tls");
@@ -178,7 +181,8 @@ int main(int argc, char** argv) {
   std::thread reader([&] {
     if (flags.file.empty()) {
       std::string line;
-      while (!stopping.load(std::memory_order_relaxed) && std::getline(std::cin, line)) feeder.Feed(line);
+      while (!stopping.load(std::memory_order_relaxed) && std::getline(std::cin, line))
+        feeder.Feed(line);
     } else {
       rescale::agent::FileFollower follower(flags.file, flags.from_start);
       absl::Status first = follower.Poll([&](std::string_view line) { feeder.Feed(line); });
@@ -219,8 +223,8 @@ int main(int argc, char** argv) {
   int code = exit_code.load();
   if (code == 0 && (s.dropped > 0 || s.abandoned > 0 || s.pending > 0)) {
     if (s.pending > 0) {
-      spdlog::error("{} samples still unacknowledged after --drain-timeout; last error: {}", s.pending,
-                    sender.last_error().ToString());
+      spdlog::error("{} samples still unacknowledged after --drain-timeout; last error: {}",
+                    s.pending, sender.last_error().ToString());
     }
     code = 3;
   }

@@ -99,9 +99,8 @@ class KeyValueParser final : public LineParser {
     line = TrimCr(line);
     ParsedStep out;
     bool have_seconds = false;
-    for (absl::string_view piece :
-         absl::StrSplit(absl::string_view(line.data(), line.size()), absl::ByAnyChar(" \t"),
-                        absl::SkipEmpty())) {
+    for (absl::string_view piece : absl::StrSplit(absl::string_view(line.data(), line.size()),
+                                                  absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
       const std::string_view token(piece.data(), piece.size());
       const size_t eq = token.find('=');
       if (eq == std::string_view::npos) continue;
@@ -206,12 +205,13 @@ absl::StatusOr<std::string> RewriteNamedGroups(std::string_view expr,
     if (skip != 0) {
       const size_t close = after.find('>', skip);
       if (close == std::string_view::npos) {
-        return absl::InvalidArgumentError(absl::StrCat("unterminated group name in regex \"", std::string(expr), "\""));
+        return absl::InvalidArgumentError(
+            absl::StrCat("unterminated group name in regex \"", std::string(expr), "\""));
       }
       const std::string name(after.substr(skip, close - skip));
       if (name.empty() || !names.emplace(name, group + 1).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("empty or repeated group name \"", name, "\" in regex \"", std::string(expr), "\""));
+        return absl::InvalidArgumentError(absl::StrCat("empty or repeated group name \"", name,
+                                                       "\" in regex \"", std::string(expr), "\""));
       }
       ++group;
       out += '(';

@@ -37,9 +37,9 @@ namespace rescale::agent {
 
 // One step measured in a log line.
 struct ParsedStep {
-  double seconds = 0;                    // > 0, finite
-  std::optional<uint64_t> step;          // training step index, if the line has one
-  std::optional<uint32_t> batch_size;    // samples in the step, if the line says
+  double seconds = 0;                  // > 0, finite
+  std::optional<uint64_t> step;        // training step index, if the line has one
+  std::optional<uint32_t> batch_size;  // samples in the step, if the line says
 };
 
 class LineParser {

@@ -2,14 +2,14 @@
 // the delivery guarantees and the threading contract).
 #include "client/agent/sender.h"
 
+#include <grpcpp/client_context.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <utility>
-
-#include <grpcpp/client_context.h>
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -33,7 +33,8 @@ bool PowerOfTen(uint64_t n) {
 
 }  // namespace
 
-GrpcTransport::GrpcTransport(std::shared_ptr<grpc::ChannelInterface> channel, absl::Duration timeout)
+GrpcTransport::GrpcTransport(std::shared_ptr<grpc::ChannelInterface> channel,
+                             absl::Duration timeout)
     : stub_(v1::MetricsService::NewStub(std::move(channel))), timeout_(timeout) {}
 
 absl::StatusOr<BatchAck> GrpcTransport::Send(const v1::SampleBatch& batch) {
@@ -58,9 +59,9 @@ SampleSender::SampleSender(SenderOptions options, SampleTransport* transport, Cl
     : options_(std::move(options)),
       transport_(transport),
       clock_(clock),
-      backoff_(client::BackoffOptions{.initial = options_.initial_backoff,
-                                      .max = options_.max_backoff},
-               std::move(uniform01)) {}
+      backoff_(
+          client::BackoffOptions{.initial = options_.initial_backoff, .max = options_.max_backoff},
+          std::move(uniform01)) {}
 
 void SampleSender::Add(const AgentSample& sample) {
   absl::MutexLock lock(&mu_);
@@ -174,7 +175,8 @@ void SampleSender::Run(absl::Duration drain_timeout) {
       absl::MutexLock lock(&mu_);
       for (;;) {
         const absl::Time now = clock_->Now();
-        if (closed_ && drain_deadline == absl::InfiniteFuture()) drain_deadline = now + drain_timeout;
+        if (closed_ && drain_deadline == absl::InfiniteFuture())
+          drain_deadline = now + drain_timeout;
         if (closed_ && buffer_.empty()) return;
         if (now >= drain_deadline) return;
         const absl::Time next = NextAttemptLocked();
@@ -198,8 +200,8 @@ absl::Status SampleSender::last_error() const {
   return last_error_;
 }
 
-absl::StatusOr<uint32_t> ResolveWorldSize(
-    int64_t flag, const std::function<const char*(const char*)>& getenv) {
+absl::StatusOr<uint32_t> ResolveWorldSize(int64_t flag,
+                                          const std::function<const char*(const char*)>& getenv) {
   auto env = [&](const char* name) -> std::string_view {
     const char* value = getenv ? getenv(name) : std::getenv(name);
     return value == nullptr ? std::string_view() : std::string_view(value);
@@ -216,8 +218,8 @@ absl::StatusOr<uint32_t> ResolveWorldSize(
   uint32_t size = 0;
   if (std::string_view ws = env("WORLD_SIZE"); !ws.empty()) {
     if (number(ws, size)) return size;
-    return absl::InvalidArgumentError(
-        absl::StrCat("WORLD_SIZE=\"", std::string(ws), "\" is not a positive integer; pass --world-size"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WORLD_SIZE=\"", std::string(ws), "\" is not a positive integer; pass --world-size"));
   }
   if (std::string_view nnodes = env("PET_NNODES"); !nnodes.empty()) {
     const size_t colon = nnodes.find(':');
@@ -228,12 +230,13 @@ absl::StatusOr<uint32_t> ResolveWorldSize(
       if (number(nnodes.substr(0, colon), lo) && number(nnodes.substr(colon + 1), hi) && lo == hi) {
         return lo;
       }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PET_NNODES=\"", std::string(nnodes),
-          "\" is an elastic range, not the current world size; pass --world-size (or set WORLD_SIZE)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("PET_NNODES=\"", std::string(nnodes),
+                       "\" is an elastic range, not the current world size; pass --world-size (or "
+                       "set WORLD_SIZE)"));
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("PET_NNODES=\"", std::string(nnodes), "\" is not a node count; pass --world-size"));
+    return absl::InvalidArgumentError(absl::StrCat("PET_NNODES=\"", std::string(nnodes),
+                                                   "\" is not a node count; pass --world-size"));
   }
   return absl::InvalidArgumentError(
       "no world size: pass --world-size or set WORLD_SIZE (or PET_NNODES) in the environment");

@@ -96,16 +96,16 @@ struct AgentSample {
 };
 
 struct SenderStats {
-  uint64_t queued = 0;        // samples given to Add
-  uint64_t sent = 0;          // samples put on the wire, resends included
-  uint64_t acked = 0;         // samples in batches the server answered
-  uint64_t accepted = 0;      // ... and stored
-  uint64_t duplicates = 0;    // ... and found already stored (resends)
-  uint64_t rejected = 0;      // ... and refused as invalid (logged)
-  uint64_t dropped = 0;       // removed unsent because the buffer was full
-  uint64_t abandoned = 0;     // refused for good by the server (permanent RPC error)
-  uint64_t failed_rpcs = 0;   // failed attempts, each retried or abandoned
-  uint64_t pending = 0;       // still unacknowledged
+  uint64_t queued = 0;       // samples given to Add
+  uint64_t sent = 0;         // samples put on the wire, resends included
+  uint64_t acked = 0;        // samples in batches the server answered
+  uint64_t accepted = 0;     // ... and stored
+  uint64_t duplicates = 0;   // ... and found already stored (resends)
+  uint64_t rejected = 0;     // ... and refused as invalid (logged)
+  uint64_t dropped = 0;      // removed unsent because the buffer was full
+  uint64_t abandoned = 0;    // refused for good by the server (permanent RPC error)
+  uint64_t failed_rpcs = 0;  // failed attempts, each retried or abandoned
+  uint64_t pending = 0;      // still unacknowledged
 };
 
 class SampleSender {

@@ -43,7 +43,8 @@ absl::Status FileFollower::Open(bool at_end) {
   return absl::OkStatus();
 }
 
-void FileFollower::Emit(std::string_view data, const std::function<void(std::string_view)>& on_line) {
+void FileFollower::Emit(std::string_view data,
+                        const std::function<void(std::string_view)>& on_line) {
   size_t start = 0;
   for (size_t nl = data.find('\n'); nl != std::string_view::npos; nl = data.find('\n', start)) {
     if (partial_.empty()) {
@@ -83,7 +84,8 @@ absl::Status FileFollower::Poll(const std::function<void(std::string_view)>& on_
     // reopened), so it is kept open.
     struct stat now;
     if (::stat(path_.c_str(), &now) != 0) return absl::OkStatus();
-    if (static_cast<uint64_t>(now.st_ino) == inode_ && static_cast<uint64_t>(now.st_dev) == device_) {
+    if (static_cast<uint64_t>(now.st_ino) == inode_ &&
+        static_cast<uint64_t>(now.st_dev) == device_) {
       return absl::OkStatus();
     }
     // The old file has just been read to its end; continue with the new one.

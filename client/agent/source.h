@@ -71,7 +71,8 @@ class LineFeeder {
       : parser_(parser), sender_(sender), clock_(clock), batch_size_(batch_size) {}
   void Feed(std::string_view line);
   FeedStats stats() const {
-    return {lines_read_.load(std::memory_order_relaxed), lines_parsed_.load(std::memory_order_relaxed)};
+    return {lines_read_.load(std::memory_order_relaxed),
+            lines_parsed_.load(std::memory_order_relaxed)};
   }
 
  private:

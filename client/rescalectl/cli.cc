@@ -8,6 +8,11 @@
 // one command that was named.
 #include "client/rescalectl/cli.h"
 
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -16,24 +21,19 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
 
-#include <CLI/CLI.hpp>
-#include <google/protobuf/util/json_util.h>
-#include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/common/credentials.h"
-#include "rescale/read_file.h"
 #include "client/rescalectl/manifests.h"
 #include "client/rescalectl/output.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "rescale/read_file.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
 namespace rescale::cli {
@@ -219,7 +219,8 @@ int GetRecommendations(Session& session, const std::string& ns) {
   v1::ListRecommendationsRequest request;
   request.set_namespace_(ns);
   v1::ListRecommendationsResponse response;
-  if (!session.Call(&v1::RecommendationService::Stub::ListRecommendations, request, &response)) return 1;
+  if (!session.Call(&v1::RecommendationService::Stub::ListRecommendations, request, &response))
+    return 1;
   if (!session.table()) {
     PrintMessage(response, session.format(), session.out());
   } else if (response.recommendations().empty()) {
@@ -235,7 +236,8 @@ int GetRecommendation(Session& session, const std::string& job_id) {
   v1::GetRecommendationRequest request;
   request.set_job_id(job_id);
   v1::Recommendation recommendation;
-  if (!session.Call(&v1::RecommendationService::Stub::GetRecommendation, request, &recommendation)) return 1;
+  if (!session.Call(&v1::RecommendationService::Stub::GetRecommendation, request, &recommendation))
+    return 1;
   if (!session.table()) {
     PrintMessage(recommendation, session.format(), session.out());
     return 0;
@@ -353,9 +355,9 @@ int ApplyStatus(Session& session, const ApplyStatusFlags& flags) {
   if (!session.Call(&v1::RecommendationService::Stub::ReportApplied, request, &response)) return 1;
   if (session.table()) {
     const auto& status = response.status();
-    session.out() << kJobResourcePrefix << flags.job_id << " applied (replicas="
-                  << status.current_replicas() << ", suspended="
-                  << (status.suspended() ? "true" : "false")
+    session.out() << kJobResourcePrefix << flags.job_id
+                  << " applied (replicas=" << status.current_replicas()
+                  << ", suspended=" << (status.suspended() ? "true" : "false")
                   << ", generation=" << status.last_applied_generation() << ")\n";
   } else {
     PrintMessage(response, session.format(), session.out());
@@ -407,9 +409,10 @@ int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream
 
 int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream& out,
            std::ostream& err) {
-  CLI::App app("rescalectl controls Rescale, the elastic-scaling service for distributed "
-               "training jobs.",
-               "rescalectl");
+  CLI::App app(
+      "rescalectl controls Rescale, the elastic-scaling service for distributed "
+      "training jobs.",
+      "rescalectl");
   // Fallthrough lets an option a subcommand does not know (say -o) reach
   // its parent, which is how `get jobs -o json` works with -o defined once.
   app.fallthrough();
@@ -453,25 +456,24 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   // ---- get / describe
   CLI::App* get = group("get", "Show jobs or recommendations");
   std::string jobs_namespace;
-  CLI::App* get_jobs = leaf(get, "jobs", "List registered jobs",
-                            [&](Session& s) { return GetJobs(s, jobs_namespace); },
-                            "STATE is Running, Starting (recommended, not yet applied), Waiting\n"
-                            "(queued for capacity; QUEUE is its place), Suspended or Pending (no\n"
-                            "recommendation yet). In table mode a line on stderr then gives the\n"
-                            "cluster's GPU utilisation, waiting jobs and the plan's optimality gap.");
+  CLI::App* get_jobs = leaf(
+      get, "jobs", "List registered jobs", [&](Session& s) { return GetJobs(s, jobs_namespace); },
+      "STATE is Running, Starting (recommended, not yet applied), Waiting\n"
+      "(queued for capacity; QUEUE is its place), Suspended or Pending (no\n"
+      "recommendation yet). In table mode a line on stderr then gives the\n"
+      "cluster's GPU utilisation, waiting jobs and the plan's optimality gap.");
   get_jobs->add_option("-n,--namespace", jobs_namespace, "Only jobs in this namespace");
 
   std::string recs_namespace;
-  CLI::App* get_recs =
-      leaf(get, "recommendations", "List every job's current recommendation",
-           [&](Session& s) { return GetRecommendations(s, recs_namespace); });
+  CLI::App* get_recs = leaf(get, "recommendations", "List every job's current recommendation",
+                            [&](Session& s) { return GetRecommendations(s, recs_namespace); });
   get_recs->alias("recs");
   get_recs->add_option("-n,--namespace", recs_namespace, "Only jobs in this namespace");
 
   std::string get_job_id;
-  AddJobIdArgument(leaf(get, "job", "Show one job",
-                        [&](Session& s) { return GetJob(s, get_job_id); }),
-                   &get_job_id);
+  AddJobIdArgument(
+      leaf(get, "job", "Show one job", [&](Session& s) { return GetJob(s, get_job_id); }),
+      &get_job_id);
 
   std::string get_rec_id;
   CLI::App* get_rec = leaf(get, "recommendation", "Show one job's recommendation",
@@ -489,17 +491,18 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
 
   // ---- register / update / deregister
   std::vector<std::string> register_files;
-  leaf(&app, "register", "Register jobs from a YAML or JSON manifest",
-       [&](Session& s) { return RegisterOrUpdate(s, register_files, /*update=*/false); },
-       kManifestHelp)
+  leaf(
+      &app, "register", "Register jobs from a YAML or JSON manifest",
+      [&](Session& s) { return RegisterOrUpdate(s, register_files, /*update=*/false); },
+      kManifestHelp)
       ->add_option("-f,--filename", register_files, "Manifest file; - reads stdin")
       ->type_name("FILE")
       ->required();
 
   std::vector<std::string> update_files;
-  leaf(&app, "update", "Replace the specs of registered jobs from a manifest",
-       [&](Session& s) { return RegisterOrUpdate(s, update_files, /*update=*/true); },
-       kManifestHelp)
+  leaf(
+      &app, "update", "Replace the specs of registered jobs from a manifest",
+      [&](Session& s) { return RegisterOrUpdate(s, update_files, /*update=*/true); }, kManifestHelp)
       ->add_option("-f,--filename", update_files, "Manifest file; - reads stdin")
       ->type_name("FILE")
       ->required();
@@ -512,13 +515,13 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   // ---- watch
   std::string watch_namespace;
   int64_t watch_count = 0;
-  CLI::App* watch =
-      leaf(&app, "watch", "Stream recommendation changes",
-           [&](Session& s) { return Watch(s, watch_namespace, watch_count); },
-           "Prints every job's current recommendation (ADDED), one SYNCED marker, then each\n"
-           "change (ADDED, MODIFIED, DELETED) until the server ends the stream or --count\n"
-           "events have been printed. -o json prints one object per line; -o yaml one\n"
-           "document per event.");
+  CLI::App* watch = leaf(
+      &app, "watch", "Stream recommendation changes",
+      [&](Session& s) { return Watch(s, watch_namespace, watch_count); },
+      "Prints every job's current recommendation (ADDED), one SYNCED marker, then each\n"
+      "change (ADDED, MODIFIED, DELETED) until the server ends the stream or --count\n"
+      "events have been printed. -o json prints one object per line; -o yaml one\n"
+      "document per event.");
   watch->add_option("-n,--namespace", watch_namespace, "Only jobs in this namespace");
   watch->add_option("--count", watch_count, "Stop after this many events (0 = never)")
       ->check(CLI::NonNegativeNumber);
@@ -544,11 +547,11 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
            "Report the replicas a job runs now (what an operator does after scaling)",
            [&](Session& s) { return ApplyStatus(s, apply_flags); });
   AddJobIdArgument(apply_status, &apply_flags.job_id);
-  apply_status->add_option("--replicas", apply_flags.replicas, "Replicas now running")
-      ->required();
+  apply_status->add_option("--replicas", apply_flags.replicas, "Replicas now running")->required();
   apply_status->add_flag("--suspended", apply_flags.suspended, "The job is suspended");
-  apply_status->add_option("--generation", apply_flags.generation,
-                           "Generation of the recommendation applied; 0 = out of band")
+  apply_status
+      ->add_option("--generation", apply_flags.generation,
+                   "Generation of the recommendation applied; 0 = out of band")
       ->capture_default_str();
 
   // CLI11 wants the arguments without the program name, in reverse order.

@@ -1,22 +1,21 @@
 // `rescalectl describe job` (see output.h): the kubectl-describe-style view
 // of a job and its throughput-curve table.
-#include "client/rescalectl/output.h"
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <regex>
 #include <set>
 #include <stdexcept>
 #include <utility>
 
-#include <google/protobuf/timestamp.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/rescalectl/output.h"
 #include "client/rescalectl/output_internal.h"
 
 namespace rescale::cli {
@@ -48,8 +47,8 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
                                        : "60s (default)");
   spec_section.Add("Local Batch Size", absl::StrCat(spec.local_batch_size()));
   spec_section.Add("Policy", spec.policy().empty() ? "<server default>" : spec.policy());
-  spec_section.Add("Prior Points", spec.prior().empty() ? std::string(kNone)
-                                                        : absl::StrCat(spec.prior_size()));
+  spec_section.Add("Prior Points",
+                   spec.prior().empty() ? std::string(kNone) : absl::StrCat(spec.prior_size()));
   text += "Spec:\n" + spec_section.Render("  ");
   if (!spec.prior().empty()) {
     text += PriorPointsTable(spec.prior(), "    ");
@@ -107,9 +106,9 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
     rec_section.Add("Binding Constraint", ConstraintName(rec.binding_constraint()));
     // A job recommended 0 replicas outside the planner's queue (suspended
     // by a policy) is not running either.
-    rec_section.Add("Queue Position", rec.queue_position() > 0
-                                          ? absl::StrCat(rec.queue_position())
-                                          : RecommendedReplicas(job) > 0 ? "- (running)" : "-");
+    rec_section.Add("Queue Position", rec.queue_position() > 0 ? absl::StrCat(rec.queue_position())
+                                      : RecommendedReplicas(job) > 0 ? "- (running)"
+                                                                     : "-");
     rec_section.Add("GPUs", absl::StrCat(rec.gpus()));
     rec_section.Add("Current Samples/s", Rate(rec.current_samples_per_second()));
     rec_section.Add("Predicted Samples/s", Rate(rec.predicted_samples_per_second()));

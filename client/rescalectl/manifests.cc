@@ -1,6 +1,11 @@
 // Reading JobSpec manifests for rescalectl (see manifests.h).
 #include "client/rescalectl/manifests.h"
 
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -9,21 +14,18 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <utility>
-#include <CLI/CLI.hpp>
-#include <google/protobuf/util/json_util.h>
-#include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/common/credentials.h"
-#include "rescale/read_file.h"
 #include "client/rescalectl/output.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "rescale/read_file.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
 namespace rescale::cli {
@@ -95,8 +97,8 @@ std::optional<std::vector<SpecDocument>> ReadJobSpecs(const std::vector<std::str
     try {
       documents = YAML::LoadAll(*content);
     } catch (const YAML::Exception& e) {
-      err << "error: parsing \"" << display_name << "\": line " << e.mark.line + 1
-          << ", column " << e.mark.column + 1 << ": " << e.msg << "\n";
+      err << "error: parsing \"" << display_name << "\": line " << e.mark.line + 1 << ", column "
+          << e.mark.column + 1 << ": " << e.msg << "\n";
       return std::nullopt;
     }
 
@@ -124,8 +126,8 @@ std::optional<std::vector<SpecDocument>> ReadJobSpecs(const std::vector<std::str
       google::protobuf::util::JsonParseOptions options;
       // A misspelled field must fail loudly, not be dropped.
       options.ignore_unknown_fields = false;
-      const auto status = google::protobuf::util::JsonStringToMessage(
-          unwrapped.spec.dump(), &spec_document.spec, options);
+      const auto status = google::protobuf::util::JsonStringToMessage(unwrapped.spec.dump(),
+                                                                      &spec_document.spec, options);
       if (!status.ok()) {
         err << "error: " << origin << ": invalid JobSpec: " << status.message() << "\n";
         return std::nullopt;

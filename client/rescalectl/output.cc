@@ -3,18 +3,18 @@
 // rest of output.h lives in yaml_json.cc, tables.cc, describe.cc, plot.cc.
 #include "client/rescalectl/output.h"
 
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/json_util.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <regex>
 #include <set>
 #include <stdexcept>
 #include <utility>
-
-#include <google/protobuf/timestamp.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,9 +22,7 @@
 
 namespace rescale::cli {
 
-bool IsSet(const google::protobuf::Timestamp& ts) {
-  return ts.seconds() != 0 || ts.nanos() != 0;
-}
+bool IsSet(const google::protobuf::Timestamp& ts) { return ts.seconds() != 0 || ts.nanos() != 0; }
 
 absl::Time ToAbslTime(const google::protobuf::Timestamp& ts) {
   return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
@@ -34,8 +32,8 @@ std::string FormatTimestamp(const google::protobuf::Timestamp& ts, absl::Time no
                             std::string_view unset_text) {
   if (!IsSet(ts)) return std::string(unset_text);
   const absl::Time t = ToAbslTime(ts);
-  return absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()),
-                      " (", HumanDuration(now - t), " ago)");
+  return absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()), " (",
+                      HumanDuration(now - t), " ago)");
 }
 
 std::string FormatDouble(const char* format, double value) {
@@ -125,9 +123,9 @@ uint32_t CurrentReplicas(const v1::Job& job) {
 std::vector<const v1::CurvePoint*> CurveTableRows(
     const v1::Job& job, const std::vector<const v1::CurvePoint*>& points) {
   if (points.size() <= static_cast<size_t>(kMaxCurveTableRows)) return points;
-  std::set<uint32_t> wanted = {job.spec().min_replicas(), job.spec().max_replicas(),
+  std::set<uint32_t> wanted = {job.spec().min_replicas(),  job.spec().max_replicas(),
                                points.front()->replicas(), points.back()->replicas(),
-                               RecommendedReplicas(job), CurrentReplicas(job)};
+                               RecommendedReplicas(job),   CurrentReplicas(job)};
   for (uint64_t n = 1; n <= points.back()->replicas(); n *= 2) {
     wanted.insert(static_cast<uint32_t>(n));
   }
@@ -149,8 +147,7 @@ std::string SizeMarker(uint32_t replicas, uint32_t recommended, uint32_t current
   return marker;
 }
 
-std::optional<Prediction> PredictionAt(const std::vector<const v1::CurvePoint*>& points,
-                                       double n) {
+std::optional<Prediction> PredictionAt(const std::vector<const v1::CurvePoint*>& points, double n) {
   constexpr double kSlack = 1e-9;  // column-to-n arithmetic is not exact
   auto above = std::lower_bound(points.begin(), points.end(), n - kSlack,
                                 [](const auto* point, double x) { return point->replicas() < x; });
@@ -232,24 +229,42 @@ std::string HumanDuration(absl::Duration duration) {
 
 std::string StatusCodeName(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "Cancelled";
-    case grpc::StatusCode::UNKNOWN: return "Unknown";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "InvalidArgument";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DeadlineExceeded";
-    case grpc::StatusCode::NOT_FOUND: return "NotFound";
-    case grpc::StatusCode::ALREADY_EXISTS: return "AlreadyExists";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PermissionDenied";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "ResourceExhausted";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FailedPrecondition";
-    case grpc::StatusCode::ABORTED: return "Aborted";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OutOfRange";
-    case grpc::StatusCode::UNIMPLEMENTED: return "Unimplemented";
-    case grpc::StatusCode::INTERNAL: return "Internal";
-    case grpc::StatusCode::UNAVAILABLE: return "Unavailable";
-    case grpc::StatusCode::DATA_LOSS: return "DataLoss";
-    case grpc::StatusCode::UNAUTHENTICATED: return "Unauthenticated";
-    default: return absl::StrCat("Code", static_cast<int>(code));
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "Cancelled";
+    case grpc::StatusCode::UNKNOWN:
+      return "Unknown";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "InvalidArgument";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DeadlineExceeded";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NotFound";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "AlreadyExists";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PermissionDenied";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "ResourceExhausted";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FailedPrecondition";
+    case grpc::StatusCode::ABORTED:
+      return "Aborted";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OutOfRange";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "Unimplemented";
+    case grpc::StatusCode::INTERNAL:
+      return "Internal";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "Unavailable";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DataLoss";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "Unauthenticated";
+    default:
+      return absl::StrCat("Code", static_cast<int>(code));
   }
 }
 

@@ -10,18 +10,18 @@
 #ifndef RESCALE_CLIENT_RESCALECTL_OUTPUT_H_
 #define RESCALE_CLIENT_RESCALECTL_OUTPUT_H_
 
+#include <google/protobuf/message.h>
+#include <google/protobuf/repeated_ptr_field.h>
+#include <grpcpp/support/status.h>
+#include <yaml-cpp/yaml.h>
+
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <google/protobuf/message.h>
-#include <google/protobuf/repeated_ptr_field.h>
-#include <grpcpp/support/status.h>
-#include <nlohmann/json.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "absl/time/time.h"
 #include "rescale/v1/rescale.pb.h"
@@ -50,8 +50,8 @@ std::string MessageToYaml(const google::protobuf::Message& message);
 
 // Writes `message` as pretty JSON or as YAML, ending with a newline. In YAML,
 // `document_marker` starts it with "---" so several messages form a stream.
-void PrintMessage(const google::protobuf::Message& message, OutputFormat format,
-                  std::ostream& out, bool document_marker = false);
+void PrintMessage(const google::protobuf::Message& message, OutputFormat format, std::ostream& out,
+                  bool document_marker = false);
 
 // A YAML node as JSON. Plain (untagged, unquoted) scalars get the type YAML
 // 1.2's core schema gives them: true/false → bool, integers → number,

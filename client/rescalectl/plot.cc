@@ -1,22 +1,21 @@
 // The ASCII plot of a throughput curve (see output.h): predicted rate with
 // its uncertainty band, observed points and linear scaling from n=1.
-#include "client/rescalectl/output.h"
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <regex>
 #include <set>
 #include <stdexcept>
 #include <utility>
 
-#include <google/protobuf/timestamp.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/rescalectl/output.h"
 #include "client/rescalectl/output_internal.h"
 
 namespace rescale::cli {

@@ -1,22 +1,21 @@
 // rescalectl's tables (see output.h): jobs, recommendations, the cluster
 // summary and view, and the watch table printer.
-#include "client/rescalectl/output.h"
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <regex>
 #include <set>
 #include <stdexcept>
 #include <utility>
 
-#include <google/protobuf/timestamp.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/rescalectl/output.h"
 #include "client/rescalectl/output_internal.h"
 
 namespace rescale::cli {
@@ -54,8 +53,8 @@ std::string Table::Render(std::string_view indent) const {
 std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                             absl::Time now) {
   // The first eleven columns are a contract with scripts; new ones go last.
-  Table table({"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY", "POLICY",
-               "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS", "STATE", "QUEUE"});
+  Table table({"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY", "POLICY", "CURRENT",
+               "RECOMMENDED", "ACTION", "AGE", "GPUS", "STATE", "QUEUE"});
   for (const auto& job : jobs) {
     const auto& spec = job.spec();
     const auto& status = job.status();
@@ -77,9 +76,8 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
         status.suspended() ? "suspended" : absl::StrCat(status.current_replicas()),
         has_recommendation ? absl::StrCat(job.recommendation().replicas()) : std::string(kNone),
         has_recommendation ? ActionName(job.recommendation().action()) : std::string(kNone),
-        IsSet(status.registered_at())
-            ? HumanDuration(now - ToAbslTime(status.registered_at()))
-            : std::string("<unknown>"),
+        IsSet(status.registered_at()) ? HumanDuration(now - ToAbslTime(status.registered_at()))
+                                      : std::string("<unknown>"),
         has_recommendation ? absl::StrCat(job.recommendation().gpus()) : std::string(kNone),
         JobState(job),
         // 0 means "not queued", which a dash says more plainly than a zero.
@@ -132,12 +130,11 @@ static std::vector<std::string> RecommendationCells(const v1::Recommendation& re
 
 std::string FormatRecommendationsTable(
     const google::protobuf::RepeatedPtrField<v1::Recommendation>& recommendations) {
-  Table table({"NAMESPACE", "NAME", "REPLICAS", "ACTION", "GENERATION", "CONSTRAINT", "QUEUE",
-               "REASON"});
+  Table table(
+      {"NAMESPACE", "NAME", "REPLICAS", "ACTION", "GENERATION", "CONSTRAINT", "QUEUE", "REASON"});
   for (const auto& rec : recommendations) table.AddRow(RecommendationCells(rec));
   return table.Render();
 }
-
 
 std::string FormatCluster(const v1::Cluster& cluster) {
   // Until capacity is set the planner hands out GPUs without bound, so the
@@ -165,7 +162,6 @@ std::string FormatCluster(const v1::Cluster& cluster) {
   return text;
 }
 
-
 // --------------------------------------------------------------- watch --
 
 namespace {
@@ -176,7 +172,7 @@ struct WatchColumn {
 // Widths fit the common case (short namespaces, names up to ~24 chars);
 // REASON is last and unpadded.
 constexpr WatchColumn kWatchColumns[] = {
-    {"EVENT", 8},   {"NAMESPACE", 12},  {"NAME", 24},  {"REPLICAS", 8}, {"ACTION", 10},
+    {"EVENT", 8},       {"NAMESPACE", 12},  {"NAME", 24}, {"REPLICAS", 8}, {"ACTION", 10},
     {"GENERATION", 10}, {"CONSTRAINT", 17}, {"QUEUE", 5}, {"REASON", 0},
 };
 }  // namespace
@@ -208,7 +204,8 @@ void WatchTablePrinter::PrintEvent(const v1::RecommendationEvent& event) {
     return;
   }
   std::vector<std::string> cells = {EventTypeName(event.type())};
-  for (std::string& cell : RecommendationCells(event.recommendation())) cells.push_back(std::move(cell));
+  for (std::string& cell : RecommendationCells(event.recommendation()))
+    cells.push_back(std::move(cell));
   PrintRow(cells);
 }
 

@@ -1,22 +1,21 @@
 // json/yaml rendering of messages and YAML→JSON for manifests (see
 // output.h), with YAML 1.2 core-schema scalar inference for plain scalars.
-#include "client/rescalectl/output.h"
+#include <google/protobuf/timestamp.pb.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <regex>
 #include <set>
 #include <stdexcept>
 #include <utility>
 
-#include <google/protobuf/timestamp.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/rescalectl/output.h"
 #include "client/rescalectl/output_internal.h"
 
 namespace rescale::cli {
@@ -176,8 +175,8 @@ std::string MessageToJson(const google::protobuf::Message& message, bool pretty)
   // protobuf indents by one space; re-indent by two (as kubectl and jq do),
   // keeping field order. Numbers keep their text: nlohmann prints doubles in
   // the shortest form that reads back exactly.
-  return nlohmann::ordered_json::parse(json).dump(
-      2, ' ', /*ensure_ascii=*/false, nlohmann::ordered_json::error_handler_t::replace);
+  return nlohmann::ordered_json::parse(json).dump(2, ' ', /*ensure_ascii=*/false,
+                                                  nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string JsonToYaml(const nlohmann::ordered_json& value) {
@@ -192,8 +191,8 @@ std::string MessageToYaml(const google::protobuf::Message& message) {
   return JsonToYaml(nlohmann::ordered_json::parse(MessageToJson(message, /*pretty=*/false)));
 }
 
-void PrintMessage(const google::protobuf::Message& message, OutputFormat format,
-                  std::ostream& out, bool document_marker) {
+void PrintMessage(const google::protobuf::Message& message, OutputFormat format, std::ostream& out,
+                  bool document_marker) {
   if (format == OutputFormat::kYaml) {
     if (document_marker) out << "---\n";
     out << MessageToYaml(message) << "\n";

@@ -85,8 +85,7 @@ class ManualClock final : public Clock {
   // Held while listeners run, so destroying a Listener waits for its call.
   mutable std::mutex listeners_mu_;
   uint64_t next_listener_id_ ABSL_GUARDED_BY(listeners_mu_) = 0;
-  std::vector<std::pair<uint64_t, std::function<void()>>> listeners_
-      ABSL_GUARDED_BY(listeners_mu_);
+  std::vector<std::pair<uint64_t, std::function<void()>>> listeners_ ABSL_GUARDED_BY(listeners_mu_);
 };
 
 }  // namespace rescale

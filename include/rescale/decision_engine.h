@@ -21,8 +21,10 @@
 #ifndef RESCALE_DECISION_ENGINE_H_
 #define RESCALE_DECISION_ENGINE_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -32,15 +34,13 @@
 #include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include <condition_variable>
-#include <mutex>
 #include "absl/time/time.h"
 #include "rescale/clock.h"
-#include "rescale/metrics_store.h"
 #include "rescale/cluster_planner.h"
+#include "rescale/metrics_store.h"
 #include "rescale/policy.h"
-#include "rescale/throughput_model.h"
 #include "rescale/recommendation_board.h"
+#include "rescale/throughput_model.h"
 #include "rescale/types.h"
 #include "rescale/validation.h"
 

@@ -38,9 +38,9 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <mutex>
 
 #include "absl/base/thread_annotations.h"
-#include <mutex>
 
 namespace rescale {
 

@@ -36,11 +36,11 @@
 //  * De-duplication: each PodCell holds a mark, the world size of the pod's
 //    current run and one past the highest `step` accepted in it, moved by a
 //    relaxed CAS loop (a fetch-max within a run, a reset when the world size
-//    changes, since resized training may number its steps afresh). A sample is stored only if its CAS succeeded, and
-//    successful CASes on one atomic are totally ordered and claim disjoint
-//    step intervals, so no step of a pod is stored twice, however writers
-//    race; relaxed is enough because nothing else is published through the
-//    mark (argument in full beside ClaimStep in metrics_store_ingest.cc).
+//    changes, since resized training may number its steps afresh). A sample is stored only if its
+//    CAS succeeded, and successful CASes on one atomic are totally ordered and claim disjoint step
+//    intervals, so no step of a pod is stored twice, however writers race; relaxed is enough
+//    because nothing else is published through the mark (argument in full beside ClaimStep in
+//    metrics_store_ingest.cc).
 //  * The limits in JobState (max_replicas, local_batch_size) are relaxed
 //    atomics: a sample racing with UpdateJob is validated against the old or
 //    the new limit, either of which was valid at some instant.
@@ -50,6 +50,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -58,7 +59,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include <mutex>
 #include "absl/time/time.h"
 #include "rescale/epoch.h"
 #include "rescale/types.h"

@@ -78,8 +78,8 @@ struct PolicyMemory {
 };
 
 struct PolicyInput {
-  const JobSpec* spec = nullptr;       // policy already resolved
-  const JobStatus* status = nullptr;   // what the cluster runs
+  const JobSpec* spec = nullptr;      // policy already resolved
+  const JobStatus* status = nullptr;  // what the cluster runs
   const ThroughputModel* model = nullptr;
   // Observed sizes with at least one sample, ordered by replicas.
   std::span<const Observation> observed;

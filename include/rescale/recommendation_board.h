@@ -16,9 +16,10 @@
 #define RESCALE_RECOMMENDATION_BOARD_H_
 
 #include <cstdint>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,7 +28,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include <mutex>
 #include "rescale/types.h"
 
 namespace rescale {

@@ -10,9 +10,9 @@
 #define RESCALE_CONCAT_(a, b) RESCALE_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function when `expr` is not OK.
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::absl::Status rescale_status_ = (expr);         \
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::absl::Status rescale_status_ = (expr);           \
     if (!rescale_status_.ok()) return rescale_status_; \
   } while (0)
 

@@ -34,11 +34,11 @@ namespace rescale {
 // What the store measured at one world size.
 struct Observation {
   uint32_t replicas = 0;
-  double step_seconds = 0;     // robust central step time
-  double spread_seconds = 0;   // standard deviation of step times
+  double step_seconds = 0;    // robust central step time
+  double spread_seconds = 0;  // standard deviation of step times
   uint64_t sample_count = 0;
-  double mean_batch = 0;       // samples per pod per step
-  double age_seconds = 0;      // since its newest sample (0 = now)
+  double mean_batch = 0;   // samples per pod per step
+  double age_seconds = 0;  // since its newest sample (0 = now)
   // Nodes the job spanned; 0 = unknown, assumed packed (ModelOptions).
   uint32_t nodes = 0;
 };

@@ -26,10 +26,10 @@ inline constexpr double kDefaultRestartCostSeconds = 60.0;
 struct CurvePoint {
   uint32_t replicas = 0;
   double samples_per_second = 0;
-  double uncertainty = 0;   // half-width of the band, samples/s
-  bool observed = false;    // measured (true) or predicted (false)
+  double uncertainty = 0;  // half-width of the band, samples/s
+  bool observed = false;   // measured (true) or predicted (false)
   uint64_t sample_count = 0;
-  double efficiency = 0;    // samples_per_second / (replicas x 1-replica rate)
+  double efficiency = 0;                   // samples_per_second / (replicas x 1-replica rate)
   double observed_samples_per_second = 0;  // measured, when observed
   friend bool operator==(const CurvePoint&, const CurvePoint&) = default;
 };
@@ -104,21 +104,20 @@ struct Recommendation {
   // Whether a watcher would see a difference worth an event: everything but
   // the decision time and the (noisy) throughput figures.
   bool SameVisibleDecision(const Recommendation& other) const {
-    return SameTarget(other) && action == other.action &&
-           reason == other.reason && binding_constraint == other.binding_constraint &&
-           queue_position == other.queue_position && policy == other.policy &&
-           gpus == other.gpus;
+    return SameTarget(other) && action == other.action && reason == other.reason &&
+           binding_constraint == other.binding_constraint &&
+           queue_position == other.queue_position && policy == other.policy && gpus == other.gpus;
   }
 };
 
 // What the metrics store knows about one pod of a job.
 struct PodStatus {
   std::string pod;
-  uint32_t world_size = 0;          // of its latest sample
-  double recent_step_seconds = 0;   // exponentially weighted, recent-biased
+  uint32_t world_size = 0;         // of its latest sample
+  double recent_step_seconds = 0;  // exponentially weighted, recent-biased
   absl::Time last_seen = absl::InfinitePast();
   uint64_t sample_count = 0;
-  bool straggler = false;           // much slower than the pods at its size
+  bool straggler = false;  // much slower than the pods at its size
 };
 
 // Everything the API shows about one job.
@@ -142,7 +141,7 @@ struct StepSample {
   std::string_view pod;
   uint32_t world_size = 0;
   double step_seconds = 0;
-  uint32_t batch_size = 0;     // 0 = the job's local_batch_size
+  uint32_t batch_size = 0;           // 0 = the job's local_batch_size
   int64_t timestamp_unix_nanos = 0;  // 0 = time received
   // Training step index. When set, a pod's samples are de-duplicated by it:
   // one whose step is not above the highest step already accepted for its
