@@ -509,8 +509,7 @@ void DecisionEngine::ReplanLocked() {
          p.wish.binding == BindingConstraint::kMinReplicas);
     rec.reason = policy_explains ? p.wish.reason : planned.reason;
     rec.binding_constraint = policy_explains ? p.wish.binding : planned.binding;
-    rec.current_samples_per_second =
-        entry.status.suspended ? 0 : p.model.SamplesPerSecond(entry.status.current_replicas);
+    rec.current_samples_per_second = p.model.SamplesPerSecond(RunningReplicas(entry.status));
     rec.predicted_samples_per_second = p.model.SamplesPerSecond(planned.replicas);
     rec.queue_position = planned.queue_position;
     rec.decided_at = now;

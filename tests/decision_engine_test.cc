@@ -573,13 +573,20 @@ TEST_CASE("engine timer replans when the injected clock passes the plan interval
   engine.StopTimer();
 }
 
-TEST_CASE("StopTimer plans the applied reports still waiting for their debounce", "[concurrency]") {
-  ManualClock clock;
+// An engine whose ReportApplied waits 300 ms (on `clock`) for the rest of a
+// burst, with ns/a registered.
+std::unique_ptr<DecisionEngine> DebouncedEngine(ManualClock& clock) {
   EngineOptions options = StaticMinOptions();
   options.applied_debounce = absl::Milliseconds(300);
-  auto engine_owner = MustCreate(options, &clock);
+  auto engine = MustCreate(options, &clock);
+  MustRegister(*engine, Spec("ns/a", 2, 8));
+  return engine;
+}
+
+TEST_CASE("StopTimer plans the applied reports still waiting for their debounce", "[concurrency]") {
+  ManualClock clock;
+  auto engine_owner = DebouncedEngine(clock);
   DecisionEngine& engine = *engine_owner;
-  MustRegister(engine, Spec("ns/a", 2, 8));
   engine.StartTimer();
   REQUIRE(engine.ReportApplied("ns/a", 2, false, 1).ok());
   CHECK(MustRecommendation(engine, "ns/a").action == Action::kScaleUp);  // deferred
@@ -765,11 +772,8 @@ TEST_CASE(
 TEST_CASE("engine with a debounce plans a burst of applied reports once, on its timer thread",
           "[concurrency]") {
   ManualClock clock;
-  EngineOptions options = StaticMinOptions();
-  options.applied_debounce = absl::Milliseconds(300);
-  auto engine_owner = MustCreate(options, &clock);
+  auto engine_owner = DebouncedEngine(clock);
   DecisionEngine& engine = *engine_owner;
-  MustRegister(engine, Spec("ns/a", 2, 8));
   MustRegister(engine, Spec("ns/b", 2, 8));
   auto watcher = engine.Watch().value();
   RecommendationEvent event;

@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "../src/metrics_store_internal.h"
 #include "absl/time/time.h"
+#include "src/metrics_store_internal.h"
 
 namespace rescale {
 namespace {
