@@ -685,3 +685,31 @@ TEST_CASE("Start reports a clear error for an address it cannot bind") {
   REQUIRE_FALSE(started.ok());
   CHECK_THAT(std::string(started.status().message()), Catch::Contains("256.0.0.1:1"));
 }
+
+TEST_CASE("Start refuses bad options, naming the option: its own and the engine's") {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.run_plan_timer = false;
+  SECTION("a TLS file that does not exist") {
+    options.tls_cert_file = "/nonexistent/tls.crt";
+    options.tls_key_file = "/nonexistent/tls.key";
+    auto started = RescaleServer::Start(options);
+    CHECK(started.status().code() == absl::StatusCode::kNotFound);
+    CHECK_THAT(std::string(started.status().message()),
+               Catch::Contains("--tls_cert_file") && Catch::Contains("/nonexistent/tls.crt"));
+  }
+  SECTION("the server's own limit") {
+    options.max_batch_samples = 0;
+    auto started = RescaleServer::Start(options);
+    CHECK(started.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(started.status().message()),
+               Catch::Contains("max_batch_samples must be at least 1"));
+  }
+  SECTION("an engine option, checked by DecisionEngine::Create") {
+    options.engine.default_policy = "magic";
+    auto started = RescaleServer::Start(options);
+    CHECK(started.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(started.status().message()),
+               Catch::Contains("default_policy \"magic\" is not a known policy"));
+  }
+}
