@@ -55,6 +55,7 @@ JobSpec FromProto(const v1::JobSpec& proto) {
   spec.policy = proto.policy();
   for (const v1::CurvePoint& p : proto.prior()) spec.prior.push_back(FromProto(p));
   for (const auto& [key, value] : proto.parameters()) spec.parameters[key] = value;
+  if (proto.has_total_samples()) spec.total_samples = proto.total_samples();
   return spec;
 }
 
@@ -70,6 +71,7 @@ void ToProto(const JobSpec& spec, v1::JobSpec* proto) {
   proto->set_policy(spec.policy);
   for (const CurvePoint& p : spec.prior) ToProto(p, proto->add_prior());
   for (const auto& [key, value] : spec.parameters) (*proto->mutable_parameters())[key] = value;
+  if (spec.total_samples) proto->set_total_samples(*spec.total_samples);
 }
 
 void ToProto(const JobStatus& status, v1::JobStatus* proto) {
@@ -81,6 +83,10 @@ void ToProto(const JobStatus& status, v1::JobStatus* proto) {
   if (IsSet(status.registered_at))
     SetTimestamp(status.registered_at, proto->mutable_registered_at());
   proto->set_samples_accepted(status.samples_accepted);
+  proto->set_samples_processed(status.samples_processed);
+  if (status.estimated_remaining_seconds) {
+    proto->set_estimated_remaining_seconds(*status.estimated_remaining_seconds);
+  }
 }
 
 v1::Action ToProto(Action action) {

@@ -1,5 +1,6 @@
 // MetricsStore's ingest path: validation, finding or inserting cells with
-// CAS, de-duplication by step, and per-batch accumulation flushed with one
+// CAS, de-duplication by step, per-size progress marks (step range, pods
+// without step numbers), and per-batch accumulation flushed with one
 // relaxed RMW per counter. Writers never take a mutex; the argument for each
 // atomic is in rescale/metrics_store.h and, for the de-duplication mark,
 // beside ClaimStep below.
@@ -22,6 +23,7 @@ namespace {
 
 using metrics_internal::Key;
 using metrics_internal::kNever;
+using metrics_internal::kNoStep;
 
 // A pod's de-duplication mark packs the world size of the run it belongs to
 // (high bits) with one past the highest step accepted in that run (low
@@ -86,9 +88,17 @@ inline bool ClaimStep(std::atomic<uint64_t>& next, uint32_t world_size, uint64_t
   }
 }
 
-inline void MaxRelaxed(std::atomic<int64_t>& target, int64_t value) {
-  int64_t old = target.load(std::memory_order_relaxed);
+template <typename T>
+inline void MaxRelaxed(std::atomic<T>& target, T value) {
+  T old = target.load(std::memory_order_relaxed);
   while (old < value && !target.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
+  }
+}
+
+template <typename T>
+inline void MinRelaxed(std::atomic<T>& target, T value) {
+  T old = target.load(std::memory_order_relaxed);
+  while (value < old && !target.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
   }
 }
 
@@ -104,16 +114,53 @@ struct MetricsStore::PendingSize {
   double batch_sum = 0;
   uint64_t samples = 0;
   int64_t last_ns = kNever;
+  // Progress marks of this batch: its step range and its samples without a step.
+  uint64_t min_step = kNoStep;
+  uint64_t max_step = 0;
+  uint64_t unstepped = 0;
 
+  // Counts `pod` once among the pods that sent samples without a step number
+  // at `size`. fetch_or returns the previous bits, and RMWs on one atomic are
+  // totally ordered, so exactly one caller sees the pod's bit clear and counts
+  // it, however writers race; relaxed, as nothing is published through it. The
+  // plain load first keeps the common case (bit already set) free of RMWs.
+  static void CountUnsteppedPod(PodCell& pod, SizeCell& size) {
+    std::atomic<uint64_t>& word = pod.unstepped_sizes[size.slot / 64];
+    const uint64_t bit = uint64_t{1} << (size.slot % 64);
+    if ((word.load(std::memory_order_relaxed) & bit) != 0) return;
+    if ((word.fetch_or(bit, std::memory_order_relaxed) & bit) == 0) {
+      size.unstepped_pods.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  // Progress memory orders. min_step / max_step only ever move down / up
+  // (fetch-min / fetch-max CAS loops), so after all flushes each holds the
+  // extreme over every stored step whatever the interleaving: each is
+  // individually exact, like the counters. Nothing is published through
+  // them, so relaxed suffices. A reader may see one moved before the other
+  // (min_step still kNoStep: no range yet; a min not yet lowered), which only
+  // shortens the range it sees: a step range read during ingest is never
+  // longer than the finished one. unstepped and unstepped_pods
+  // are relaxed counters under the header's argument: a reader may see a
+  // batch's samples before or after its pod was counted, off by that batch
+  // until the Ingest call returns, then exact.
   void Flush() {
     if (samples == 0) return;
+    if (min_step <= max_step) {
+      MinRelaxed(cell->min_step, min_step);
+      MaxRelaxed(cell->max_step, max_step);
+    }
+    if (unstepped != 0) cell->unstepped.fetch_add(unstepped, std::memory_order_relaxed);
+    // Sums before counts, each bin's count added with release (SizeCell::Load
+    // loads it with acquire): a reader that counts a sample also sees its
+    // sums, so a size with samples never reads as 0 s or 0 samples/s.
+    AddRelaxed(cell->batch_sum, batch_sum);
     for (int b = 0; b < kBins; ++b) {
       if (count[b] == 0) continue;
-      cell->count[b].fetch_add(count[b], std::memory_order_relaxed);
       AddRelaxed(cell->sum[b], sum[b]);
       AddRelaxed(cell->sum_sq[b], sum_sq[b]);
+      cell->count[b].fetch_add(count[b], std::memory_order_release);
     }
-    AddRelaxed(cell->batch_sum, batch_sum);
     cell->lifetime.fetch_add(samples, std::memory_order_relaxed);
     MaxRelaxed(cell->last_sample_ns, last_ns);
     job->accepted.fetch_add(samples, std::memory_order_relaxed);
@@ -151,7 +198,7 @@ MetricsStore::SizeCell* MetricsStore::FindOrAddSize(JobState& job, uint32_t worl
   for (int i = 0; i < job.max_sizes; ++i) {
     SizeCell* cell = job.sizes[i].load(std::memory_order_acquire);
     if (cell == nullptr) {
-      auto fresh = std::make_unique<SizeCell>(world_size, now_ns);
+      auto fresh = std::make_unique<SizeCell>(world_size, now_ns, i);
       if (job.sizes[i].compare_exchange_strong(cell, fresh.get(), std::memory_order_release,
                                                std::memory_order_acquire)) {
         return fresh.release();
@@ -163,7 +210,8 @@ MetricsStore::SizeCell* MetricsStore::FindOrAddSize(JobState& job, uint32_t worl
   return nullptr;
 }
 
-MetricsStore::PodCell* MetricsStore::FindOrAddPod(JobState& job, std::string_view pod) {
+MetricsStore::PodCell* MetricsStore::FindOrAddPod(JobState& job, std::string_view pod,
+                                                  int64_t now_ns) {
   PodTable* table = job.pods.load(std::memory_order_seq_cst);
   const size_t hash = absl::HashOf(Key(pod));
   size_t slot = hash & table->mask;
@@ -175,7 +223,7 @@ MetricsStore::PodCell* MetricsStore::FindOrAddPod(JobState& job, std::string_vie
         table->live.fetch_sub(1, std::memory_order_relaxed);
         return nullptr;
       }
-      auto fresh = std::make_unique<PodCell>(pod, hash);
+      auto fresh = std::make_unique<PodCell>(pod, hash, job.max_sizes, now_ns);
       if (table->slots[slot].compare_exchange_strong(cell, fresh.get(), std::memory_order_release,
                                                      std::memory_order_acquire)) {
         return fresh.release();
@@ -305,7 +353,7 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
     if (pod_pending.cell == nullptr || s.pod.size() != pod_key.size() ||
         (s.pod.data() != pod_key.data() && s.pod != pod_key)) {
       pod_pending.Flush();
-      PodCell* cell = FindOrAddPod(*job, s.pod);
+      PodCell* cell = FindOrAddPod(*job, s.pod, now_ns);
       if (cell == nullptr) {
         result.RejectForLimit(
             static_cast<uint32_t>(i),
@@ -324,6 +372,13 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
         !ClaimStep(pod_pending.cell->next_step, s.world_size, *s.step, pod_next_step)) {
       ++result.duplicates;
       continue;
+    }
+    if (s.step.has_value()) {
+      size_pending.min_step = std::min(size_pending.min_step, *s.step);
+      size_pending.max_step = std::max(size_pending.max_step, *s.step);
+    } else {
+      ++size_pending.unstepped;
+      PendingSize::CountUnsteppedPod(*pod_pending.cell, *size_pending.cell);
     }
     const double x = s.step_seconds;
     const int bin = BinOf(x);

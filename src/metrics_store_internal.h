@@ -29,6 +29,8 @@ namespace metrics_internal {
 
 // "No time yet" in the nanosecond timestamps below.
 inline constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
+// "No step number yet" in SizeCell::min_step.
+inline constexpr uint64_t kNoStep = std::numeric_limits<uint64_t>::max();
 
 // Debian's Abseil has its own string_view type; heterogeneous lookups in
 // absl containers need it.
@@ -77,14 +79,17 @@ RobustSummary Summarize(const Histogram& h);
 }  // namespace metrics_internal
 
 struct MetricsStore::SizeCell {
-  SizeCell(uint32_t size, int64_t created) : world_size(size), created_ns(created) {
+  SizeCell(uint32_t size, int64_t created, int slot_index)
+      : world_size(size), created_ns(created), slot(slot_index) {
     std::fill(std::begin(snapshot_ns), std::end(snapshot_ns), metrics_internal::kNever);
   }
 
   metrics_internal::Histogram Load() const {
     metrics_internal::Histogram h;
     for (int b = 0; b < kBins; ++b) {
-      h.count[b] = count[b].load(std::memory_order_relaxed);
+      // Acquire pairs with the release add in PendingSize::Flush: the sums
+      // read next are at least those of the samples counted here.
+      h.count[b] = count[b].load(std::memory_order_acquire);
       h.sum[b] = sum[b].load(std::memory_order_relaxed);
       h.sum_sq[b] = sum_sq[b].load(std::memory_order_relaxed);
     }
@@ -94,6 +99,7 @@ struct MetricsStore::SizeCell {
 
   const uint32_t world_size;
   const int64_t created_ns;  // ingest time of its first sample
+  const int slot;            // index in JobState::sizes, the bit in PodCell::unstepped_sizes
   // Written by ingest (relaxed RMWs), read by anyone.
   // 64-bit relaxed RMWs, lock-free like the 32-bit ones they replace (the
   // static_assert below), so the argument in the header is unchanged.
@@ -103,6 +109,14 @@ struct MetricsStore::SizeCell {
   std::atomic<double> batch_sum{0};
   std::atomic<uint64_t> lifetime{0};
   std::atomic<int64_t> last_sample_ns{metrics_internal::kNever};
+  // Progress at this size (ProgressOf in metrics_store_stats.cc): the smallest and largest step
+  // number any pod reported here (min > max: none yet), moved by relaxed fetch-min/max; the
+  // samples that carried no step number, and how many distinct pods sent them. The argument
+  // for their memory orders is beside PendingSize::Flush in metrics_store_ingest.cc.
+  std::atomic<uint64_t> min_step{metrics_internal::kNoStep};
+  std::atomic<uint64_t> max_step{0};
+  std::atomic<uint64_t> unstepped{0};
+  std::atomic<uint64_t> unstepped_pods{0};
   // Window snapshots; guarded by the store's admin_mu_.
   metrics_internal::Histogram snapshots[kSnapshots];
   int64_t snapshot_ns[kSnapshots];
@@ -110,10 +124,20 @@ struct MetricsStore::SizeCell {
 };
 
 struct MetricsStore::PodCell {
-  PodCell(std::string_view pod_name, size_t name_hash) : name(pod_name), hash(name_hash) {}
+  PodCell(std::string_view pod_name, size_t name_hash, int size_slots, int64_t now_ns)
+      : name(pod_name),
+        hash(name_hash),
+        unstepped_sizes(std::make_unique<std::atomic<uint64_t>[]>((size_slots + 63) / 64)),
+        last_seen_ns(now_ns) {}
   const std::string name;
   const size_t hash;
-  std::atomic<int64_t> last_seen_ns{metrics_internal::kNever};
+  // Bit i: the pod has sent a sample without a step number at the size in JobState::sizes[i];
+  // set once with fetch_or, so each pod is counted once in SizeCell::unstepped_pods.
+  const std::unique_ptr<std::atomic<uint64_t>[]> unstepped_sizes;  // value-initialised: 0
+  // Seen at insertion: a pod whose first batch is still being ingested is not
+  // stale, so a concurrent Tick does not forget it (and count it again, among
+  // the pods without step numbers, when it is re-inserted).
+  std::atomic<int64_t> last_seen_ns;
   std::atomic<double> recent_step{0};
   std::atomic<uint32_t> world_size{0};
   std::atomic<uint64_t> count{0};

@@ -1,6 +1,6 @@
 // MetricsStore's read side: the robust summary of a histogram, the window
 // snapshots Tick() takes, and the queries (per-size statistics, pods with
-// stragglers flagged, accepted counts). All of it runs under admin_mu_ and
+// stragglers flagged, accepted counts, progress). All of it runs under admin_mu_ and
 // reads the writers' counters with relaxed loads (see rescale/metrics_store.h).
 #include <algorithm>
 #include <atomic>
@@ -53,8 +53,34 @@ RobustSummary Summarize(const Histogram& h) {
 using metrics_internal::Histogram;
 using metrics_internal::Key;
 using metrics_internal::kNever;
+using metrics_internal::kNoStep;
 using metrics_internal::RobustSummary;
 using metrics_internal::Summarize;
+
+// Job steps and samples processed at one size. In synchronous data-parallel
+// training every pod takes every step, and one job step processes
+// world_size x local batch samples. Steps are counted by their numbers: the
+// span from the smallest to the largest step any pod reported, so pods that
+// report only some of their steps, or only some pods reporting, still give
+// the full count, and resends are already de-duplicated (ClaimStep).
+// Samples without a step number fall back to their count divided by the
+// distinct pods that sent them (each pod sends each of its steps once); a
+// resend of those cannot be told from a new step, so it is counted twice.
+MetricsStore::Progress MetricsStore::ProgressOf(const SizeCell& cell) {
+  Progress out;
+  const uint64_t min_step = cell.min_step.load(std::memory_order_relaxed);
+  const uint64_t max_step = cell.max_step.load(std::memory_order_relaxed);
+  if (min_step != kNoStep && min_step <= max_step) out.steps = max_step - min_step + 1;
+  const uint64_t pods = cell.unstepped_pods.load(std::memory_order_relaxed);
+  if (pods > 0) out.steps += cell.unstepped.load(std::memory_order_relaxed) / pods;
+  const uint64_t lifetime = cell.lifetime.load(std::memory_order_relaxed);
+  if (lifetime == 0) return out;
+  const double mean_batch =
+      std::max(0.0, cell.batch_sum.load(std::memory_order_relaxed)) / static_cast<double>(lifetime);
+  out.samples = static_cast<uint64_t>(
+      std::llround(static_cast<double>(out.steps) * cell.world_size * mean_batch));
+  return out;
+}
 
 void MetricsStore::Tick(absl::Time now) {
   std::lock_guard<std::mutex> lock(admin_mu_);
@@ -126,9 +152,16 @@ std::vector<SizeStats> MetricsStore::Stats(std::string_view job_id, absl::Time n
     RobustSummary summary = Summarize(windowed);
     SizeStats stats;
     stats.world_size = cell->world_size;
+    const Progress progress = ProgressOf(*cell);
+    stats.steps_processed = progress.steps;
+    stats.samples_processed = progress.samples;
     stats.sample_count = summary.count;
     stats.lifetime_count = cell->lifetime.load(std::memory_order_relaxed);
-    stats.from_window = summary.count > 0;
+    // A sample in flight while Tick copied the base snapshot can be in its
+    // sums but not its counts (sums go first, see PendingSize::Flush): the
+    // window then holds its count without its sums. Such a window stands
+    // aside for the lifetime summary, as an empty one does.
+    stats.from_window = summary.count > 0 && summary.mean > 0 && summary.mean_batch > 0;
     if (!stats.from_window) summary = Summarize(cumulative);
     if (summary.count == 0) continue;  // cell created, first flush not visible yet
     stats.step_seconds = summary.mean;
@@ -186,6 +219,19 @@ uint64_t MetricsStore::SamplesAccepted(std::string_view job_id) const {
   std::lock_guard<std::mutex> lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   return job == nullptr ? 0 : job->accepted.load(std::memory_order_relaxed);
+}
+
+uint64_t MetricsStore::SamplesProcessed(std::string_view job_id) const {
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  const JobState* job = FindLocked(job_id);
+  if (job == nullptr) return 0;
+  uint64_t total = 0;
+  for (int i = 0; i < job->max_sizes; ++i) {
+    const SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
+    if (cell == nullptr) break;
+    total += ProgressOf(*cell).samples;
+  }
+  return total;
 }
 
 uint64_t MetricsStore::TotalAccepted() const {

@@ -90,6 +90,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
     return Invalid(absl::StrFormat("spec.local_batch_size %d exceeds the limit of %d",
                                    spec.local_batch_size, limits.max_local_batch_size));
   }
+  if (spec.total_samples.has_value() && *spec.total_samples == 0) {
+    return Invalid("spec.total_samples must be greater than 0 when set (unset = unknown), got 0");
+  }
   if (spec.prior.size() > limits.max_prior_points) {
     return Invalid(absl::StrFormat("spec.prior has %d points; the limit is %d", spec.prior.size(),
                                    limits.max_prior_points));

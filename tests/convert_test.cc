@@ -53,7 +53,31 @@ TEST_CASE("a spec survives the round trip through proto") {
   spec.prior = {{1, 100, 0, false, 0}, {4, 350, 0, false, 0}};
   v1::JobSpec proto;
   ToProto(spec, &proto);
+  CHECK_FALSE(proto.has_total_samples());  // unset stays unset: "unknown"
   CHECK(FromProto(proto) == spec);
+
+  spec.total_samples = uint64_t{5} << 32;  // above 2^32: a 64-bit field all the way
+  v1::JobSpec with_total;
+  ToProto(spec, &with_total);
+  CHECK(with_total.total_samples() == uint64_t{5} << 32);
+  CHECK(FromProto(with_total) == spec);
+}
+
+TEST_CASE("a status carries progress, and the remaining time only when known") {
+  rescale::JobStatus status;
+  status.samples_processed = uint64_t{5} << 33;
+  v1::JobStatus proto;
+  ToProto(status, &proto);
+  CHECK(proto.samples_processed() == uint64_t{5} << 33);
+  CHECK_FALSE(proto.has_estimated_remaining_seconds());
+
+  status.estimated_remaining_seconds = 0;  // done: an explicit zero, not "unknown"
+  ToProto(status, &proto);
+  REQUIRE(proto.has_estimated_remaining_seconds());
+  CHECK(proto.estimated_remaining_seconds() == 0);
+  status.estimated_remaining_seconds = 4800.5;
+  ToProto(status, &proto);
+  CHECK(proto.estimated_remaining_seconds() == 4800.5);
 }
 
 TEST_CASE("batch-level job_id, pod and world_size fill the samples that leave them empty") {

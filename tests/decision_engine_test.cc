@@ -904,4 +904,114 @@ TEST_CASE(
   CHECK(low.action == Action::kResume);
 }
 
+namespace {
+
+// Samples of `pod` at `world_size` for steps [first, last], 0.5 s each.
+std::vector<StepSample> StepRun(const std::string& job, const std::string& pod, uint32_t world_size,
+                                uint64_t first, uint64_t last) {
+  std::vector<StepSample> out;
+  for (uint64_t step = first; step <= last; ++step) {
+    StepSample s;
+    s.job_id = job;
+    s.pod = pod;
+    s.world_size = world_size;
+    s.step_seconds = 0.5;
+    s.step = step;
+    out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("engine derives progress from steps despite partial pods, resends and a resize") {
+  ManualClock clock;
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
+  JobSpec spec = Spec("ns/a", 2, 8);  // local_batch_size 32
+  spec.total_samples = 100'000;
+  MustRegister(engine, spec);
+  // Registered, no samples, not running: nothing processed, no estimate.
+  absl::StatusOr<JobView> view = engine.GetJob("ns/a");
+  REQUIRE(view.ok());
+  CHECK(view->status.samples_processed == 0);
+  CHECK_FALSE(view->status.estimated_remaining_seconds.has_value());
+
+  // Four workers; two report, each only part of steps 0..99; one resends.
+  REQUIRE(engine.Ingest(StepRun("ns/a", "a-worker-0", 4, 0, 59)).accepted == 60);
+  REQUIRE(engine.Ingest(StepRun("ns/a", "a-worker-3", 4, 40, 99)).accepted == 60);
+  CHECK(engine.Ingest(StepRun("ns/a", "a-worker-3", 4, 80, 99)).duplicates == 20);
+  uint64_t processed = 100 * 4 * 32;
+  view = engine.GetJob("ns/a");
+  REQUIRE(view.ok());
+  CHECK(view->status.samples_processed == processed);
+  // Known total and rate, but not running yet: no estimate.
+  CHECK_FALSE(view->status.estimated_remaining_seconds.has_value());
+
+  // Running at 4: the rest at the model's rate there (about 4 x 32 / 0.5).
+  absl::StatusOr<JobStatus> applied = engine.ReportApplied("ns/a", 4, false, 1);
+  REQUIRE(applied.ok());
+  CHECK(applied->samples_processed == processed);
+  REQUIRE(applied->estimated_remaining_seconds.has_value());
+  view = engine.GetJob("ns/a");
+  REQUIRE(view.ok());
+  const double rate_at_4 = view->curve[3].samples_per_second;
+  CHECK(rate_at_4 == Approx(256).epsilon(0.02));
+  REQUIRE(view->status.estimated_remaining_seconds.has_value());
+  CHECK(*view->status.estimated_remaining_seconds == Approx((100'000.0 - processed) / rate_at_4));
+  CHECK(*applied->estimated_remaining_seconds == *view->status.estimated_remaining_seconds);
+
+  // Resized to 8, which numbers its steps afresh: 50 more steps of 8 x 32.
+  REQUIRE(engine.ReportApplied("ns/a", 8, false, 1).ok());
+  REQUIRE(engine.Ingest(StepRun("ns/a", "a-worker-5", 8, 0, 49)).accepted == 50);
+  processed += 50 * 8 * 32;
+  view = engine.GetJob("ns/a");
+  REQUIRE(view.ok());
+  CHECK(view->status.samples_processed == processed);
+  REQUIRE(view->status.estimated_remaining_seconds.has_value());
+  CHECK(*view->status.estimated_remaining_seconds ==
+        Approx((100'000.0 - processed) / view->curve[7].samples_per_second));
+
+  // Suspended: it does not run, so it does not finish.
+  REQUIRE(engine.ReportApplied("ns/a", 8, true, 1).ok());
+  view = engine.GetJob("ns/a");
+  REQUIRE(view.ok());
+  CHECK(view->status.samples_processed == processed);
+  CHECK_FALSE(view->status.estimated_remaining_seconds.has_value());
+}
+
+TEST_CASE("engine's estimate is 0 once done and unset without a total or a rate") {
+  ManualClock clock;
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
+  JobSpec done = Spec("ns/done", 2, 8);
+  done.total_samples = 1000;  // less than the 20 x 2 x 32 processed below
+  MustRegister(engine, done);
+  MustRegister(engine, Spec("ns/unknown-total", 2, 8));
+  JobSpec no_data = Spec("ns/no-data", 2, 8);
+  no_data.total_samples = 1000;
+  MustRegister(engine, no_data);
+  for (const std::string id : {"ns/done", "ns/unknown-total", "ns/no-data"}) {
+    REQUIRE(engine.ReportApplied(id, 2, false, 1).ok());
+  }
+  REQUIRE(engine.Ingest(StepRun("ns/done", "done-worker-0", 2, 0, 19)).accepted == 20);
+  REQUIRE(engine.Ingest(StepRun("ns/unknown-total", "u-worker-0", 2, 0, 9)).accepted == 10);
+
+  absl::StatusOr<JobView> view = engine.GetJob("ns/done");
+  REQUIRE(view.ok());
+  CHECK(view->status.samples_processed == 20 * 2 * 32);
+  REQUIRE(view->status.estimated_remaining_seconds.has_value());
+  CHECK(*view->status.estimated_remaining_seconds == 0);
+
+  view = engine.GetJob("ns/unknown-total");  // processed is known, the rest is not
+  REQUIRE(view.ok());
+  CHECK(view->status.samples_processed == 10 * 2 * 32);
+  CHECK_FALSE(view->status.estimated_remaining_seconds.has_value());
+
+  view = engine.GetJob("ns/no-data");  // running, but no samples and no prior: rate unknown
+  REQUIRE(view.ok());
+  CHECK(view->status.samples_processed == 0);
+  CHECK_FALSE(view->status.estimated_remaining_seconds.has_value());
+}
+
 }  // namespace rescale

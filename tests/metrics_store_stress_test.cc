@@ -19,6 +19,10 @@
 //  * readers observe each stable job's count only growing;
 //  * de-duplication by step (second test): two writers racing over
 //    overlapping step ranges of one pod store each step exactly once;
+//  * progress marks (third test): writers racing over partial, overlapping
+//    and resent step ranges of several pods, and over one pod's samples
+//    without step numbers, leave the exact step span and pod count, and a
+//    reader never sees a step span longer than the final one;
 //  * under TSan: no data race, and (with ASan) no use-after-free of tables,
 //    jobs or pod cells retired while writers may hold them.
 #include <atomic>
@@ -202,4 +206,87 @@ TEST_CASE("two writers racing over overlapping steps of one pod store each step 
   CHECK(tally[0].accepted + tally[1].accepted == distinct);
   CHECK(store.SamplesAccepted("dedupe/job") == distinct);
   CHECK(tally[0].duplicates + tally[1].duplicates == kSteps);
+}
+
+// Four writers, one pod each, send partial and overlapping step ranges of one
+// size (writer w: steps 100w .. kLast - 100w), every batch twice; and, two to
+// a pod, samples without step numbers of another job. A reader ticks and
+// reads progress meanwhile. The step span is fetch-min / fetch-max, so the
+// final count is exact and a reading never exceeds it; each pod is counted
+// once among the unstepped pods however writers race on its bit.
+TEST_CASE("writers racing over progress marks leave the exact step span and pod count",
+          "[concurrency]") {
+  constexpr int kProgressWriters = 4;
+  constexpr uint64_t kLast = 19'999;
+  constexpr int kUnsteppedPerWriter = 3000;
+  rescale::ManualClock clock;
+  rescale::MetricsStore store;
+  REQUIRE(store.AddJob("progress/stepped", 8, 32).ok());
+  REQUIRE(store.AddJob("progress/unstepped", 8, 32).ok());
+  std::atomic<bool> writers_done{false};
+  // Writers start once the reader has read once, so reads overlap writes
+  // however the threads are scheduled (the test is short).
+  std::atomic<bool> reader_started{false};
+  std::vector<uint64_t> unstepped_accepted(kProgressWriters, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kProgressWriters; ++w) {
+    threads.emplace_back([&, w] {
+      while (!reader_started.load(std::memory_order_acquire)) std::this_thread::yield();
+      const std::string pod = "s-" + std::to_string(w);
+      const std::string unstepped_pod = "u-" + std::to_string(w % 2);
+      std::vector<rescale::StepSample> batch;
+      uint64_t step = 100 * w;
+      int unstepped_sent = 0;
+      while (step <= kLast - 100 * w || unstepped_sent < kUnsteppedPerWriter) {
+        batch.clear();
+        for (int i = 0; i < 64 && step <= kLast - 100 * w; ++i, ++step) {
+          rescale::StepSample s;
+          s.job_id = "progress/stepped";
+          s.pod = pod;
+          s.world_size = 4;
+          s.step_seconds = 0.25;
+          s.step = step;
+          batch.push_back(s);
+        }
+        store.Ingest(batch, clock.Now());
+        store.Ingest(batch, clock.Now());  // a resend: duplicates
+        batch.clear();
+        for (int i = 0; i < 50 && unstepped_sent < kUnsteppedPerWriter; ++i, ++unstepped_sent) {
+          rescale::StepSample s;
+          s.job_id = "progress/unstepped";
+          s.pod = unstepped_pod;
+          s.world_size = 2;
+          s.step_seconds = 0.25;
+          batch.push_back(s);
+        }
+        unstepped_accepted[w] += store.Ingest(batch, clock.Now()).accepted;
+      }
+    });
+  }
+  bool never_longer = true;
+  uint64_t reads = 0;
+  threads.emplace_back([&] {
+    do {
+      store.Tick(clock.Now());
+      for (const rescale::SizeStats& s : store.Stats("progress/stepped", clock.Now())) {
+        never_longer = never_longer && s.steps_processed <= kLast + 1;
+      }
+      store.SamplesProcessed("progress/stepped");
+      store.SamplesProcessed("progress/unstepped");
+      ++reads;
+      reader_started.store(true, std::memory_order_release);
+    } while (!writers_done.load(std::memory_order_acquire));
+  });
+  for (int w = 0; w < kProgressWriters; ++w) threads[w].join();
+  writers_done.store(true, std::memory_order_release);
+  threads.back().join();
+
+  CHECK(never_longer);
+  CHECK(reads > 0);
+  CHECK(store.SamplesProcessed("progress/stepped") == (kLast + 1) * 4 * 32);
+  uint64_t unstepped = 0;
+  for (uint64_t a : unstepped_accepted) unstepped += a;
+  REQUIRE(unstepped == uint64_t{kProgressWriters} * kUnsteppedPerWriter);
+  // Two distinct pods sent them: samples / 2 job steps of 2 x 32 samples.
+  CHECK(store.SamplesProcessed("progress/unstepped") == unstepped / 2 * 2 * 32);
 }

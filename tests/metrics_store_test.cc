@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -611,6 +612,76 @@ TEST_CASE("IngestResult::Merge sums duplicates") {
   b.duplicates = 3;
   a.Merge(b, 0);
   CHECK(a.duplicates == 5);
+}
+
+// Progress: samples of `pod` at `world_size` for steps [first, last].
+std::vector<StepSample> Steps(const std::string& pod, uint32_t world_size, uint64_t first,
+                              uint64_t last) {
+  std::vector<StepSample> out;
+  for (uint64_t step = first; step <= last; ++step) {
+    StepSample s = Sample(world_size, 0.5, /*batch=*/0);  // 0: the job's local batch
+    s.pod = pod;
+    s.step = step;
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST_CASE("progress counts job steps by number, whichever pods report them") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  CHECK(store.SamplesProcessed(kJob) == 0);
+  CHECK(store.SamplesProcessed("ns/unknown") == 0);
+  // World size 4, but only two pods report, each a different part of the run:
+  // steps 0..14 were taken, by every pod.
+  REQUIRE(store.Ingest(Steps("w-0", 4, 0, 9), kNow).accepted == 10);
+  REQUIRE(store.Ingest(Steps("w-1", 4, 5, 14), kNow).accepted == 10);
+  CHECK(store.SamplesProcessed(kJob) == 15 * 4 * 32);
+  // A resend with step numbers is de-duplicated and adds nothing.
+  CHECK(store.Ingest(Steps("w-0", 4, 0, 9), kNow).duplicates == 10);
+  CHECK(store.SamplesProcessed(kJob) == 15 * 4 * 32);
+  // Resized to 2: training numbers its steps afresh, counted in the new cell.
+  REQUIRE(store.Ingest(Steps("w-0", 2, 0, 4), kNow).accepted == 5);
+  CHECK(store.SamplesProcessed(kJob) == 15 * 4 * 32 + 5 * 2 * 32);
+  std::vector<SizeStats> stats = store.Stats(kJob, kNow);
+  REQUIRE(stats.size() == 2);
+  CHECK(stats[0].world_size == 2);
+  CHECK(stats[0].steps_processed == 5);
+  CHECK(stats[0].samples_processed == 5 * 2 * 32);
+  CHECK(stats[1].steps_processed == 15);
+  CHECK(stats[1].samples_processed == 15 * 4 * 32);
+}
+
+TEST_CASE("progress without step numbers divides by the distinct pods that reported") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  std::vector<StepSample> batch;
+  for (const char* pod : {"w-0", "w-1"}) {
+    for (int i = 0; i < 10; ++i) {
+      StepSample s = Sample(2, 0.5, /*batch=*/16);
+      s.pod = pod;
+      batch.push_back(s);
+    }
+  }
+  REQUIRE(store.Ingest(batch, kNow).accepted == 20);
+  CHECK(store.SamplesProcessed(kJob) == 10 * 2 * 16);  // 20 samples / 2 pods = 10 steps
+  // A pod seen again is not a new pod: its new steps count.
+  REQUIRE(store.Ingest(std::span(batch).first(5), kNow).accepted == 5);
+  CHECK(store.SamplesProcessed(kJob) == 12 * 2 * 16);  // 25 / 2, rounded down
+  // The documented limit: without step numbers a resend cannot be told from
+  // new steps, so resending pod w-1's 10 counts 5 more job steps.
+  REQUIRE(store.Ingest(std::span(batch).last(10), kNow).accepted == 10);
+  CHECK(store.SamplesProcessed(kJob) == 17 * 2 * 16);
+}
+
+TEST_CASE("progress at a size beyond max_sizes_per_job is lost: the total is a lower bound") {
+  MetricsStoreOptions options;
+  options.max_sizes_per_job = 1;
+  MetricsStore store(options);
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  REQUIRE(store.Ingest(Steps("w-0", 2, 0, 9), kNow).accepted == 10);
+  CHECK(store.Ingest(Steps("w-0", 4, 0, 9), kNow).rejected == 10);
+  CHECK(store.SamplesProcessed(kJob) == 10 * 2 * 32);
 }
 
 }  // namespace rescale

@@ -175,6 +175,18 @@ TEST_CASE("ValidateJobSpec rejects a negative, NaN, infinite or too-large restar
   CHECK_THAT(RejectionMessage(spec), Contains("spec.restart_cost_seconds"));
 }
 
+TEST_CASE("ValidateJobSpec accepts an unset or positive total_samples and rejects 0") {
+  JobSpec spec = ValidSpec();
+  CHECK(ValidateJobSpec(spec).ok());  // unset = unknown
+  spec.total_samples = 0;
+  CHECK(RejectionMessage(spec) ==
+        "spec.total_samples must be greater than 0 when set (unset = unknown), got 0");
+  spec.total_samples = 1;
+  CHECK(ValidateJobSpec(spec).ok());
+  spec.total_samples = std::numeric_limits<uint64_t>::max();
+  CHECK(ValidateJobSpec(spec).ok());
+}
+
 TEST_CASE("ValidateJobSpec rejects a local_batch_size beyond the limit") {
   JobSpec spec = ValidSpec();
   spec.local_batch_size = (1u << 24) + 1;

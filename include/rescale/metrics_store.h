@@ -18,6 +18,19 @@
 // neighbours: a sample 10x off the median lies at least three octaves away
 // and is trimmed, so one outlier moves the estimate by at most one rank.
 //
+// Progress. Each size cell also records the smallest and largest step number
+// any pod reported at that size, and the samples without a step number with
+// the distinct pods that sent them; SamplesProcessed turns these into job
+// samples (ProgressOf in metrics_store_stats.cc says how). Robust to pods
+// that report only some steps, to only some pods reporting, and to resends
+// with step numbers; a resize starts a new cell, so steps renumbered at the
+// new size are counted there. Not robust to resends without step numbers
+// (counted twice), to a pod forgotten after pod_ttl that returns without
+// step numbers (counted as a second pod: an underestimate), or to returning
+// to an earlier size (its cell spans both visits' step numbers). Samples at
+// a size beyond max_sizes_per_job are rejected, so their progress is lost:
+// the total is then a lower bound.
+//
 // Thread safety and memory ordering (the argument, per atomic):
 //  * jobs_ (the table pointer) and JobState::pods (the pod-table pointer) are
 //    loaded and stored seq_cst, and the objects they point to are freed only
@@ -33,6 +46,11 @@
 //    half-applied across counters — harmless for a statistic and exact again
 //    as soon as the batch's RMWs are done. Exactly-once accounting holds per
 //    counter: every accepted sample is added to its job's `accepted` once.
+//    One exception: a histogram bin's count is added with release after the
+//    batch's sums, and read with acquire before them, so a reader's sums are
+//    never behind its counts (release sequences: later RMWs of the count by
+//    other writers keep the edge), and a size with samples never reads as a
+//    zero step time or throughput.
 //  * De-duplication: each PodCell holds a mark, the world size of the pod's
 //    current run and one past the highest `step` accepted in it, moved by a
 //    relaxed CAS loop (a fetch-max within a run, a reset when the world size
@@ -41,6 +59,11 @@
 //    intervals, so no step of a pod is stored twice, however writers race; relaxed is enough
 //    because nothing else is published through the mark (argument in full beside ClaimStep in
 //    metrics_store_ingest.cc).
+//  * Progress marks (SizeCell min_step / max_step, fetch-min / fetch-max;
+//    unstepped samples and pods, counters; a pod's unstepped-size bits,
+//    fetch_or) are relaxed too: each is individually exact, nothing is
+//    published through them (argument beside PendingSize::Flush and
+//    CountUnsteppedPod in metrics_store_ingest.cc).
 //  * The limits in JobState (max_replicas, local_batch_size) are relaxed
 //    atomics: a sample racing with UpdateJob is validated against the old or
 //    the new limit, either of which was valid at some instant.
@@ -102,6 +125,11 @@ struct SizeStats {
   double spread_seconds = 0;
   // Mean samples per pod-step.
   double mean_batch = 0;
+  // Job steps and samples processed at this size since it was first seen
+  // (see "Progress" above MetricsStore); exact once concurrent Ingest calls
+  // have returned (while they run, off by the batches in flight).
+  uint64_t steps_processed = 0;
+  uint64_t samples_processed = 0;
   // Job throughput at this size: world_size x mean_batch / step_seconds.
   double samples_per_second = 0;
   bool from_window = false;
@@ -150,6 +178,9 @@ class MetricsStore {
   std::vector<PodStats> Pods(std::string_view job_id) const;
   // Samples accepted for the job since AddJob (0 if unknown).
   uint64_t SamplesAccepted(std::string_view job_id) const;
+  // Training samples the job has processed, summed over its sizes (see
+  // "Progress" above); 0 if unknown.
+  uint64_t SamplesProcessed(std::string_view job_id) const;
   // Samples accepted for all jobs ever, removed ones included. Exact once
   // concurrent Ingest calls have returned.
   uint64_t TotalAccepted() const;
@@ -168,13 +199,18 @@ class MetricsStore {
   struct Retired;
   struct PendingSize;
   struct PendingPod;
+  struct Progress {
+    uint64_t steps = 0;
+    uint64_t samples = 0;
+  };
+  static Progress ProgressOf(const SizeCell& cell);
   void FreeRetired(Retired& retired);
 
   std::string RejectReason(const StepSample& sample, const JobState* job, absl::Time now) const;
   // Null when the job already has max_sizes_per_job sizes.
   SizeCell* FindOrAddSize(JobState& job, uint32_t world_size, int64_t now_ns);
   // Null when the job's pod limit is reached.
-  PodCell* FindOrAddPod(JobState& job, std::string_view pod);
+  PodCell* FindOrAddPod(JobState& job, std::string_view pod, int64_t now_ns);
 
   // Replaces the job table; the old one is retired.
   void PublishTable(std::unique_ptr<JobTable> table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_);

@@ -48,6 +48,9 @@ struct JobSpec {
   // Per-job policy settings, e.g. {"cooldown_seconds": "120"}; keys are
   // checked against the policy (ValidatePolicyParameters).
   std::map<std::string, std::string> parameters;
+  // Samples the job processes in total (e.g. epochs x dataset size); unset =
+  // unknown. Progress and the remaining-time estimate are measured against it.
+  std::optional<uint64_t> total_samples;
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
 
@@ -59,6 +62,13 @@ struct JobStatus {
   absl::Time last_applied_at = absl::InfinitePast();
   absl::Time registered_at = absl::InfinitePast();
   uint64_t samples_accepted = 0;
+  // Training samples processed, derived from the step samples
+  // (MetricsStore::SamplesProcessed).
+  uint64_t samples_processed = 0;
+  // (total_samples - samples_processed) / the model's throughput at the
+  // running size, 0 once done; unset when total_samples is unset, the job is
+  // not running or its throughput is unknown.
+  std::optional<double> estimated_remaining_seconds;
 };
 
 enum class Action { kUnspecified, kHold, kScaleUp, kScaleDown, kSuspend, kResume };
