@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "client/rescalectl/cli.h"
 #include "client/rescalectl/output.h"
+#include "client/rescalectl/output_internal.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -198,10 +199,10 @@ TEST_CASE("register reads a YAML manifest and get job shows the same values in e
     REQUIRE(lines.size() == 2);
     // The first eleven columns are a contract with scripts: same names, same
     // places. Newer columns only ever follow them.
-    CHECK(SplitWords(lines[0]) == std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX",
-                                                           "GPUS/REPLICA", "PRIORITY", "POLICY",
-                                                           "CURRENT", "RECOMMENDED", "ACTION",
-                                                           "AGE", "GPUS", "STATE", "QUEUE"});
+    CHECK(SplitWords(lines[0]) ==
+          std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY",
+                                   "POLICY", "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS",
+                                   "STATE", "QUEUE", "PROGRESS", "ETA"});
     // get job is one job, not the cluster: no summary line.
     CHECK(got.err.empty());
     auto rows = ParseTable(got.out);
@@ -1326,7 +1327,7 @@ TEST_CASE("the jobs table appends GPUS, STATE and QUEUE after the eleven contrac
   CHECK(SplitWords(SplitLines(text)[0]) ==
         std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY",
                                  "POLICY", "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS",
-                                 "STATE", "QUEUE"});
+                                 "STATE", "QUEUE", "PROGRESS", "ETA"});
   const auto rows = ParseTable(text);
   REQUIRE(rows.size() == 3);
   CHECK(rows[0].at("GPUS") == "6");
@@ -1340,6 +1341,67 @@ TEST_CASE("the jobs table appends GPUS, STATE and QUEUE after the eleven contrac
   CHECK(rows[2].at("STATE") == "Pending");
   CHECK(rows[2].at("QUEUE") == "-");
   CHECK(rows[2].at("RECOMMENDED") == "<none>");
+}
+
+TEST_CASE("the jobs table shows progress against total_samples and the remaining time",
+          "[rescalectl][output]") {
+  google::protobuf::RepeatedPtrField<rescale::v1::Job> jobs;
+  rescale::v1::Job* halfway = jobs.Add();
+  *halfway = JobWith(true, 8, 8, false);
+  halfway->mutable_spec()->set_job_id("default/halfway");
+  halfway->mutable_spec()->set_total_samples(3'000'000);
+  halfway->mutable_status()->set_samples_processed(1'269'999);  // 42.3%: rounded down
+  halfway->mutable_status()->set_estimated_remaining_seconds(4 * 3600 + 13 * 60 + 20);
+  rescale::v1::Job* done = jobs.Add();
+  *done = JobWith(true, 2, 2, false);
+  done->mutable_spec()->set_job_id("default/done");
+  done->mutable_spec()->set_total_samples(1000);
+  done->mutable_status()->set_samples_processed(1280);  // past the total: 100%, not 128%
+  done->mutable_status()->set_estimated_remaining_seconds(0);
+  rescale::v1::Job* unknown = jobs.Add();
+  *unknown = JobWith(true, 2, 2, false);
+  unknown->mutable_spec()->set_job_id("default/unknown");
+  unknown->mutable_status()->set_samples_processed(5000);  // no total: no percentage
+
+  const std::string text = rescale::cli::FormatJobsTable(jobs, absl::FromUnixSeconds(0));
+  INFO(text);
+  const auto rows = ParseTable(text);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].at("PROGRESS") == "42%");
+  CHECK(rows[0].at("ETA") == "4h13m");  // the AGE column's format (kubectl's thresholds)
+  CHECK(rows[1].at("PROGRESS") == "100%");
+  CHECK(rows[1].at("ETA") == "0s");
+  CHECK(rows[2].at("PROGRESS") == "-");
+  CHECK(rows[2].at("ETA") == "-");
+}
+
+TEST_CASE("describe shows progress in compact counts and the remaining time at the running size",
+          "[rescalectl][output]") {
+  using rescale::cli::CompactCount;
+  CHECK(CompactCount(0) == "0");
+  CHECK(CompactCount(999) == "999");
+  CHECK(CompactCount(1000) == "1.0K");
+  CHECK(CompactCount(1'234'567) == "1.2M");
+  CHECK(CompactCount(999'999) == "1.0M");  // not "1000.0K"
+  CHECK(CompactCount(uint64_t{5} << 32) == "21.5G");
+
+  rescale::v1::Job job = JobWith(true, 8, 8, false);
+  job.mutable_spec()->set_job_id("default/bert");
+  job.mutable_spec()->set_total_samples(3'000'000);
+  job.mutable_status()->set_samples_processed(1'200'000);
+  job.mutable_status()->set_estimated_remaining_seconds(80 * 60);
+  std::string text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+  INFO(text);
+  CHECK(DescribedValue(text, "Total Samples") == "3000000");
+  CHECK(DescribedValue(text, "Progress") == "1.2M of 3.0M samples (40%)");
+  CHECK(DescribedValue(text, "Estimated Remaining") == "80m at 8 replicas");
+
+  job.mutable_spec()->clear_total_samples();
+  job.mutable_status()->clear_estimated_remaining_seconds();
+  text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+  CHECK(DescribedValue(text, "Total Samples") == "<unknown>");
+  CHECK(DescribedValue(text, "Progress") == "1.2M samples (total unknown)");
+  CHECK(DescribedValue(text, "Estimated Remaining") == "<none>");
 }
 
 // 48 of 64 GPUs allocated, two jobs waiting.

@@ -46,6 +46,8 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
                                        ? FormatDouble("%gs", spec.restart_cost_seconds())
                                        : "60s (default)");
   spec_section.Add("Local Batch Size", absl::StrCat(spec.local_batch_size()));
+  spec_section.Add("Total Samples",
+                   spec.has_total_samples() ? absl::StrCat(spec.total_samples()) : "<unknown>");
   spec_section.Add("Policy", spec.policy().empty() ? "<server default>" : spec.policy());
   spec_section.Add("Prior Points",
                    spec.prior().empty() ? std::string(kNone) : absl::StrCat(spec.prior_size()));
@@ -61,6 +63,19 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
   status_section.Add("Last Applied At", FormatTimestamp(status.last_applied_at(), now, "<never>"));
   status_section.Add("Registered At", FormatTimestamp(status.registered_at(), now, "<unknown>"));
   status_section.Add("Samples Accepted", absl::StrCat(status.samples_accepted()));
+  std::string progress = CompactCount(status.samples_processed());
+  absl::StrAppend(&progress, spec.has_total_samples()
+                                 ? absl::StrCat(" of ", CompactCount(spec.total_samples()),
+                                                " samples (", ProgressPercent(job), ")")
+                                 : " samples (total unknown)");
+  status_section.Add("Progress", progress);
+  // The estimate is at the size the job runs now, which only a running
+  // status has (unset otherwise).
+  status_section.Add("Estimated Remaining",
+                     status.has_estimated_remaining_seconds()
+                         ? absl::StrCat(RemainingTime(status), " at ", status.current_replicas(),
+                                        status.current_replicas() == 1 ? " replica" : " replicas")
+                         : std::string(kNone));
   text += "Status:\n" + status_section.Render("  ");
 
   text += "Pods:\n";

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -43,6 +44,31 @@ std::string FormatDouble(const char* format, double value) {
 }
 
 std::string Rate(double samples_per_second) { return FormatDouble("%.1f", samples_per_second); }
+
+std::string CompactCount(uint64_t count) {
+  if (count < 1000) return absl::StrCat(count);
+  static constexpr const char* kSuffixes[] = {"K", "M", "G", "T", "P", "E"};
+  double value = static_cast<double>(count) / 1000;
+  int i = 0;
+  // 999.95K would print as "1000.0K": move up a unit before rounding does.
+  while (value >= 999.95 && i + 1 < static_cast<int>(std::size(kSuffixes))) {
+    value /= 1000;
+    ++i;
+  }
+  return FormatDouble("%.1f", value) + kSuffixes[i];
+}
+
+std::string ProgressPercent(const v1::Job& job) {
+  if (!job.spec().has_total_samples() || job.spec().total_samples() == 0) return "-";
+  const double fraction = static_cast<double>(job.status().samples_processed()) /
+                          static_cast<double>(job.spec().total_samples());
+  return absl::StrCat(static_cast<int>(std::floor(100 * std::min(fraction, 1.0))), "%");
+}
+
+std::string RemainingTime(const v1::JobStatus& status) {
+  if (!status.has_estimated_remaining_seconds()) return "-";
+  return HumanDuration(absl::Seconds(status.estimated_remaining_seconds()));
+}
 
 std::string UtilizationPercent(const v1::Cluster& cluster) {
   double utilization = cluster.utilization();

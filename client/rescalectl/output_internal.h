@@ -39,6 +39,17 @@ std::string FormatDouble(const char* format, double value);
 
 std::string Rate(double samples_per_second);
 
+// A sample count in SI form: "950", "1.2K", "3.0M", "1.5G".
+std::string CompactCount(uint64_t count);
+
+// The job's progress against spec.total_samples, "42%" (rounded down, so
+// 100% means done), or "-" when the total is unknown: a count alone cannot
+// say how far along the job is, and describe shows it.
+std::string ProgressPercent(const v1::Job& job);
+
+// The estimated remaining time as an age ("5m", "2h13m"), or "-" when unset.
+std::string RemainingTime(const v1::JobStatus& status);
+
 // allocated / total as a percentage, "75%". Servers from before
 // Cluster.utilization existed send 0; the field's definition gives the same
 // number from the counts.

@@ -54,7 +54,7 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
                             absl::Time now) {
   // The first eleven columns are a contract with scripts; new ones go last.
   Table table({"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY", "POLICY", "CURRENT",
-               "RECOMMENDED", "ACTION", "AGE", "GPUS", "STATE", "QUEUE"});
+               "RECOMMENDED", "ACTION", "AGE", "GPUS", "STATE", "QUEUE", "PROGRESS", "ETA"});
   for (const auto& job : jobs) {
     const auto& spec = job.spec();
     const auto& status = job.status();
@@ -84,6 +84,8 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
         job.recommendation().queue_position() == 0
             ? "-"
             : absl::StrCat(job.recommendation().queue_position()),
+        ProgressPercent(job),
+        RemainingTime(status),
     });
   }
   return table.Render();
