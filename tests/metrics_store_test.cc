@@ -498,10 +498,11 @@ TEST_CASE("store's total counts samples of removed jobs exactly once") {
 
 // ---- de-duplication by step -------------------------------------------------
 
-std::vector<StepSample> Steps(uint64_t first, uint64_t last, const std::string* pod = nullptr) {
+std::vector<StepSample> Steps(uint64_t first, uint64_t last, const std::string* pod = nullptr,
+                              uint32_t world_size = 2) {
   std::vector<StepSample> out;
   for (uint64_t step = first; step <= last; ++step) {
-    StepSample s = Sample();
+    StepSample s = Sample(world_size);
     if (pod != nullptr) s.pod = *pod;
     s.step = step;
     out.push_back(s);
@@ -614,18 +615,8 @@ TEST_CASE("IngestResult::Merge sums duplicates") {
   CHECK(a.duplicates == 5);
 }
 
-// Progress: samples of `pod` at `world_size` for steps [first, last].
-std::vector<StepSample> Steps(const std::string& pod, uint32_t world_size, uint64_t first,
-                              uint64_t last) {
-  std::vector<StepSample> out;
-  for (uint64_t step = first; step <= last; ++step) {
-    StepSample s = Sample(world_size, 0.5, /*batch=*/0);  // 0: the job's local batch
-    s.pod = pod;
-    s.step = step;
-    out.push_back(s);
-  }
-  return out;
-}
+const std::string kPod0 = "w-0";
+const std::string kPod1 = "w-1";
 
 TEST_CASE("progress counts job steps by number, whichever pods report them") {
   MetricsStore store;
@@ -634,14 +625,14 @@ TEST_CASE("progress counts job steps by number, whichever pods report them") {
   CHECK(store.SamplesProcessed("ns/unknown") == 0);
   // World size 4, but only two pods report, each a different part of the run:
   // steps 0..14 were taken, by every pod.
-  REQUIRE(store.Ingest(Steps("w-0", 4, 0, 9), kNow).accepted == 10);
-  REQUIRE(store.Ingest(Steps("w-1", 4, 5, 14), kNow).accepted == 10);
+  REQUIRE(store.Ingest(Steps(0, 9, &kPod0, 4), kNow).accepted == 10);
+  REQUIRE(store.Ingest(Steps(5, 14, &kPod1, 4), kNow).accepted == 10);
   CHECK(store.SamplesProcessed(kJob) == 15 * 4 * 32);
   // A resend with step numbers is de-duplicated and adds nothing.
-  CHECK(store.Ingest(Steps("w-0", 4, 0, 9), kNow).duplicates == 10);
+  CHECK(store.Ingest(Steps(0, 9, &kPod0, 4), kNow).duplicates == 10);
   CHECK(store.SamplesProcessed(kJob) == 15 * 4 * 32);
   // Resized to 2: training numbers its steps afresh, counted in the new cell.
-  REQUIRE(store.Ingest(Steps("w-0", 2, 0, 4), kNow).accepted == 5);
+  REQUIRE(store.Ingest(Steps(0, 4, &kPod0, 2), kNow).accepted == 5);
   CHECK(store.SamplesProcessed(kJob) == 15 * 4 * 32 + 5 * 2 * 32);
   std::vector<SizeStats> stats = store.Stats(kJob, kNow);
   REQUIRE(stats.size() == 2);
@@ -679,8 +670,8 @@ TEST_CASE("progress at a size beyond max_sizes_per_job is lost: the total is a l
   options.max_sizes_per_job = 1;
   MetricsStore store(options);
   REQUIRE(store.AddJob(kJob, 8, 32).ok());
-  REQUIRE(store.Ingest(Steps("w-0", 2, 0, 9), kNow).accepted == 10);
-  CHECK(store.Ingest(Steps("w-0", 4, 0, 9), kNow).rejected == 10);
+  REQUIRE(store.Ingest(Steps(0, 9, &kPod0, 2), kNow).accepted == 10);
+  CHECK(store.Ingest(Steps(0, 9, &kPod0, 4), kNow).rejected == 10);
   CHECK(store.SamplesProcessed(kJob) == 10 * 2 * 32);
 }
 
