@@ -149,18 +149,23 @@ std::vector<CurvePoint> DecisionEngine::CurveOf(const JobSpec& spec, const Fitte
   }
   return curve;
 }
-JobStatus DecisionEngine::StatusLocked(const JobEntry& entry, const ThroughputModel& model) const {
+JobStatus DecisionEngine::StatusLocked(const JobEntry& entry, const ThroughputModel* model) const {
   JobStatus status = entry.status;
   status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
   status.samples_processed = store_.SamplesProcessed(entry.spec.job_id);
   // At the size it runs now: the estimate answers "when does it finish if
-  // nothing changes", and a job that does not run does not finish.
-  const double rate = model.SamplesPerSecond(RunningReplicas(status));
-  if (entry.spec.total_samples.has_value() && rate > 0) {
-    const uint64_t total = *entry.spec.total_samples;
-    const uint64_t left = total > status.samples_processed ? total - status.samples_processed : 0;
-    status.estimated_remaining_seconds = static_cast<double>(left) / rate;
-  }
+  // nothing changes", and a job that does not run does not finish. Only then
+  // is a curve needed; a caller without one (ReportApplied) pays for a fit
+  // only for a running job with a known total.
+  if (!entry.spec.total_samples.has_value() || !IsRunning(status)) return status;
+  const double rate =
+      model != nullptr
+          ? model->SamplesPerSecond(RunningReplicas(status))
+          : Fit(entry.spec, clock_->Now()).model.SamplesPerSecond(RunningReplicas(status));
+  if (rate <= 0) return status;
+  const uint64_t total = *entry.spec.total_samples;
+  const uint64_t left = total > status.samples_processed ? total - status.samples_processed : 0;
+  status.estimated_remaining_seconds = static_cast<double>(left) / rate;
   return status;
 }
 
@@ -168,7 +173,7 @@ JobView DecisionEngine::ViewLocked(const JobEntry& entry) const {
   JobView view;
   view.spec = entry.spec;
   const Fitted fitted = Fit(entry.spec, clock_->Now());
-  view.status = StatusLocked(entry, fitted.model);
+  view.status = StatusLocked(entry, &fitted.model);
   view.curve = CurveOf(entry.spec, fitted);
   view.curve_model = fitted.model.Describe();
   view.curve_fit_rms_log_error = fitted.model.rms_log_error();
@@ -361,7 +366,7 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
   }
   entry.status.last_applied_at = clock_->Now();
   RequestReplanLocked();
-  return StatusLocked(entry, Fit(entry.spec, clock_->Now()).model);
+  return StatusLocked(entry, /*model=*/nullptr);
 }
 
 absl::StatusOr<Recommendation> DecisionEngine::GetRecommendation(const std::string& job_id) const {

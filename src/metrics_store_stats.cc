@@ -63,16 +63,22 @@ using metrics_internal::Summarize;
 // span from the smallest to the largest step any pod reported, so pods that
 // report only some of their steps, or only some pods reporting, still give
 // the full count, and resends are already de-duplicated (ClaimStep).
-// Samples without a step number fall back to their count divided by the
-// distinct pods that sent them (each pod sends each of its steps once); a
-// resend of those cannot be told from a new step, so it is counted twice.
+// Only at a size where no pod sent a step number, the samples fall back to
+// their count divided by the distinct pods that sent them (each pod sends
+// each of its steps once); a resend of those cannot be told from a new step,
+// so it is counted twice.
 MetricsStore::Progress MetricsStore::ProgressOf(const SizeCell& cell) {
   Progress out;
   const uint64_t min_step = cell.min_step.load(std::memory_order_relaxed);
   const uint64_t max_step = cell.max_step.load(std::memory_order_relaxed);
-  if (min_step != kNoStep && min_step <= max_step) out.steps = max_step - min_step + 1;
   const uint64_t pods = cell.unstepped_pods.load(std::memory_order_relaxed);
-  if (pods > 0) out.steps += cell.unstepped.load(std::memory_order_relaxed) / pods;
+  if (min_step != kNoStep && min_step <= max_step) {
+    // The span already counts every job step, including those that pods
+    // without step numbers reported too: adding theirs would count twice.
+    out.steps = max_step - min_step + 1;
+  } else if (pods > 0) {
+    out.steps = cell.unstepped.load(std::memory_order_relaxed) / pods;
+  }
   const uint64_t lifetime = cell.lifetime.load(std::memory_order_relaxed);
   if (lifetime == 0) return out;
   const double mean_batch =

@@ -663,6 +663,13 @@ TEST_CASE("progress without step numbers divides by the distinct pods that repor
   // new steps, so resending pod w-1's 10 counts 5 more job steps.
   REQUIRE(store.Ingest(std::span(batch).last(10), kNow).accepted == 10);
   CHECK(store.SamplesProcessed(kJob) == 17 * 2 * 16);
+  // Once any pod at the size numbers its steps, the span counts every job
+  // step: the samples without numbers describe the same steps, not more.
+  const std::string numbered = "w-2";
+  std::vector<StepSample> steps = Steps(0, 29, &numbered, 2);
+  for (StepSample& step : steps) step.batch_size = 16;
+  REQUIRE(store.Ingest(steps, kNow).accepted == 30);
+  CHECK(store.SamplesProcessed(kJob) == 30 * 2 * 16);
 }
 
 TEST_CASE("progress at a size beyond max_sizes_per_job is lost: the total is a lower bound") {

@@ -178,8 +178,9 @@ class DecisionEngine {
   // The model's curve for n in [1, max_replicas] (at most 256 points).
   static std::vector<CurvePoint> CurveOf(const JobSpec& spec, const Fitted& fitted);
   // The entry's status with the store's counts and the job's progress: samples processed and
-  // the time the rest takes at `model`'s rate for the running size.
-  JobStatus StatusLocked(const JobEntry& entry, const ThroughputModel& model) const
+  // the time the rest takes at the running size, from `model` (null: fitted here, and only
+  // when the estimate needs it).
+  JobStatus StatusLocked(const JobEntry& entry, const ThroughputModel* model) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   JobView ViewLocked(const JobEntry& entry) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -54,11 +54,12 @@
 //  * De-duplication: each PodCell holds a mark, the world size of the pod's
 //    current run and one past the highest `step` accepted in it, moved by a
 //    relaxed CAS loop (a fetch-max within a run, a reset when the world size
-//    changes, since resized training may number its steps afresh). A sample is stored only if its
-//    CAS succeeded, and successful CASes on one atomic are totally ordered and claim disjoint step
-//    intervals, so no step of a pod is stored twice, however writers race; relaxed is enough
-//    because nothing else is published through the mark (argument in full beside ClaimStep in
-//    metrics_store_ingest.cc).
+//    changes, since resized training may number its steps afresh). A sample
+//    is stored only if its CAS succeeded, and successful CASes on one atomic
+//    are totally ordered and claim disjoint step intervals, so no step of a
+//    pod is stored twice, however writers race; relaxed is enough because
+//    nothing else is published through the mark (argument in full beside
+//    ClaimStep in metrics_store_ingest.cc).
 //  * Progress marks (SizeCell min_step / max_step, fetch-min / fetch-max;
 //    unstepped samples and pods, counters; a pod's unstepped-size bits,
 //    fetch_or) are relaxed too: each is individually exact, nothing is
