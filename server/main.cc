@@ -60,6 +60,10 @@ ABSL_FLAG(absl::Duration, cooldown, kEngine.policy.cooldown,
           "parameters.cooldown_seconds)");
 ABSL_FLAG(absl::Duration, horizon, kEngine.policy.horizon,
           "a scale-up must repay its restart cost within this span");
+ABSL_FLAG(std::string, objective, std::string(rescale::PlanObjectiveName(kEngine.planner.objective)),
+          "what the planner optimises above the gang and priority rules: jct (lowest average "
+          "job completion time: GPUs to the jobs with the least work left) or fair (balanced "
+          "speedups)");
 ABSL_FLAG(uint32_t, gpus_per_node, kEngine.model.gpus_per_node,
           "GPUs per node: the throughput model adds an inter-node term for sizes that span "
           "nodes (replicas packed onto the fewest nodes); 0 = unknown, one node assumed");
@@ -123,17 +127,26 @@ int main(int argc, char** argv) {
   engine.policy.cooldown = absl::GetFlag(FLAGS_cooldown);
   engine.policy.horizon = absl::GetFlag(FLAGS_horizon);
   engine.model.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  const std::string objective = absl::GetFlag(FLAGS_objective);
+  if (auto parsed = rescale::ParsePlanObjective(objective)) {
+    engine.planner.objective = *parsed;
+  } else {
+    spdlog::critical("cannot start: --objective \"{}\" is not one of jct, fair", objective);
+    return 1;
+  }
 
   auto server = rescale::server::RescaleServer::Start(options);
   if (!server.ok()) {
     spdlog::critical("cannot start: {}", std::string(server.status().message()));
     return 1;
   }
-  spdlog::info("rescaled serving on {} ({}; capacity {}; default policy {}; plan interval {})",
+  spdlog::info(
+      "rescaled serving on {} ({}; capacity {}; default policy {}; objective {}; plan interval {})",
                (*server)->address(), options.tls_cert_file.empty() ? "plaintext" : "TLS",
                engine.capacity_gpus ? std::to_string(*engine.capacity_gpus) + " GPUs"
                                     : std::string("unknown"),
-               engine.default_policy, absl::FormatDuration(engine.plan_interval));
+               engine.default_policy, rescale::PlanObjectiveName(engine.planner.objective),
+               absl::FormatDuration(engine.plan_interval));
 
   int received = 0;
   sigwait(&signals, &received);

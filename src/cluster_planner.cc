@@ -30,11 +30,64 @@
 #include "rescale/job_rules.h"
 
 namespace rescale {
+
+std::string_view PlanObjectiveName(PlanObjectiveKind kind) {
+  return kind == PlanObjectiveKind::kJct ? "jct" : "fair";
+}
+
+std::optional<PlanObjectiveKind> ParsePlanObjective(std::string_view name) {
+  if (name == "fair") return PlanObjectiveKind::kFair;
+  if (name == "jct") return PlanObjectiveKind::kJct;
+  return std::nullopt;
+}
+
 namespace planner_internal {
+namespace {
+
+// jct: each job's remaining work in seconds at its smallest size, D_i (see
+// cluster_planner.h), and from the ranks of D_i the heSRPT weights.
+void SetCompletionTimeWeights(Problem& p, const ClusterPlannerOptions& options) {
+  const size_t n = p.size();
+  const double floor_seconds = std::max(0.0, options.min_remaining_seconds);
+  std::vector<double> remaining(n);
+  for (size_t i = 0; i < n; ++i) {
+    JobModel& m = p.models[i];
+    const PlannerJob& job = *m.job;
+    const double work = job.remaining_samples ? *job.remaining_samples : job.attained_samples;
+    double seconds = std::isfinite(work) ? std::max(0.0, work) / m.base_throughput : 0;
+    if (!m.running) seconds -= std::max(0.0, job.waiting_seconds);
+    remaining[i] = std::max(seconds, floor_seconds);
+    // A job about to finish never recoups a restart: the restart is weighed
+    // over what is left of it at its current size, if that is shorter.
+    if (job.remaining_samples && m.running) {
+      const double rate = m.Throughput(m.current);
+      const double left = std::max(0.0, *job.remaining_samples) / rate;
+      m.restart_factor =
+          RestartFactor(job.restart_cost_seconds, std::min(p.horizon_seconds, left));
+    }
+  }
+  // Rank 1 = the most remaining work; equal D_i share the rank of the
+  // first of them so ties weigh the same whatever the input order.
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return remaining[a] > remaining[b]; });
+  constexpr double c = 2;
+  const double jobs = static_cast<double>(n);
+  size_t rank = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (k == 0 || remaining[order[k]] != remaining[order[k - 1]]) rank = k + 1;
+    const double share = std::pow(rank / jobs, c) - std::pow((rank - 1) / jobs, c);
+    p.models[order[k]].weight = std::pow(share, 1 / c);
+  }
+}
+
+}  // namespace
 
 Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptions& options) {
   Problem p;
   p.jobs = jobs;
+  p.objective = options.objective;
   p.fairness = std::isfinite(options.fairness) ? options.fairness : -1;
   p.horizon_seconds = options.horizon_seconds;
   const size_t n = jobs.size();
@@ -84,6 +137,7 @@ Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptio
     m.hi = static_cast<uint32_t>(std::min<uint64_t>(job.max_replicas, useful));
     m.pinnable = m.cooldown && m.running && m.current >= m.lo && m.current <= m.hi;
   }
+  if (p.objective == PlanObjectiveKind::kJct) SetCompletionTimeWeights(p, options);
   return p;
 }
 

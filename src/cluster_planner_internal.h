@@ -50,6 +50,8 @@ struct JobModel {
   bool pinnable = false;   // running in cooldown at a size it may keep
   uint32_t seniority = 0;  // 0 = started (or registered) first
   double restart_factor = 1;
+  // Level-4 weight: 1 for fair; the heSRPT rank weight w_i for jct.
+  double weight = 1;
   double base_throughput = 1;
   bool flat = false;  // no usable curve: no size gains over min
 
@@ -71,6 +73,7 @@ struct Problem {
   std::span<const PlannerJob> jobs;
   std::vector<JobModel> models;
   std::vector<int32_t> priorities;  // distinct, highest first
+  PlanObjectiveKind objective = PlanObjectiveKind::kFair;
   double fairness = -1;
   double horizon_seconds = 600;
 
@@ -80,12 +83,17 @@ struct Problem {
     if (n == 0) return 0;
     const JobModel& m = models[i];
     const double f = (m.current > 0 && n != m.current) ? m.restart_factor : 1.0;
-    return FairUtility(f * m.Throughput(n) / m.base_throughput, fairness);
+    return Term(m, f * m.Throughput(n) / m.base_throughput);
   }
   // The same term as if resizing were free (for the RESTART_COST wording).
   double UtilityWithoutRestart(size_t i, uint32_t n) const {
     const JobModel& m = models[i];
-    return FairUtility(m.Throughput(n) / m.base_throughput, fairness);
+    return Term(m, m.Throughput(n) / m.base_throughput);
+  }
+  // The level-4 term of a job running at relative speed `speedup`.
+  double Term(const JobModel& m, double speedup) const {
+    return objective == PlanObjectiveKind::kJct ? m.weight * speedup
+                                                : FairUtility(speedup, fairness);
   }
 };
 

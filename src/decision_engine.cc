@@ -53,6 +53,11 @@ absl::Status DecisionEngine::ValidateOptions(const EngineOptions& options) {
   RETURN_IF_ERROR(at_least("max_watchers", options.max_watchers, 1));
   RETURN_IF_ERROR(at_least("max_pods_per_job", options.store.max_pods_per_job, 1));
   RETURN_IF_ERROR(at_least("max_sizes_per_job", options.store.max_sizes_per_job, 1));
+  if (options.store.max_sizes_per_job > kMaxSizesPerJob) {
+    return absl::InvalidArgumentError(absl::StrFormat("max_sizes_per_job must be at most %d, got %d",
+                                                      kMaxSizesPerJob,
+                                                      options.store.max_sizes_per_job));
+  }
   RETURN_IF_ERROR(at_least("auto_register_max_replicas", options.auto_register_max_replicas, 1));
   RETURN_IF_ERROR(positive("plan_interval", options.plan_interval));
   RETURN_IF_ERROR(not_negative("applied_debounce", options.applied_debounce));
@@ -475,6 +480,16 @@ void DecisionEngine::ReplanLocked() {
                       now - entry.last_change_at < policy_options.cooldown;
     job.restart_cost_seconds = p.spec.restart_cost_seconds;
     job.started_at = running ? entry.started_at : entry.status.registered_at;
+    // What the jct objective ranks jobs by: remaining work when the job
+    // declared its size, else the service it has had.
+    const uint64_t processed = store_.SamplesProcessed(id);
+    job.attained_samples = static_cast<double>(processed);
+    if (p.spec.total_samples.has_value()) {
+      job.remaining_samples =
+          static_cast<double>(*p.spec.total_samples > processed ? *p.spec.total_samples - processed
+                                                                : 0);
+    }
+    if (!running) job.waiting_seconds = std::max(0.0, absl::ToDoubleSeconds(now - job.started_at));
     for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
       // Planner jobs: predicted samples/s. Others: any rising curve, so the
       // planner grows them toward their wish when GPUs allow.

@@ -133,23 +133,67 @@ struct MetricsStore::PendingSize {
     }
   }
 
-  // Progress memory orders. min_step / max_step only ever move down / up
-  // (fetch-min / fetch-max CAS loops), so after all flushes each holds the
-  // extreme over every stored step whatever the interleaving: each is
-  // individually exact, like the counters. Nothing is published through
-  // them, so relaxed suffices. A reader may see one moved before the other
-  // (min_step still kNoStep: no range yet; a min not yet lowered), which only
-  // shortens the range it sees: a step range read during ingest is never
-  // longer than the finished one. unstepped and unstepped_pods
-  // are relaxed counters under the header's argument: a reader may see a
-  // batch's samples before or after its pod was counted, off by that batch
-  // until the Ingest call returns, then exact.
+  // Credits the job steps this batch's step numbers reveal (min_step..
+  // max_step, at this size) to the cell, so that each step is credited once
+  // and to the size it ran at, also when the job returns to a size it ran at
+  // before. Two marks, each "highest step + 1" (0 = none), only ever raised:
+  //  * the job's progress word: its mark and the size slot that raised it
+  //    last. Step numbers read as the trainer's global step, which
+  //    checkpoint-resuming trainers keep across restarts and resizes: a batch
+  //    reaching above the mark moved the job forward by max_step + 1 - mark
+  //    steps, all at this size (the gap before the batch's first step is a
+  //    sampling gap, mostly spent here). A job's first batch credits its own
+  //    span: steps before the first report are unknown.
+  //  * the cell's mark, for a batch not above the job's mark at a size other
+  //    than the one that raised it: a trainer that numbers its steps afresh
+  //    after a resize is counted from its first reported step at the new
+  //    size, then by how far it rises. At the size that raised the job's
+  //    mark, such a batch is out of order and credits nothing.
+  // Exactly once: successful CASes on one atomic are totally ordered and each
+  // credits (or claims) the interval between the value it replaced and the one
+  // it wrote, so the intervals credited through one mark are disjoint,
+  // however writers race. Every batch claims its interval in the cell's mark
+  // first, so a fallback credit never reuses an interval the cell claimed
+  // before. Memory orders: that claim is sequenced before the acq_rel CAS on
+  // the job's word, and the word is loaded with acquire, so a writer that
+  // reads the word sees every cell claim made before the word's value was
+  // written (a happens-before chain through the CASes): a fallback credit at
+  // a size never overlaps an interval the same size credited through the
+  // job's mark. Across sizes no such order exists: a late sample from a size
+  // the job left, between that size's mark and the job's, is credited at both
+  // (at most one sampling gap). The credits themselves are relaxed counters.
+  void CreditSteps() {
+    using metrics_internal::kMaxProgressStep;
+    const uint64_t last = std::min(max_step, kMaxProgressStep - 1) + 1;
+    const uint64_t first = std::min(min_step, last - 1);
+    uint64_t claimed_from = cell->step_mark.load(std::memory_order_relaxed);
+    while (claimed_from < last && !cell->step_mark.compare_exchange_weak(
+                                      claimed_from, last, std::memory_order_relaxed)) {
+    }
+    const bool claimed = claimed_from < last;
+    const uint64_t own_slot = static_cast<uint64_t>(cell->slot) + 1;
+    uint64_t word = job->progress_word.load(std::memory_order_acquire);
+    while (true) {
+      const uint64_t mark = metrics_internal::ProgressMark(word);
+      if (last <= mark) break;
+      if (job->progress_word.compare_exchange_weak(word,
+                                                   metrics_internal::ProgressWord(last, own_slot),
+                                                   std::memory_order_acq_rel,
+                                                   std::memory_order_acquire)) {
+        cell->credited_steps.fetch_add(last - (mark == 0 ? first : mark),
+                                       std::memory_order_relaxed);
+        return;
+      }
+    }
+    if (claimed && metrics_internal::ProgressSlot(word) != own_slot) {
+      cell->credited_steps.fetch_add(last - (claimed_from == 0 ? first : claimed_from),
+                                     std::memory_order_relaxed);
+    }
+  }
+
   void Flush() {
     if (samples == 0) return;
-    if (min_step <= max_step) {
-      MinRelaxed(cell->min_step, min_step);
-      MaxRelaxed(cell->max_step, max_step);
-    }
+    if (min_step <= max_step) CreditSteps();
     if (unstepped != 0) cell->unstepped.fetch_add(unstepped, std::memory_order_relaxed);
     // Sums before counts, each bin's count added with release (SizeCell::Load
     // loads it with acquire): a reader that counts a sample also sees its

@@ -29,8 +29,21 @@ namespace metrics_internal {
 
 // "No time yet" in the nanosecond timestamps below.
 inline constexpr int64_t kNever = std::numeric_limits<int64_t>::min();
-// "No step number yet" in SizeCell::min_step.
+// "No step number in this batch" in PendingSize::min_step.
 inline constexpr uint64_t kNoStep = std::numeric_limits<uint64_t>::max();
+// JobState::progress_word packs the job's step mark (highest step + 1, 0 =
+// none) above the slot + 1 of the size that raised it last (0 = none), so
+// one CAS moves both. Steps beyond kMaxProgressStep count as that step.
+inline constexpr int kProgressSlotBits = 20;
+static_assert(kMaxSizesPerJob < (1 << kProgressSlotBits), "a size slot + 1 must fit its bits");
+inline constexpr uint64_t kMaxProgressStep = (uint64_t{1} << (64 - kProgressSlotBits)) - 1;
+inline constexpr uint64_t ProgressWord(uint64_t mark, uint64_t slot_plus_one) {
+  return (mark << kProgressSlotBits) | slot_plus_one;
+}
+inline constexpr uint64_t ProgressMark(uint64_t word) { return word >> kProgressSlotBits; }
+inline constexpr uint64_t ProgressSlot(uint64_t word) {
+  return word & ((uint64_t{1} << kProgressSlotBits) - 1);
+}
 
 // Debian's Abseil has its own string_view type; heterogeneous lookups in
 // absl containers need it.
@@ -109,12 +122,13 @@ struct MetricsStore::SizeCell {
   std::atomic<double> batch_sum{0};
   std::atomic<uint64_t> lifetime{0};
   std::atomic<int64_t> last_sample_ns{metrics_internal::kNever};
-  // Progress at this size (ProgressOf in metrics_store_stats.cc): the smallest and largest step
-  // number any pod reported here (min > max: none yet), moved by relaxed fetch-min/max; the
-  // samples that carried no step number, and how many distinct pods sent them. The argument
-  // for their memory orders is beside PendingSize::Flush in metrics_store_ingest.cc.
-  std::atomic<uint64_t> min_step{metrics_internal::kNoStep};
-  std::atomic<uint64_t> max_step{0};
+  // Progress at this size (ProgressOf in metrics_store_stats.cc): job steps credited here by
+  // their numbers, and this size's own step mark (highest step + 1, 0 = none); the samples
+  // that carried no step number, and how many distinct pods sent them. How steps are credited,
+  // and the argument for the memory orders, are beside PendingSize::CreditSteps in
+  // metrics_store_ingest.cc.
+  std::atomic<uint64_t> credited_steps{0};
+  std::atomic<uint64_t> step_mark{0};
   std::atomic<uint64_t> unstepped{0};
   std::atomic<uint64_t> unstepped_pods{0};
   // Window snapshots; guarded by the store's admin_mu_.
@@ -179,6 +193,8 @@ struct MetricsStore::JobState {
   std::atomic<uint32_t> max_replicas;
   std::atomic<uint32_t> local_batch_size;
   std::atomic<uint64_t> accepted{0};
+  // The job's step mark and the size that raised it (ProgressWord).
+  std::atomic<uint64_t> progress_word{0};
   const int max_sizes;
   const std::unique_ptr<std::atomic<SizeCell*>[]> sizes;
   std::atomic<PodTable*> pods;

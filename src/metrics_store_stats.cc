@@ -53,29 +53,28 @@ RobustSummary Summarize(const Histogram& h) {
 using metrics_internal::Histogram;
 using metrics_internal::Key;
 using metrics_internal::kNever;
-using metrics_internal::kNoStep;
 using metrics_internal::RobustSummary;
 using metrics_internal::Summarize;
 
 // Job steps and samples processed at one size. In synchronous data-parallel
 // training every pod takes every step, and one job step processes
-// world_size x local batch samples. Steps are counted by their numbers: the
-// span from the smallest to the largest step any pod reported, so pods that
-// report only some of their steps, or only some pods reporting, still give
-// the full count, and resends are already de-duplicated (ClaimStep).
+// world_size x local batch samples. Steps are counted by their numbers, as
+// credited at ingest (PendingSize::CreditSteps): how far each batch moved
+// the job's highest step, so pods that report only some of their steps, or
+// only some pods reporting, still give the full count, resends are already
+// de-duplicated (ClaimStep), and a job that returns to a size it ran at
+// before is not credited there for the steps it took elsewhere.
 // Only at a size where no pod sent a step number, the samples fall back to
 // their count divided by the distinct pods that sent them (each pod sends
 // each of its steps once); a resend of those cannot be told from a new step,
 // so it is counted twice.
 MetricsStore::Progress MetricsStore::ProgressOf(const SizeCell& cell) {
   Progress out;
-  const uint64_t min_step = cell.min_step.load(std::memory_order_relaxed);
-  const uint64_t max_step = cell.max_step.load(std::memory_order_relaxed);
   const uint64_t pods = cell.unstepped_pods.load(std::memory_order_relaxed);
-  if (min_step != kNoStep && min_step <= max_step) {
-    // The span already counts every job step, including those that pods
-    // without step numbers reported too: adding theirs would count twice.
-    out.steps = max_step - min_step + 1;
+  if (cell.step_mark.load(std::memory_order_relaxed) != 0) {
+    // The credited steps already count every job step, including those that
+    // pods without step numbers reported too: adding theirs would count twice.
+    out.steps = cell.credited_steps.load(std::memory_order_relaxed);
   } else if (pods > 0) {
     out.steps = cell.unstepped.load(std::memory_order_relaxed) / pods;
   }

@@ -74,13 +74,45 @@ std::vector<int32_t> PrioritiesHighFirst(const std::vector<PlannerJob>& jobs) {
   return p;
 }
 
-double ReferenceUtility(const PlannerJob& job, uint32_t n, const ClusterPlannerOptions& options) {
+// Samples/s of `job` at n, the last point standing for sizes past the curve.
+double ThroughputAt(const PlannerJob& job, uint32_t n) {
+  return job.throughput[std::min<size_t>(n - job.min_replicas, job.throughput.size() - 1)];
+}
+
+// jct: remaining work in seconds at min_replicas, as cluster_planner.h defines it.
+double RemainingSeconds(const PlannerJob& job, const ClusterPlannerOptions& options) {
+  const double work = job.remaining_samples.value_or(job.attained_samples);
+  double seconds = work / job.throughput[0];
+  if (job.current_replicas == 0) seconds -= job.waiting_seconds;
+  return std::max(seconds, options.min_remaining_seconds);
+}
+
+// jct: the heSRPT weight of jobs[i] from its rank (1 = most remaining work;
+// equal remaining work shares the rank of the first of them, the smaller).
+double JctWeight(const std::vector<PlannerJob>& jobs, size_t i,
+                 const ClusterPlannerOptions& options) {
+  const double mine = RemainingSeconds(jobs[i], options);
+  double rank = 1;
+  for (const PlannerJob& other : jobs) rank += RemainingSeconds(other, options) > mine;
+  const double m = static_cast<double>(jobs.size());
+  return std::sqrt((rank / m) * (rank / m) - ((rank - 1) / m) * ((rank - 1) / m));
+}
+
+double ReferenceUtility(const std::vector<PlannerJob>& jobs, size_t i, uint32_t n,
+                        const ClusterPlannerOptions& options) {
+  const PlannerJob& job = jobs[i];
   const double s = job.throughput[n - job.min_replicas] / job.throughput[0];
+  const bool jct = options.objective == PlanObjectiveKind::kJct;
   double f = 1;
   if (job.current_replicas > 0 && n != job.current_replicas) {
-    f = std::max(0.01, 1 - job.restart_cost_seconds / options.horizon_seconds);
+    double horizon = options.horizon_seconds;
+    if (jct && job.remaining_samples) {
+      horizon = std::min(horizon, *job.remaining_samples / ThroughputAt(job, job.current_replicas));
+    }
+    f = horizon > 0 ? std::clamp(1 - job.restart_cost_seconds / horizon, 0.01, 1.0) : 0.01;
   }
   const double x = f * s;
+  if (jct) return JctWeight(jobs, i, options) * x;
   const double p = options.fairness;
   return p == 0 ? std::log(x) : (std::pow(x, p) - 1) / p;
 }
@@ -98,7 +130,7 @@ Reference JobContribution(const std::vector<PlannerJob>& jobs, size_t i, uint32_
   if (n > 0) {
     if (running && !job.preemptible) r.levels[0] = 1;
     r.levels[1 + 2 * level + (running ? 0 : 1)] = 1;
-    r.utility = ReferenceUtility(job, n, options);
+    r.utility = ReferenceUtility(jobs, i, n, options);
   }
   if (job.in_cooldown && n != job.current_replicas) r.levels.back() = -1;
   return r;
@@ -231,6 +263,17 @@ Instance RandomInstance(std::mt19937& rng, int max_jobs, uint64_t max_capacity,
   if (!chance(0.08)) in.capacity = static_cast<uint64_t>(pick(0, int(max_capacity)));
   const double fairness[] = {-1, -1, 0, 1, 0.5, -2};
   in.options.fairness = fairness[pick(0, 5)];
+  if (chance(0.4)) {
+    // jct: some sizes known, some not; some jobs waited, some remaining work
+    // below the floor; equal remaining work now and then (shared ranks).
+    in.options.objective = PlanObjectiveKind::kJct;
+    for (PlannerJob& job : in.jobs) {
+      const double works[] = {0, 5e3, 5e4, 2e5, 2e5, 1e6};
+      job.attained_samples = works[pick(0, 5)];
+      if (chance(0.6)) job.remaining_samples = works[pick(0, 5)];
+      if (job.current_replicas == 0 && chance(0.5)) job.waiting_seconds = 60.0 * pick(1, 60);
+    }
+  }
   const double horizons[] = {600, 300, 1200};
   in.options.horizon_seconds = horizons[pick(0, 2)];
   return in;
@@ -545,9 +588,9 @@ TEST_CASE("restart cost keeps a running job at its size when the gain is small",
   const ClusterPlannerOptions defaults;
   CHECK(plan.jobs[0].value_one_more < 0);
   CHECK(plan.jobs[0].value_one_more ==
-        Approx(ReferenceUtility(job, 5, defaults) - ReferenceUtility(job, 4, defaults)));
+        Approx(ReferenceUtility(jobs, 0, 5, defaults) - ReferenceUtility(jobs, 0, 4, defaults)));
   CHECK(plan.jobs[0].value_one_fewer ==
-        Approx(ReferenceUtility(job, 3, defaults) - ReferenceUtility(job, 4, defaults)));
+        Approx(ReferenceUtility(jobs, 0, 3, defaults) - ReferenceUtility(jobs, 0, 4, defaults)));
 
   jobs[0].restart_cost_seconds = 0;
   plan = PlanCluster(jobs, 6);
@@ -703,6 +746,106 @@ TEST_CASE("scalable solver keeps its gap small on a large instance", "[planner]"
   CHECK(plan.allocated_gpus <= 10'000);
   CHECK(plan.utility <= plan.upper_bound + 1e-9);
   CHECK(plan.gap <= 0.01);
+}
+
+// ---- the jct objective --------------------------------------------------------
+
+ClusterPlannerOptions Jct() {
+  ClusterPlannerOptions options;
+  options.objective = PlanObjectiveKind::kJct;
+  return options;
+}
+
+PlannerJob WithRemaining(PlannerJob job, double samples) {
+  job.remaining_samples = samples;
+  return job;
+}
+
+TEST_CASE("jct gives spare GPUs to the job with less work left, fair splits them", "[planner]") {
+  // Two new jobs with the same concave curve; one has 10x the work left.
+  PlannerJob short_job = WithRemaining(Job("ns/short", 1, 16, 1), 1e5);
+  PlannerJob long_job = WithRemaining(Job("ns/long", 1, 16, 1), 1e6);
+  short_job.throughput = long_job.throughput = Saturating(1, 16, 1, 0.05);
+  const std::vector<PlannerJob> jobs = {short_job, long_job};
+  const ClusterPlan fair = PlanCluster(jobs, 16);
+  CHECK(fair.jobs[0].replicas == 8);
+  CHECK(fair.jobs[1].replicas == 8);
+  const ClusterPlan jct = PlanCluster(jobs, 16, Jct());
+  CHECK(jct.jobs[0].replicas > jct.jobs[1].replicas);
+  CHECK(jct.jobs[1].replicas >= 1);  // the long job is not starved
+  CHECK(jct.exact);
+}
+
+TEST_CASE("jct weights depend on the order of remaining work, not its scale", "[planner]") {
+  std::vector<PlannerJob> jobs;
+  for (int k = 0; k < 4; ++k) {
+    PlannerJob job = WithRemaining(Job("ns/j" + std::to_string(k), 1, 12, 1), 1e5 * (k + 1));
+    job.throughput = Saturating(1, 12, 1, 0.04 * (k + 1));
+    jobs.push_back(job);
+  }
+  const std::vector<uint32_t> plan = ReplicasOf(PlanCluster(jobs, 20, Jct()));
+  // Every size off by the same factor (a misestimate common to all jobs):
+  // the same plan.
+  std::vector<PlannerJob> scaled = jobs;
+  for (PlannerJob& job : scaled) job.remaining_samples = *job.remaining_samples * 7.5;
+  CHECK(ReplicasOf(PlanCluster(scaled, 20, Jct())) == plan);
+  // Reversing the order of the sizes changes it.
+  std::vector<PlannerJob> reversed = jobs;
+  for (size_t k = 0; k < reversed.size(); ++k)
+    reversed[k].remaining_samples = jobs[jobs.size() - 1 - k].remaining_samples;
+  CHECK(ReplicasOf(PlanCluster(reversed, 20, Jct())) != plan);
+}
+
+TEST_CASE("jct without sizes favours the job with less attained service", "[planner]") {
+  PlannerJob young = Job("ns/young", 1, 16, 1);
+  PlannerJob old = Job("ns/old", 1, 16, 1);
+  young.throughput = old.throughput = Saturating(1, 16, 1, 0.05);
+  young.attained_samples = 2e4;
+  old.attained_samples = 5e6;
+  const ClusterPlan plan = PlanCluster(std::vector<PlannerJob>{young, old}, 16, Jct());
+  CHECK(plan.jobs[0].replicas > plan.jobs[1].replicas);
+  CHECK(plan.jobs[1].replicas >= 1);
+}
+
+TEST_CASE("jct never suspends a running job for a shorter one; aging starts the oldest", "[planner]") {
+  // One slot; a long job runs in it, a short one waits: the long job keeps it.
+  PlannerJob running = Running(WithRemaining(Job("ns/long", 1, 1, 4), 1e7), 1);
+  PlannerJob waiting = WithRemaining(Job("ns/short", 1, 1, 4), 1e3);
+  ClusterPlan plan = PlanCluster(std::vector<PlannerJob>{running, waiting}, 4, Jct());
+  CHECK(plan.jobs[0].replicas == 1);
+  CHECK(plan.jobs[1].replicas == 0);
+  // Two waiting jobs, one slot: the shorter starts...
+  PlannerJob big = WithRemaining(Job("ns/big", 1, 1, 4), 100 * 3600.0);  // 3600 s at 100/s
+  PlannerJob small = WithRemaining(Job("ns/small", 1, 1, 4), 100 * 600.0);
+  plan = PlanCluster(std::vector<PlannerJob>{big, small}, 4, Jct());
+  CHECK(plan.jobs[0].replicas == 0);
+  CHECK(plan.jobs[1].replicas == 1);
+  // ...unless the longer one has waited for more than the difference.
+  big.waiting_seconds = 3100;
+  plan = PlanCluster(std::vector<PlannerJob>{big, small}, 4, Jct());
+  CHECK(plan.jobs[0].replicas == 1);
+  CHECK(plan.jobs[1].replicas == 0);
+}
+
+TEST_CASE("jct does not restart a job about to finish", "[planner]") {
+  // Linear scaling, 8 free GPUs, a restart of 60 s: worth it for a job with
+  // an hour left, not for one with 50 s left at its current size.
+  PlannerJob job = Running(Job("ns/job", 1, 8, 1), 2);
+  job.restart_cost_seconds = 60;
+  job.remaining_samples = 200.0 * 3600;  // Linear: 200 samples/s at 2 replicas
+  CHECK(PlanCluster(std::vector<PlannerJob>{job}, 8, Jct()).jobs[0].replicas == 8);
+  job.remaining_samples = 200.0 * 50;
+  CHECK(PlanCluster(std::vector<PlannerJob>{job}, 8, Jct()).jobs[0].replicas == 2);
+  // The fair objective weighs the restart over the whole horizon and resizes.
+  CHECK(PlanCluster(std::vector<PlannerJob>{job}, 8).jobs[0].replicas == 8);
+}
+
+TEST_CASE("objective names parse and print", "[planner]") {
+  CHECK(ParsePlanObjective("jct") == PlanObjectiveKind::kJct);
+  CHECK(ParsePlanObjective("fair") == PlanObjectiveKind::kFair);
+  CHECK_FALSE(ParsePlanObjective("JCT").has_value());
+  CHECK(PlanObjectiveName(PlanObjectiveKind::kJct) == "jct");
+  CHECK(PlanObjectiveName(PlanObjectiveKind::kFair) == "fair");
 }
 
 }  // namespace

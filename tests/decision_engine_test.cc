@@ -862,6 +862,33 @@ TEST_CASE("engine's default planner gives spare GPUs to the job that scales bett
   CHECK(cluster.plan_upper_bound >= cluster.plan_utility - 1e-9);
 }
 
+TEST_CASE("engine's jct objective gives spare GPUs to the job with less work left; fair splits") {
+  const std::map<std::string, double> laws = {{"ns/near-done", 0.02}, {"ns/far-from-done", 0.02}};
+  auto plan = [&](PlanObjectiveKind objective) {
+    ManualClock clock;
+    EngineOptions options;
+    options.planner.objective = objective;
+    auto engine = MustCreate(options, &clock);
+    JobSpec near = Spec("ns/near-done", 1, 16);
+    JobSpec far = Spec("ns/far-from-done", 1, 16);
+    near.restart_cost_seconds = far.restart_cost_seconds = 5;
+    near.total_samples = 2'000'000;
+    far.total_samples = 200'000'000;
+    MustRegister(*engine, near);
+    MustRegister(*engine, far);
+    engine->SetCapacity(16);
+    for (int round = 0; round < 10; ++round) ApplyAndMeasure(*engine, clock, laws);
+    return std::pair{MustRecommendation(*engine, "ns/near-done").replicas,
+                     MustRecommendation(*engine, "ns/far-from-done").replicas};
+  };
+  CHECK(EngineOptions{}.planner.objective == PlanObjectiveKind::kJct);
+  const auto [near_jct, far_jct] = plan(PlanObjectiveKind::kJct);
+  CHECK(near_jct > far_jct);
+  CHECK(far_jct >= 1);
+  const auto [near_fair, far_fair] = plan(PlanObjectiveKind::kFair);
+  CHECK(near_fair == far_fair);
+}
+
 TEST_CASE(
     "engine's planner shrinks, then suspends the lower-priority job when capacity drops, and "
     "resumes it") {

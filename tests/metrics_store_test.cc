@@ -643,6 +643,32 @@ TEST_CASE("progress counts job steps by number, whichever pods report them") {
   CHECK(stats[1].samples_processed == 15 * 4 * 32);
 }
 
+TEST_CASE("progress credits a size it returns to only with the steps taken there") {
+  MetricsStore store;
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  // Global step numbers (a checkpoint-resuming trainer): 4 replicas for
+  // steps 0..9, 8 for 10..19, 4 again for 20..29, every other step sampled.
+  auto every_other = [](uint64_t first, uint64_t last, uint32_t world) {
+    std::vector<StepSample> out;
+    for (StepSample& s : Steps(first, last, &kPod0, world))
+      if (*s.step % 2 == 0 || *s.step == last) out.push_back(s);
+    return out;
+  };
+  REQUIRE(store.Ingest(every_other(0, 9, 4), kNow).accepted > 0);
+  REQUIRE(store.Ingest(every_other(10, 19, 8), kNow).accepted > 0);
+  REQUIRE(store.Ingest(every_other(20, 29, 4), kNow).accepted > 0);
+  // A late sample from the 8-replica run, and a resend: nothing more.
+  std::vector<StepSample> late = Steps(15, 15, &kPod1, 8);
+  REQUIRE(store.Ingest(late, kNow).accepted == 1);
+  CHECK(store.Ingest(every_other(20, 29, 4), kNow).duplicates > 0);
+  std::vector<SizeStats> stats = store.Stats(kJob, kNow);
+  REQUIRE(stats.size() == 2);
+  CHECK(stats[0].world_size == 4);
+  CHECK(stats[0].steps_processed == 20);  // not the span 0..29
+  CHECK(stats[1].steps_processed == 10);
+  CHECK(store.SamplesProcessed(kJob) == 20 * 4 * 32 + 10 * 8 * 32);
+}
+
 TEST_CASE("progress without step numbers divides by the distinct pods that reported") {
   MetricsStore store;
   REQUIRE(store.AddJob(kJob, 8, 32).ok());

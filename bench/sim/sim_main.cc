@@ -60,6 +60,7 @@ struct RunFlags {
   int samples_per_tick = 10;
   double cooldown = 60;
   double horizon = 600;
+  std::string objective{PlanObjectiveName(EngineOptions{}.planner.objective)};
   uint32_t gpus_per_node = 4;
   unsigned threads = 0;
   double max_days = 30;
@@ -97,6 +98,10 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
   cmd->add_option("--horizon", f.horizon, "engine horizon for restart costs, seconds")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--objective", f.objective,
+                  "planner objective (rescaled's --objective): jct or fair")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"jct", "fair"}));
   cmd->add_option("--gpus-per-node", f.gpus_per_node,
                   "GPUs per node the engine's model assumes (rescaled's --gpus_per_node; 0 = "
                   "unknown)")
@@ -181,6 +186,7 @@ SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const 
   o.seed = f.seed;
   o.cooldown_seconds = f.cooldown;
   o.horizon_seconds = f.horizon;
+  o.objective = *ParsePlanObjective(f.objective);  // checked by the flag
   o.gpus_per_node = f.gpus_per_node;
   o.max_seconds_after_last_arrival = f.max_days * 86400;
   return o;

@@ -82,6 +82,7 @@ EngineOptions EngineOptionsFor(const SimulationOptions& options, uint32_t jobs,
   engine.policy.cooldown = absl::Seconds(options.cooldown_seconds);
   engine.policy.horizon = absl::Seconds(options.horizon_seconds);
   engine.model.gpus_per_node = options.gpus_per_node;
+  engine.planner.objective = options.objective;
   // Samples are ingested once per interval, stamped inside it: the store
   // must accept samples an interval old, and keep a cell for every size a
   // job may try.

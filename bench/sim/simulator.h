@@ -68,6 +68,8 @@ struct SimulationOptions {
   // EngineOptions::policy defaults (rescaled's --cooldown and --horizon).
   double cooldown_seconds = 60;
   double horizon_seconds = 600;
+  // rescaled's --objective (level 4 of the planner's objective).
+  PlanObjectiveKind objective = EngineOptions{}.planner.objective;
   // rescaled's --gpus_per_node: the built-in trace profiles were measured on
   // nodes of 4 GPUs, packed.
   uint32_t gpus_per_node = 4;

@@ -13,10 +13,36 @@
 //      jobs of that level that keep running, then the number of waiting jobs
 //      of that level that start;
 //   3. minus the number of jobs inside their cooldown whose replicas change;
-//   4. sum over running jobs of U_p(f_i x s_i), where s_i = T_i(n_i)/T_i(min_i),
-//      U_p(s) = (s^p - 1)/p (U_0 = ln s) and f_i = max(0.01, 1 - restart_cost_i
-//      / horizon) (RestartFactor in rescale/job_rules.h) for a job that runs
-//      now with a different size, else 1.
+//   4. the objective (ClusterPlannerOptions::objective), a sum over running
+//      jobs of a term in s_i = T_i(n_i)/T_i(min_i) and f_i, where f_i =
+//      max(0.01, 1 - restart_cost_i / horizon_i) (RestartFactor in
+//      rescale/job_rules.h) for a job that runs now with a different size,
+//      else 1:
+//      fair: U_p(f_i x s_i), U_p(s) = (s^p - 1)/p (U_0 = ln s), horizon_i =
+//            the horizon;
+//      jct:  w_i x f_i x s_i, the rate at which job i's remaining work
+//            shrinks, weighted by its rank in remaining work (heSRPT, below);
+//            horizon_i = min(horizon, the job's remaining seconds at its
+//            current size) when its remaining work is known, since a job
+//            about to finish never recoups a restart.
+// The jct weights. D_i is job i's remaining work in seconds at min_i: its
+// remaining samples / T_i(min_i) when known (PlannerJob::remaining_samples),
+// otherwise its attained samples / T_i(min_i) (least attained service: with
+// heavy-tailed job sizes, a job that has run longer is expected to run
+// longer still), at least ClusterPlannerOptions::min_remaining_seconds. A
+// waiting job's D_i shrinks by the time it has waited (aging). With the M
+// jobs ranked by D_i, largest first (rank k = 1..M), w_i = ((k/M)^c -
+// ((k-1)/M)^c)^(1/c), c = 2: the weights under which maximising sum w_i
+// s_i(theta_i) for s(theta) = theta^(1/2) gives heSRPT's optimal shares
+// (Berg, Vesilo, Harchol-Balter), so shorter jobs get more GPUs, yet every
+// running job keeps a positive weight. Weights depend on ranks only, so a
+// size misestimated by a constant factor changes nothing unless it reorders
+// jobs.
+// Starvation: levels 1-3 come first, so the objective never suspends a
+// running job nor leaves a job waiting that the gang and priority levels
+// would start; it only splits GPUs above the minimums and chooses which of
+// equally many waiting jobs start, where aging makes every waiting job
+// eventually the shortest.
 // Exact ties keep the earlier-started job (suspend the most recently started
 // first), then the smaller job_id.
 //
@@ -46,6 +72,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -53,12 +80,28 @@
 
 namespace rescale {
 
+// Level 4 of the objective (see above).
+enum class PlanObjectiveKind {
+  kFair,  // balance speedups (U_p)
+  kJct,   // minimise average job completion time (heSRPT / LAS weights)
+};
+// "fair" / "jct"; ParsePlanObjective is its inverse (nullopt = unknown).
+std::string_view PlanObjectiveName(PlanObjectiveKind kind);
+std::optional<PlanObjectiveKind> ParsePlanObjective(std::string_view name);
+
 struct ClusterPlannerOptions {
+  // The planner library defaults to fair; rescaled and the simulator take
+  // EngineOptions::planner, whose default is stated in decision_engine.h.
+  PlanObjectiveKind objective = PlanObjectiveKind::kFair;
   // Fairness exponent p of U_p: -1 (default) balances speedups, 0 is
   // proportional fairness (log), 1 maximises the total speedup.
   double fairness = -1;
   // Seconds over which a restart's cost is amortised (f = 1 - cost/horizon).
   double horizon_seconds = 600;
+  // jct: the least remaining work, in seconds at min_replicas, a job is
+  // assumed to have (a job past its declared size, or without any
+  // service yet, still has some work left).
+  double min_remaining_seconds = 60;
   // The exact DP runs for at most this many jobs (and never more than 40)...
   int exact_job_limit = 12;
   // ...and while its work (jobs x sizes x capacity cells) stays within this.
@@ -83,6 +126,12 @@ struct PlannerJob {
   // When it last started running; its registration time while waiting. Exact
   // ties suspend the most recently started job first.
   absl::Time started_at = absl::InfinitePast();
+  // jct: samples left to process (total_samples - processed); nullopt =
+  // unknown, then attained_samples stands in (least attained service).
+  std::optional<double> remaining_samples;
+  double attained_samples = 0;
+  // jct aging: seconds the job has been waiting (0 while running).
+  double waiting_seconds = 0;
   // Predicted samples/s for n = min_replicas..max_replicas (index n - min).
   // Sizes past the end repeat the last value (no gain, so the planner only
   // keeps a job there when it runs there now); values that are not finite

@@ -77,8 +77,10 @@ struct EngineOptions {
   // Defaults of the per-job policies (cooldown >= 0, horizon > 0,
   // thresholds).
   PolicyOptions policy;
-  // The cluster planner (fairness); its horizon is policy.horizon.
-  ClusterPlannerOptions planner;
+  // The cluster planner: its objective (rescaled's --objective; jct, the
+  // objective with the lowest average completion time in the simulator, see
+  // the README) and fairness; its horizon is policy.horizon.
+  ClusterPlannerOptions planner = {.objective = PlanObjectiveKind::kJct};
   ModelOptions model;
 };
 

@@ -18,18 +18,23 @@
 // neighbours: a sample 10x off the median lies at least three octaves away
 // and is trimmed, so one outlier moves the estimate by at most one rank.
 //
-// Progress. Each size cell also records the smallest and largest step number
-// any pod reported at that size, and the samples without a step number with
-// the distinct pods that sent them; SamplesProcessed turns these into job
-// samples (ProgressOf in metrics_store_stats.cc says how). Robust to pods
-// that report only some steps, to only some pods reporting, and to resends
-// with step numbers; a resize starts a new cell, so steps renumbered at the
-// new size are counted there. Not robust to resends without step numbers
-// (counted twice), to a pod forgotten after pod_ttl that returns without
-// step numbers (counted as a second pod: an underestimate), or to returning
-// to an earlier size (its cell spans both visits' step numbers). Samples at
-// a size beyond max_sizes_per_job are rejected, so their progress is lost:
-// the total is then a lower bound.
+// Progress. Each size cell also counts the job steps credited to it by
+// their step numbers, and the samples without a step number with the
+// distinct pods that sent them; SamplesProcessed turns these into job
+// samples (ProgressOf in metrics_store_stats.cc says how). Step numbers are
+// read as the trainer's global step (kept across restarts and resizes by a
+// trainer that resumes from its checkpoint): a batch is credited, at its
+// size, with how far it moved the job's highest step. Robust to pods that
+// report only some steps, to only some pods reporting, to resends with step
+// numbers, and to a job returning to a size it ran at before. A trainer that
+// numbers its steps afresh after a resize is counted at the new size from
+// its first reported step on (until it passes the old numbering), but not
+// when it returns to a size it ran at before (its steps there count only
+// once they pass that size's earlier ones). Not robust to resends without
+// step numbers (counted twice), or to a pod forgotten after pod_ttl that
+// returns without step numbers (counted as a second pod: an underestimate).
+// Samples at a size beyond max_sizes_per_job are rejected, so their progress
+// is lost: the total is then a lower bound.
 //
 // Thread safety and memory ordering (the argument, per atomic):
 //  * jobs_ (the table pointer) and JobState::pods (the pod-table pointer) are
@@ -60,11 +65,14 @@
 //    pod is stored twice, however writers race; relaxed is enough because
 //    nothing else is published through the mark (argument in full beside
 //    ClaimStep in metrics_store_ingest.cc).
-//  * Progress marks (SizeCell min_step / max_step, fetch-min / fetch-max;
-//    unstepped samples and pods, counters; a pod's unstepped-size bits,
-//    fetch_or) are relaxed too: each is individually exact, nothing is
-//    published through them (argument beside PendingSize::Flush and
-//    CountUnsteppedPod in metrics_store_ingest.cc).
+//  * Progress marks: the job's progress word is raised by an acq_rel CAS
+//    and loaded with acquire, after the batch claimed its steps in its
+//    size's mark (relaxed CAS), so credits through the two marks never
+//    overlap at one size (argument beside PendingSize::CreditSteps in
+//    metrics_store_ingest.cc). Credited steps, unstepped samples and pods
+//    (counters) and a pod's unstepped-size bits (fetch_or) are relaxed:
+//    each is individually exact, nothing is published through them
+//    (argument beside CountUnsteppedPod).
 //  * The limits in JobState (max_replicas, local_batch_size) are relaxed
 //    atomics: a sample racing with UpdateJob is validated against the old or
 //    the new limit, either of which was valid at some instant.
@@ -89,6 +97,9 @@
 
 namespace rescale {
 
+// The most sizes one job's progress marks can tell apart (20 bits).
+inline constexpr int kMaxSizesPerJob = (1 << 20) - 1;
+
 struct MetricsStoreOptions {
   // Span of the windowed statistics; older data is dropped, in steps of
   // window / 6, as Tick() runs.
@@ -107,7 +118,7 @@ struct MetricsStoreOptions {
   // Limits that bound memory. Samples beyond them are rejected with a reason.
   int max_jobs = 10'000;
   int max_pods_per_job = 1024;
-  int max_sizes_per_job = 64;
+  int max_sizes_per_job = 64;  // at most kMaxSizesPerJob
   // A pod whose recent step time exceeds the gang median by this factor is
   // reported as a straggler.
   double straggler_ratio = 1.5;
