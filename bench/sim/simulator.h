@@ -53,7 +53,8 @@
 namespace rescale::sim {
 
 struct SimulationOptions {
-  // One of DecisionEngine::KnownPolicies(); every job gets it as spec.policy.
+  // One of SimulatorPolicies() (baselines.h): an engine policy, which every
+  // job gets as spec.policy, or a cluster-native scheduler.
   std::string policy = "planner";
   // GPUs at time 0 and later changes (ordered by time).
   uint32_t capacity_gpus = 64;
@@ -65,6 +66,10 @@ struct SimulationOptions {
   // sigma of the log-normal per-step noise; 0 = none.
   double step_noise = 0.05;
   uint64_t seed = 1;
+  // sigma of the log-normal factor on each job's JobSpec.total_samples
+  // (exp(sigma*z), z standard normal per job from the seed and the job's
+  // index); 0 = the exact work. Misestimates only what the engine is told.
+  double size_noise = 0;
   // EngineOptions::policy defaults (rescaled's --cooldown and --horizon).
   double cooldown_seconds = 60;
   double horizon_seconds = 600;
