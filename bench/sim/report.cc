@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/sim/baselines.h"
 #include "bench/sim/csv.h"
 #include "bench/sim/svg.h"
 
@@ -52,7 +53,7 @@ std::string ComparisonTable(const std::vector<PolicySummary>& summaries,
   const std::vector<std::string> header = {
       "policy",      "avg JCT s (x)", "p50 JCT s (x)", "p99 JCT s (x)", "makespan s (x)",
       "avg queue s", "util",          "eff util",      "rescales",      "suspensions",
-      "restarts",    "GPU-h lost",    "finished"};
+      "restarts",    "GPU-h lost",    "finished",      "kind"};
   std::vector<std::vector<std::string>> rows;
   for (const PolicySummary& s : summaries) {
     auto with_ratio = [&](double v, double b) {
@@ -66,7 +67,8 @@ std::string ComparisonTable(const std::vector<PolicySummary>& summaries,
          absl::StrFormat("%.3f", s.effective_utilization), absl::StrFormat("%d", s.rescales),
          absl::StrFormat("%d", s.suspensions), absl::StrFormat("%d", s.restarts),
          absl::StrFormat("%.1f", s.restart_gpu_hours),
-         absl::StrFormat("%d/%d%s", s.finished, s.jobs, s.stopped_early ? " (stopped)" : "")});
+         absl::StrFormat("%d/%d%s", s.finished, s.jobs, s.stopped_early ? " (stopped)" : ""),
+         std::string(KindName(KindOf(s.policy)))});
   }
   std::string out;
   if (markdown) {
@@ -337,7 +339,9 @@ std::string ReportMarkdown(const RunDescription& run, const std::vector<PolicySu
       "last completion - first arrival; queue = first start - arrival; util = "
       "allocated / available GPU-time, eff util excludes restarts; restarts = rescales "
       "+ resumes (each costs the job's restart_cost_seconds); GPU-h lost = GPU-hours "
-      "held while restarting. See bench/sim/README.md.\n\n",
+      "held while restarting; kind: planner (Rescale's planner), planner-wrapped (a per-job "
+      "policy fitted by the planner) or cluster-native (a scheduler as clusters run it). "
+      "See bench/sim/README.md.\n\n",
       run.baseline);
   out += "## Job completion times\n\n![JCT CDF](jct_cdf.svg)\n\n";
   out += "## Cluster allocation\n\n![Allocated GPUs over time](utilization.svg)\n\n";
