@@ -120,18 +120,20 @@ std::string JobsCsv(const std::vector<SimulationResult>& results) {
       "policy,job,profile,arrival_s,first_start_s,finish_s,jct_s,queue_s,work_samples,done_samples,"
       "min_replicas,max_replicas,gpus_per_replica,peak_replicas,gpu_hours,restart_gpu_hours,"
       "rescales,"
-      "suspensions,resumes,restarts,finished\n";
+      "suspensions,resumes,restarts,finished,requested_replicas,total_samples,"
+      "engine_samples_processed\n";
   for (const SimulationResult& r : results) {
     for (const JobOutcome& j : r.jobs) {
       absl::StrAppendFormat(
-          &out, "%s,%s,%s,%s,%s,%s,%s,%s,%.1f,%.1f,%d,%d,%d,%d,%.6f,%.6f,%d,%d,%d,%d,%s\n",
+          &out, "%s,%s,%s,%s,%s,%s,%s,%s,%.1f,%.1f,%d,%d,%d,%d,%.6f,%.6f,%d,%d,%d,%d,%s,%d,%d,%d\n",
           CsvField(r.policy), CsvField(j.id), CsvField(j.profile), Seconds(j.arrival_seconds),
           Seconds(j.first_start_seconds), Seconds(j.finish_seconds),
           j.finished() ? Seconds(j.jct_seconds()) : "",
           std::isnan(j.first_start_seconds) ? "" : Seconds(j.queue_seconds()), j.work_samples,
           j.done_samples, j.min_replicas, j.max_replicas, j.gpus_per_replica, j.peak_replicas,
           j.gpu_seconds / 3600, j.restart_gpu_seconds / 3600, j.rescales, j.suspensions, j.resumes,
-          j.restarts(), j.finished() ? "true" : "false");
+          j.restarts(), j.finished() ? "true" : "false", j.requested_replicas, j.total_samples,
+          j.engine_samples_processed);
     }
   }
   return out;

@@ -232,6 +232,8 @@ absl::Status Simulation::Prepare() {
                                       largest_capacity / std::max(desc.gpus_per_replica, 1u)));
     job.total_samples =
         TotalSamples(desc.work_samples, options_.size_noise, options_.seed, jobs_.size());
+    job.outcome.requested_replicas = job.requested;
+    job.outcome.total_samples = job.total_samples;
     // Unique engine names, deterministic in workload order.
     std::string label = EngineLabel(desc.id);
     for (int suffix = 2; labels.contains(label); ++suffix) {
@@ -330,6 +332,8 @@ absl::Status Simulation::Finish(SimJob& job) {
   result_.allocations.push_back({now_, static_cast<uint32_t>(&job - jobs_.data()), 0, 0});
   if (options_.jobs_finished != nullptr)
     options_.jobs_finished->fetch_add(1, std::memory_order_relaxed);
+  if (absl::StatusOr<JobView> view = engine_->GetJob(job.engine_id); view.ok())
+    job.outcome.engine_samples_processed = view->status.samples_processed;
   absl::Status status = engine_->DeregisterJob(job.engine_id);
   if (!status.ok()) {
     return absl::InternalError(
@@ -383,6 +387,7 @@ absl::Status Simulation::Tick() {
     const IngestResult ingested = engine_->Ingest(samples);
     result_.samples_ingested += ingested.accepted;
     result_.samples_rejected += ingested.rejected;
+    result_.samples_duplicate += ingested.duplicates;
   }
   engine_->Replan();
   ++result_.replans;

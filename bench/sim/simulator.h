@@ -106,7 +106,16 @@ struct JobOutcome {
   double work_samples = 0;
   double done_samples = 0;
   uint32_t min_replicas = 0, max_replicas = 0, gpus_per_replica = 1;
+  // The size fifo and tiresias run it at (workload's requested_replicas,
+  // capped by the largest capacity).
+  uint32_t requested_replicas = 0;
   uint32_t peak_replicas = 0;
+  // What the engine was told (JobSpec.total_samples: work_samples times the
+  // size-noise factor) and what it derived from the step numbers it received
+  // by the job's completion (JobStatus.samples_processed; short of the work
+  // by the last plan interval, whose samples were never sent).
+  uint64_t total_samples = 0;
+  uint64_t engine_samples_processed = 0;
   // GPU-seconds allocated, and the part of them spent restarting.
   double gpu_seconds = 0;
   double restart_gpu_seconds = 0;
@@ -153,6 +162,9 @@ struct SimulationResult {
   uint64_t reports = 0;             // ReportApplied calls
   uint64_t samples_ingested = 0;
   uint64_t samples_rejected = 0;  // should stay 0: a rejection is a simulator bug
+  // Samples the store dropped as resends (a step not above the pod's last);
+  // should stay 0: the simulated trainers number their steps globally.
+  uint64_t samples_duplicate = 0;
   bool stopped_early = false;     // hit max_seconds_after_last_arrival
   // Events after which the engine still changed its answer in the last
   // apply round (the rest waits for the next event); expected 0.
