@@ -7,18 +7,26 @@
 //    plan_interval_seconds, on a fixed grid; skipped while no job is in the
 //    system), job completions and ends of restarts. Between two events every
 //    running job trains at a constant rate, so completions are exact.
-//  * Arrival: RegisterJob with the job's spec and the policy under test.
-//    Completion: DeregisterJob. Capacity change: SetCapacity.
+//  * Arrival: RegisterJob with the job's spec, the policy under test (for a
+//    cluster-native one, EnginePolicyFor it) and total_samples = the work
+//    times the size-noise factor. Completion: DeregisterJob. Capacity
+//    change: SetCapacity (cluster-native: never; their engine plans with
+//    the capacity unknown, so each job's recommendation is its own wish).
 //  * Tick: the step samples of the interval just ended are ingested (about
 //    samples_per_tick per running job, from its true curve at the size it
 //    ran, with noise, world_size = running replicas, one pod name per
-//    replica, timestamped inside the interval), then Replan().
+//    replica, timestamped inside the interval, numbered with the job's
+//    global step: one count over its whole life, strictly increasing, as a
+//    trainer resuming from a checkpoint numbers them), then Replan().
 //  * After every event the simulated controller reads ListRecommendations()
 //    and applies each recommendation whose target differs from what runs
 //    (shrinks and suspensions first, so GPUs are freed before they are
 //    taken), reporting each with ReportApplied(job, replicas, suspended,
 //    generation); it repeats while the engine's answer to the new state
-//    changes (at most kMaxApplyRounds rounds per event).
+//    changes (at most kMaxApplyRounds rounds per event). Cluster-native
+//    policies instead ask their scheduler (baselines.h) what every job runs
+//    now, reading the recommendations only as kubedl-raw / hpa-raw wishes,
+//    and apply and report the difference the same way.
 //  * Cost of a change (what restart_cost_seconds means here): a job's very
 //    first start is free; a change of size while running (up or down) and a
 //    resume after suspension each cost restart_cost_seconds of no progress
