@@ -379,8 +379,8 @@ TEST_CASE("a Pollux workload row maps to a job as documented") {
   CHECK(cifar.max_replicas == 24);       // 4 x 6
   CHECK(cifar.local_batch_size == 363);  // 2048 / 6 = 341 -> nearest measured
   CHECK(cifar.restart_cost_seconds == 30);
-  CHECK(w.jobs[1].max_replicas == 64);     // 4 x 48 capped
-  CHECK(cifar.requested_replicas == 6);    // num_replicas
+  CHECK(w.jobs[1].max_replicas == 64);   // 4 x 48 capped
+  CHECK(cifar.requested_replicas == 6);  // num_replicas
   CHECK(w.jobs[1].requested_replicas == 48);
   CHECK(w.jobs[2].local_batch_size == 8);  // 64 / 4 = 16, capped at 8
 }
@@ -470,8 +470,8 @@ std::string LinearJob(const std::string& id, double arrival, uint32_t requested,
 TEST_CASE("fifo runs requested sizes in arrival order, the head blocking smaller jobs behind it") {
   // 8 GPUs: a (6 GPUs, 100 s) runs; b (4) does not fit in the 2 left, and
   // c (2) would, but waits behind b. Tiresias lets c through.
-  const Workload workload = MustParse(LinearJob("a", 0, 6, 100) + LinearJob("b", 1, 4, 100) +
-                                      LinearJob("c", 2, 2, 100));
+  const Workload workload =
+      MustParse(LinearJob("a", 0, 6, 100) + LinearJob("b", 1, 4, 100) + LinearJob("c", 2, 2, 100));
   const SimulationResult fifo = MustSimulate(workload, Exact("fifo", 8));
   CHECK(Job(fifo, "a").finish_seconds == 100);
   CHECK(Job(fifo, "b").first_start_seconds == 100);
@@ -488,10 +488,10 @@ TEST_CASE("fifo runs requested sizes in arrival order, the head blocking smaller
 }
 
 TEST_CASE("fifo and tiresias cap a request the cluster can never hold, and clamp it to the range") {
-  const Workload workload = MustParse(LinearJob("big", 0, 16, 10, 2, 16) +
-                                      LinearJob("small", 0, 12, 10, 1, 4));
+  const Workload workload =
+      MustParse(LinearJob("big", 0, 16, 10, 2, 16) + LinearJob("small", 0, 12, 10, 1, 4));
   const SimulationResult r = MustSimulate(workload, Exact("fifo", 8));
-  CHECK(Job(r, "big").requested_replicas == 8);  // the cluster's 8 GPUs
+  CHECK(Job(r, "big").requested_replicas == 8);    // the cluster's 8 GPUs
   CHECK(Job(r, "small").requested_replicas == 4);  // max_replicas
   CHECK(r.jobs.size() == 2);
   for (const JobOutcome& job : r.jobs) CHECK(job.finished());
@@ -592,9 +592,9 @@ TEST_CASE("step numbers run on across resizes and suspensions, so the engine see
   const JobOutcome& solo = Job(grown, "solo");
   CHECK(solo.engine_samples_processed <= solo.work_samples);
   CHECK(solo.engine_samples_processed >= solo.work_samples - (30 + 2) * 8 * 32);
-  const SimulationResult r = MustSimulate(
-      MustParse(LinearJob("long", 0, 8, 10000) + LinearJob("short", 3600, 4, 100)),
-      Exact("tiresias", 8));
+  const SimulationResult r =
+      MustSimulate(MustParse(LinearJob("long", 0, 8, 10000) + LinearJob("short", 3600, 4, 100)),
+                   Exact("tiresias", 8));
   REQUIRE(Job(r, "long").resumes == 1);
   CHECK(r.samples_duplicate == 0);
   const JobOutcome& lng = Job(r, "long");

@@ -34,8 +34,8 @@ void ShedToCapacity(const std::vector<ClusterJob>& jobs, uint32_t capacity, bool
     const uint64_t over = allocated - capacity;
     if (elastic && replicas[i] > jobs[i].min_replicas) {
       const uint64_t spare = replicas[i] - jobs[i].min_replicas;
-      const uint64_t drop =
-          std::min<uint64_t>(spare, (over + jobs[i].gpus_per_replica - 1) / jobs[i].gpus_per_replica);
+      const uint64_t drop = std::min<uint64_t>(
+          spare, (over + jobs[i].gpus_per_replica - 1) / jobs[i].gpus_per_replica);
       replicas[i] -= static_cast<uint32_t>(drop);
       allocated -= drop * jobs[i].gpus_per_replica;
       if (allocated <= capacity) break;
@@ -105,8 +105,7 @@ std::vector<uint32_t> FifoRound(const std::vector<ClusterJob>& jobs, uint32_t ca
   return replicas;
 }
 
-std::vector<uint32_t> FirstComeFirstServed(const std::vector<ClusterJob>& jobs,
-                                           uint32_t capacity) {
+std::vector<uint32_t> FirstComeFirstServed(const std::vector<ClusterJob>& jobs, uint32_t capacity) {
   std::vector<uint32_t> replicas = Running(jobs);
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (replicas[i] > 0 && jobs[i].wish < replicas[i])
@@ -118,8 +117,7 @@ std::vector<uint32_t> FirstComeFirstServed(const std::vector<ClusterJob>& jobs,
     const ClusterJob& job = jobs[i];
     if (!job.active || job.wish <= replicas[i]) continue;
     const uint64_t fit = free / job.gpus_per_replica;
-    const uint32_t target =
-        static_cast<uint32_t>(std::min<uint64_t>(job.wish, replicas[i] + fit));
+    const uint32_t target = static_cast<uint32_t>(std::min<uint64_t>(job.wish, replicas[i] + fit));
     if (replicas[i] == 0 && target < job.min_replicas) continue;  // waits
     free -= Gpus(job, target - replicas[i]);
     replicas[i] = target;

@@ -53,8 +53,8 @@ struct ClusterJob {
   uint32_t min_replicas = 1;
   uint32_t requested_replicas = 1;  // fifo, tiresias
   uint32_t gpus_per_replica = 1;
-  uint32_t running_replicas = 0;  // 0 = waiting or suspended
-  uint32_t wish = 0;              // kubedl-raw, hpa-raw: the engine's replicas
+  uint32_t running_replicas = 0;    // 0 = waiting or suspended
+  uint32_t wish = 0;                // kubedl-raw, hpa-raw: the engine's replicas
   double attained_gpu_seconds = 0;  // tiresias: GPUs x running time so far
 };
 

@@ -329,9 +329,11 @@ std::string ReportMarkdown(const RunDescription& run, const std::vector<PolicySu
   }
   absl::StrAppendFormat(
       &out,
-      ". Seed %d, plan interval %.0f s, step noise sigma %.3g, %d samples per job per "
-      "interval. Every policy is the real DecisionEngine under a virtual clock.\n\n",
-      run.seed, run.plan_interval_seconds, run.step_noise, run.samples_per_tick);
+      ". Seed %d, plan interval %.0f s, step noise sigma %.3g, declared-size noise sigma "
+      "%.3g, %d samples per job per interval. Every engine policy is the real "
+      "DecisionEngine under a virtual clock; cluster-native ones are simulated schedulers "
+      "around it.\n\n",
+      run.seed, run.plan_interval_seconds, run.step_noise, run.size_noise, run.samples_per_tick);
   out += "## Comparison\n\n";
   out += ComparisonTable(summaries, run.baseline, /*markdown=*/true);
   absl::StrAppendFormat(

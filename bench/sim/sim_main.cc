@@ -259,6 +259,7 @@ int Run(const RunFlags& f) {
   run.seed = f.seed;
   run.plan_interval_seconds = f.plan_interval;
   run.step_noise = f.noise;
+  run.size_noise = f.size_noise;
   run.samples_per_tick = f.samples_per_tick;
   run.baseline = prepared->baseline;
   std::vector<PolicySummary> summaries;
@@ -341,12 +342,13 @@ int Sweep(const RunFlags& f) {
       run.workload = f.workloads[w];
       run.jobs = workloads[w].jobs.size();
       run.capacity_gpus = capacities[w];
-      run.capacity_changes = OptionsFor(f, workloads[w], *prepared, prepared->baseline,
-                                        capacities[w])
-                                 .capacity_changes;
+      run.capacity_changes =
+          OptionsFor(f, workloads[w], *prepared, prepared->baseline, capacities[w])
+              .capacity_changes;
       run.seed = seeds[s];
       run.plan_interval_seconds = f.plan_interval;
       run.step_noise = f.noise;
+      run.size_noise = f.size_noise;
       run.samples_per_tick = f.samples_per_tick;
       run.baseline = prepared->baseline;
       std::string dir = f.out + "/" + input.workloads.back();
@@ -368,10 +370,10 @@ int Sweep(const RunFlags& f) {
   const SweepTables tables = MakeSweepTables(input);
   std::error_code error;
   std::filesystem::create_directories(f.out, error);
-  for (const auto& [name, contents] : {std::pair<std::string, const std::string*>{
-                                           "sweep.csv", &tables.csv},
-                                       {"sweep_means.csv", &tables.means_csv},
-                                       {"sweep.md", &tables.markdown}}) {
+  for (const auto& [name, contents] :
+       {std::pair<std::string, const std::string*>{"sweep.csv", &tables.csv},
+        {"sweep_means.csv", &tables.means_csv},
+        {"sweep.md", &tables.markdown}}) {
     if (absl::Status st = WriteFile(f.out + "/" + name, *contents); !st.ok()) {
       std::cerr << "rescale-sim: " << st.message() << "\n";
       return kExitRunFailed;

@@ -227,9 +227,9 @@ absl::Status Simulation::Prepare() {
           absl::StrFormat("job \"%s\": %s", desc.id, curve.status().message()));
     }
     job.curve = *std::move(curve);
-    job.requested = std::max(desc.min_replicas,
-                             std::min(desc.requested_replicas,
-                                      largest_capacity / std::max(desc.gpus_per_replica, 1u)));
+    job.requested = std::max(
+        desc.min_replicas,
+        std::min(desc.requested_replicas, largest_capacity / std::max(desc.gpus_per_replica, 1u)));
     job.total_samples =
         TotalSamples(desc.work_samples, options_.size_noise, options_.seed, jobs_.size());
     job.outcome.requested_replicas = job.requested;
@@ -486,9 +486,14 @@ absl::Status Simulation::ApplyClusterNative() {
       v.running_replicas = job.replicas;
       v.attained_gpu_seconds = job.outcome.gpu_seconds;
     }
-    const std::vector<uint32_t> targets = options_.policy == "fifo"       ? FifoRound(view, capacity_)
-                                          : options_.policy == "tiresias" ? tiresias_.Round(view, capacity_)
-                                                                          : FirstComeFirstServed(view, capacity_);
+    std::vector<uint32_t> targets;
+    if (options_.policy == "fifo") {
+      targets = FifoRound(view, capacity_);
+    } else if (options_.policy == "tiresias") {
+      targets = tiresias_.Round(view, capacity_);
+    } else {
+      targets = FirstComeFirstServed(view, capacity_);
+    }
     struct Change {
       SimJob* job;
       uint32_t target;
@@ -611,8 +616,8 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
       last_tick_ = now_;
       next_tick_ = (std::floor(now_ / interval) + 1) * interval;
     }
-    if (absl::Status s = kind_ == PolicyKind::kClusterNative ? ApplyClusterNative()
-                                                              : ApplyRecommendations();
+    if (absl::Status s =
+            kind_ == PolicyKind::kClusterNative ? ApplyClusterNative() : ApplyRecommendations();
         !s.ok())
       return s;
     if (absl::Status s = CheckCapacity(); !s.ok()) return s;

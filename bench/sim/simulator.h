@@ -173,7 +173,7 @@ struct SimulationResult {
   // Samples the store dropped as resends (a step not above the pod's last);
   // should stay 0: the simulated trainers number their steps globally.
   uint64_t samples_duplicate = 0;
-  bool stopped_early = false;     // hit max_seconds_after_last_arrival
+  bool stopped_early = false;  // hit max_seconds_after_last_arrival
   // Events after which the engine still changed its answer in the last
   // apply round (the rest waits for the next event); expected 0.
   uint64_t unsettled_events = 0;

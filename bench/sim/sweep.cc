@@ -71,8 +71,8 @@ SweepTables MakeSweepTables(const SweepInput& in) {
     const SweepCell& c = out.overall[p];
     absl::StrAppendFormat(&md, "| %s | %s | %.0f%s | %s | %.0f | %.2f |\n", in.policies[p],
                           KindName(KindOf(in.policies[p])), c.avg_jct_s,
-                          c.unfinished ? " (unfinished jobs)" : "",
-                          Ratio(c.avg_jct_s, base_jct), c.p99_jct_s, c.restarts_per_job);
+                          c.unfinished ? " (unfinished jobs)" : "", Ratio(c.avg_jct_s, base_jct),
+                          c.p99_jct_s, c.restarts_per_job);
   }
   auto per_workload = [&](const std::string& title, auto value, int digits, bool ratio) {
     absl::StrAppend(&md, "\n## ", title, "\n\n| workload | ", absl::StrJoin(in.policies, " | "),
@@ -99,12 +99,14 @@ SweepTables MakeSweepTables(const SweepInput& in) {
     }
     md += "\n";
   };
-  per_workload("Average JCT per workload (s)", [](const SweepCell& c) { return c.avg_jct_s; },
-               0, true);
-  per_workload("Restarts per job per workload",
-               [](const SweepCell& c) { return c.restarts_per_job; }, 2, false);
-  md += "\nPer-workload reports: `<workload>/report.md` (one seed) or "
-        "`<workload>/seed-<S>/report.md`.\n";
+  per_workload(
+      "Average JCT per workload (s)", [](const SweepCell& c) { return c.avg_jct_s; }, 0, true);
+  per_workload(
+      "Restarts per job per workload", [](const SweepCell& c) { return c.restarts_per_job; }, 2,
+      false);
+  md +=
+      "\nPer-workload reports: `<workload>/report.md` (one seed) or "
+      "`<workload>/seed-<S>/report.md`.\n";
 
   const std::string header = SummaryCsv({});
   out.csv = absl::StrCat("workload,", absl::string_view(header).substr(0, header.size() - 1),
@@ -138,7 +140,8 @@ SweepTables MakeSweepTables(const SweepInput& in) {
 
 absl::StatusOr<std::vector<uint64_t>> ParseSeeds(std::string_view text) {
   std::vector<uint64_t> seeds;
-  for (absl::string_view item : absl::StrSplit(absl::string_view(text.data(), text.size()), ',', absl::SkipWhitespace())) {
+  for (absl::string_view item :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), ',', absl::SkipWhitespace())) {
     uint64_t seed = 0;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(item), &seed)) {
       return absl::InvalidArgumentError(

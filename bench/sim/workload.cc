@@ -164,8 +164,7 @@ absl::StatusOr<JobDescription> ParseJob(const Fields& f, std::string_view where)
   // The size a non-elastic scheduler runs the job at; clamped rather than
   // refused, as a cluster would round a request to the job's own range.
   job.requested_replicas = job.min_replicas;
-  SIM_RETURN_IF_ERROR(
-      ReadInt(f, where, "requested_replicas", 1, 100'000, job.requested_replicas));
+  SIM_RETURN_IF_ERROR(ReadInt(f, where, "requested_replicas", 1, 100'000, job.requested_replicas));
   job.requested_replicas = std::clamp(job.requested_replicas, job.min_replicas, job.max_replicas);
   SIM_RETURN_IF_ERROR(ReadInt(f, where, "gpus_per_replica", 1, 64, job.gpus_per_replica));
   SIM_RETURN_IF_ERROR(ReadInt(f, where, "priority", -1'000'000, 1'000'000, job.priority));
