@@ -230,7 +230,7 @@ TEST_CASE("the same seed gives identical results; another seed, with noise, diff
 TEST_CASE("running policies in parallel gives the results of running them one by one") {
   const Workload workload = SmallPolluxWorkload();
   std::vector<SimulationTask> tasks;
-  for (const char* policy : {"planner", "static-max", "efficiency"}) {
+  for (const char* policy : {"planner", "static-max", "efficiency", "tiresias", "kubedl-raw"}) {
     SimulationOptions options;
     options.policy = policy;
     options.capacity_gpus = 16;
@@ -238,7 +238,7 @@ TEST_CASE("running policies in parallel gives the results of running them one by
   }
   std::vector<absl::StatusOr<SimulationResult>> parallel =
       RunSimulations(tasks, {.threads = 3, .progress = false});
-  REQUIRE(parallel.size() == 3);
+  REQUIRE(parallel.size() == tasks.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
     REQUIRE(parallel[i].ok());
     const SimulationResult alone = MustSimulate(workload, tasks[i].options);
