@@ -6,7 +6,9 @@
 // determinism (same seed, same bytes; another seed, other numbers), capacity
 // never exceeded under every known policy while nodes come and go, the
 // embedded Pollux tables (packed placements, interpolation), the workload
-// formats, and the report files.
+// formats, the report files, the cluster-native baselines (fifo, tiresias,
+// kubedl-raw) on tiny workloads, total_samples and its noise, step numbers,
+// and the sweep's means over seeds.
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/sim/baselines.h"
 #include "bench/sim/csv.h"
 #include "bench/sim/pollux_traces.h"
 #include "bench/sim/profiles.h"
@@ -26,6 +29,7 @@
 #include "bench/sim/runner.h"
 #include "bench/sim/simulator.h"
 #include "bench/sim/summary.h"
+#include "bench/sim/sweep.h"
 #include "bench/sim/workload.h"
 #include "rescale/decision_engine.h"
 
@@ -226,7 +230,7 @@ TEST_CASE("the same seed gives identical results; another seed, with noise, diff
 TEST_CASE("running policies in parallel gives the results of running them one by one") {
   const Workload workload = SmallPolluxWorkload();
   std::vector<SimulationTask> tasks;
-  for (const char* policy : {"planner", "static-max", "efficiency"}) {
+  for (const char* policy : {"planner", "static-max", "efficiency", "tiresias", "kubedl-raw"}) {
     SimulationOptions options;
     options.policy = policy;
     options.capacity_gpus = 16;
@@ -234,7 +238,7 @@ TEST_CASE("running policies in parallel gives the results of running them one by
   }
   std::vector<absl::StatusOr<SimulationResult>> parallel =
       RunSimulations(tasks, {.threads = 3, .progress = false});
-  REQUIRE(parallel.size() == 3);
+  REQUIRE(parallel.size() == tasks.size());
   for (size_t i = 0; i < tasks.size(); ++i) {
     REQUIRE(parallel[i].ok());
     const SimulationResult alone = MustSimulate(workload, tasks[i].options);
@@ -245,7 +249,7 @@ TEST_CASE("running policies in parallel gives the results of running them one by
 
 TEST_CASE("no known policy runs more GPUs than the cluster has, while nodes are lost and added") {
   const Workload workload = SmallPolluxWorkload();
-  for (const std::string& policy : DecisionEngine::KnownPolicies()) {
+  for (const std::string& policy : SimulatorPolicies()) {
     SimulationOptions options;
     options.policy = policy;
     options.capacity_gpus = 16;
@@ -263,7 +267,8 @@ TEST_CASE("an unknown policy is rejected with the known ones listed") {
   SimulationOptions options = Exact("no-such-policy", 8);
   absl::StatusOr<SimulationResult> r = Simulate(MustParse(kLoneLinearJob), options);
   REQUIRE(r.status().code() == absl::StatusCode::kInvalidArgument);
-  for (const std::string& known : DecisionEngine::KnownPolicies()) {
+  REQUIRE(SimulatorPolicies().size() == DecisionEngine::KnownPolicies().size() + 4);
+  for (const std::string& known : SimulatorPolicies()) {
     CHECK_THAT(std::string(r.status().message()), Catch::Matchers::Contains(known));
   }
 }
@@ -353,6 +358,7 @@ TEST_CASE("JSONL, CSV and generated workloads read back identically") {
       CHECK(a.profile.text == b.profile.text);
       CHECK(a.work_samples == b.work_samples);
       CHECK(a.max_replicas == b.max_replicas);
+      CHECK(a.requested_replicas == b.requested_replicas);
       CHECK(a.local_batch_size == b.local_batch_size);
       CHECK(a.restart_cost_seconds == b.restart_cost_seconds);
     }
@@ -373,7 +379,9 @@ TEST_CASE("a Pollux workload row maps to a job as documented") {
   CHECK(cifar.max_replicas == 24);       // 4 x 6
   CHECK(cifar.local_batch_size == 363);  // 2048 / 6 = 341 -> nearest measured
   CHECK(cifar.restart_cost_seconds == 30);
-  CHECK(w.jobs[1].max_replicas == 64);     // 4 x 48 capped
+  CHECK(w.jobs[1].max_replicas == 64);   // 4 x 48 capped
+  CHECK(cifar.requested_replicas == 6);  // num_replicas
+  CHECK(w.jobs[1].requested_replicas == 48);
   CHECK(w.jobs[2].local_batch_size == 8);  // 64 / 4 = 16, capped at 8
 }
 
@@ -445,6 +453,186 @@ TEST_CASE("the report directory holds the CSVs, the plots and report.md") {
   CHECK_THAT(*report, Catch::Matchers::Contains("jct_cdf.svg"));
   CHECK_THAT(*report, Catch::Matchers::Contains("| planner *"));
   std::filesystem::remove_all(dir);
+}
+
+// `linear` jobs (1 s per step, 32 samples per replica per step): `work` in
+// seconds at `requested` replicas.
+std::string LinearJob(const std::string& id, double arrival, uint32_t requested, double work,
+                      uint32_t min = 1, uint32_t max = 8) {
+  return absl::StrFormat(
+      R"({"id": "%s", "arrival_seconds": %g, "profile": "linear", "samples": %g,)"
+      R"( "min_replicas": %d, "max_replicas": %d, "requested_replicas": %d,)"
+      R"( "restart_cost_seconds": 20, "local_batch_size": 32})"
+      "\n",
+      id, arrival, 32.0 * requested * work, min, max, requested);
+}
+
+TEST_CASE("fifo runs requested sizes in arrival order, the head blocking smaller jobs behind it") {
+  // 8 GPUs: a (6 GPUs, 100 s) runs; b (4) does not fit in the 2 left, and
+  // c (2) would, but waits behind b. Tiresias lets c through.
+  const Workload workload =
+      MustParse(LinearJob("a", 0, 6, 100) + LinearJob("b", 1, 4, 100) + LinearJob("c", 2, 2, 100));
+  const SimulationResult fifo = MustSimulate(workload, Exact("fifo", 8));
+  CHECK(Job(fifo, "a").finish_seconds == 100);
+  CHECK(Job(fifo, "b").first_start_seconds == 100);
+  CHECK(Job(fifo, "c").first_start_seconds == 100);
+  CHECK(Job(fifo, "c").finish_seconds == 200);
+  for (const JobOutcome& job : fifo.jobs) {
+    CHECK(job.restarts() == 0);
+    CHECK(job.suspensions == 0);
+    CHECK(job.peak_replicas == job.requested_replicas);
+  }
+  const SimulationResult tiresias = MustSimulate(workload, Exact("tiresias", 8));
+  CHECK(Job(tiresias, "c").first_start_seconds == 2);
+  CHECK(Job(tiresias, "b").first_start_seconds == 100);
+}
+
+TEST_CASE("fifo and tiresias cap a request the cluster can never hold, and clamp it to the range") {
+  const Workload workload =
+      MustParse(LinearJob("big", 0, 16, 10, 2, 16) + LinearJob("small", 0, 12, 10, 1, 4));
+  const SimulationResult r = MustSimulate(workload, Exact("fifo", 8));
+  CHECK(Job(r, "big").requested_replicas == 8);    // the cluster's 8 GPUs
+  CHECK(Job(r, "small").requested_replicas == 4);  // max_replicas
+  CHECK(r.jobs.size() == 2);
+  for (const JobOutcome& job : r.jobs) CHECK(job.finished());
+}
+
+TEST_CASE("tiresias demotes a job after 16 GPU-hours, and a queue-0 job then preempts it") {
+  // long: the whole cluster (8 GPUs) for 10000 s; 16 GPU-hours at 8 GPUs is
+  // 7200 s. short arrives at 3600 and waits (long is ahead in queue 0) until
+  // long is demoted at 7200; long is preempted and resumes at 7300, paying
+  // its 20 s restart: 2800 s of work remain, so it ends at 10120.
+  const Workload workload =
+      MustParse(LinearJob("long", 0, 8, 10000) + LinearJob("short", 3600, 4, 100));
+  const SimulationResult r = MustSimulate(workload, Exact("tiresias", 8));
+  const JobOutcome& lng = Job(r, "long");
+  const JobOutcome& shrt = Job(r, "short");
+  CHECK(shrt.first_start_seconds == 7200);
+  CHECK(shrt.finish_seconds == 7300);
+  CHECK(lng.suspensions == 1);
+  CHECK(lng.resumes == 1);
+  CHECK(lng.rescales == 0);
+  CHECK(lng.finish_seconds == Approx(10120));
+  CHECK(AverageGpus(r, 7200, 7300, "long") == 0);
+
+  TiresiasScheduler scheduler;
+  std::vector<ClusterJob> jobs(2);
+  for (ClusterJob& job : jobs) {
+    job.active = true;
+    job.requested_replicas = 8;
+  }
+  jobs[0].attained_gpu_seconds = kTiresiasDemotionGpuSeconds - 1;
+  CHECK(scheduler.Round(jobs, 8) == std::vector<uint32_t>{8, 0});
+  jobs[0].attained_gpu_seconds = kTiresiasDemotionGpuSeconds;
+  CHECK(scheduler.Round(jobs, 8) == std::vector<uint32_t>{0, 8});
+  CHECK(scheduler.demoted(0));
+  jobs[0].attained_gpu_seconds = 0;  // no rescue: demotion is for good
+  CHECK(scheduler.Round(jobs, 8) == std::vector<uint32_t>{0, 8});
+}
+
+TEST_CASE("kubedl-raw grows only into free GPUs and runs with the workers that fit") {
+  // 9 GPUs; fixed holds 6 until 600 s. grows (kubedl: 1, then doubles) gets
+  // 2, then asks for 4 and runs on the 3 free; more only after fixed ends.
+  const Workload workload =
+      MustParse(LinearJob("fixed", 0, 6, 600, 6, 6) + LinearJob("grows", 0, 1, 20000, 1, 8));
+  const SimulationResult r = MustSimulate(workload, Exact("kubedl-raw", 9));
+  const double fixed_end = Job(r, "fixed").finish_seconds;
+  CHECK(Job(r, "fixed").first_start_seconds == 0);
+  CHECK(fixed_end == 600);
+  uint32_t before = 0, after = 0;
+  for (const AllocationChange& a : r.allocations) {
+    if (r.jobs[a.job].id != "grows") continue;
+    (a.time_seconds < fixed_end ? before : after) =
+        std::max(a.time_seconds < fixed_end ? before : after, a.replicas);
+  }
+  CHECK(before == 3);
+  CHECK(after > 3);
+  for (const TimelinePoint& p : r.timeline) REQUIRE(p.allocated_gpus <= 9);
+  CHECK(FirstComeFirstServed({{true, 1, 1, 1, 4, 8, 0}, {true, 2, 2, 1, 0, 4, 0}}, 5) ==
+        std::vector<uint32_t>{5, 0});  // the older job's scale-up comes first; 0 < min 2 waits
+  CHECK(FirstComeFirstServed({{true, 1, 1, 1, 4, 2, 0}, {true, 2, 2, 1, 0, 4, 0}}, 5) ==
+        std::vector<uint32_t>{2, 3});  // a shrink frees GPUs for a start in the same round
+}
+
+TEST_CASE("total_samples is the work, or with --size-noise a per-job factor the same everywhere") {
+  const Workload workload = SmallPolluxWorkload();
+  SimulationOptions options = Exact("static-max", 16);
+  const SimulationResult exact = MustSimulate(workload, options);
+  for (const JobOutcome& job : exact.jobs) CHECK(double(job.total_samples) == job.work_samples);
+  options.size_noise = 0.5;
+  const SimulationResult noisy = MustSimulate(workload, options);
+  options.policy = "fifo";
+  const SimulationResult fifo = MustSimulate(workload, options);
+  options.seed = 2;
+  const SimulationResult other_seed = MustSimulate(workload, options);
+  size_t differs = 0, seed_differs = 0;
+  for (size_t i = 0; i < exact.jobs.size(); ++i) {
+    differs += noisy.jobs[i].total_samples != exact.jobs[i].total_samples;
+    seed_differs += other_seed.jobs[i].total_samples != fifo.jobs[i].total_samples;
+    CHECK(fifo.jobs[i].total_samples == noisy.jobs[i].total_samples);
+    // Only the declaration changes: the jobs train as before.
+    CHECK(noisy.jobs[i].finish_seconds == exact.jobs[i].finish_seconds);
+  }
+  CHECK(differs == exact.jobs.size());
+  CHECK(seed_differs == exact.jobs.size());
+  options.size_noise = -1;
+  CHECK(Simulate(workload, options).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("step numbers run on across resizes and suspensions, so the engine sees the progress") {
+  // kLoneLinearJob under static-max grows from 4 to 8 at 100 s; under
+  // tiresias, "long" is preempted at 7200 and resumes at the same size (the
+  // same pod names) at 7300. Each step number is sent once per job, so
+  // nothing is dropped as a resend, and the engine's progress at the end is
+  // the work less the last interval's (never sent) and a step at each end.
+  SimulationOptions options = Exact("static-max", 4);
+  options.capacity_changes = {{100, 8}};
+  const SimulationResult grown = MustSimulate(MustParse(kLoneLinearJob), options);
+  CHECK(grown.samples_duplicate == 0);
+  const JobOutcome& solo = Job(grown, "solo");
+  CHECK(solo.engine_samples_processed <= solo.work_samples);
+  CHECK(solo.engine_samples_processed >= solo.work_samples - (30 + 2) * 8 * 32);
+  const SimulationResult r =
+      MustSimulate(MustParse(LinearJob("long", 0, 8, 10000) + LinearJob("short", 3600, 4, 100)),
+                   Exact("tiresias", 8));
+  REQUIRE(Job(r, "long").resumes == 1);
+  CHECK(r.samples_duplicate == 0);
+  const JobOutcome& lng = Job(r, "long");
+  CHECK(lng.engine_samples_processed <= lng.work_samples);
+  CHECK(lng.engine_samples_processed >= lng.work_samples - (30 + 4) * 8 * 32);
+}
+
+TEST_CASE("the sweep averages over seeds and labels each policy's kind") {
+  SweepInput in;
+  in.workloads = {"w1", "w2"};
+  in.policies = {"planner", "kubedl", "fifo"};
+  in.seeds = {1, 2};
+  in.baseline = "planner";
+  for (size_t w = 0; w < 2; ++w) {
+    for (size_t s = 0; s < 2; ++s) {
+      for (size_t p = 0; p < 3; ++p) {
+        PolicySummary summary;
+        summary.policy = in.policies[p];
+        summary.jobs = summary.finished = 10;
+        summary.avg_jct_s = 100.0 * (p + 1) + 10.0 * w + s;  // seeds: +0, +1
+        summary.restarts = static_cast<uint64_t>(p * 10 + s * 10);
+        in.summaries.push_back(summary);
+      }
+    }
+  }
+  const SweepTables t = MakeSweepTables(in);
+  CHECK(t.cells[1][2].avg_jct_s == Approx(310.5));
+  CHECK(t.cells[0][1].restarts_per_job == Approx(1.5));
+  CHECK(t.overall[0].avg_jct_s == Approx(105.5));
+  CHECK(t.overall[2].restarts_per_job == Approx(2.5));
+  CHECK_THAT(t.markdown, Catch::Matchers::Contains("| fifo | cluster-native | 306 | 2.90 |"));
+  CHECK_THAT(t.markdown, Catch::Matchers::Contains("| kubedl | planner-wrapped |"));
+  CHECK_THAT(t.csv, Catch::Matchers::StartsWith("workload,policy,jobs,"));
+  CHECK_THAT(t.csv, Catch::Matchers::Contains("w2,fifo,10,10,311.000,"));
+  CHECK_THAT(t.csv, Catch::Matchers::Contains(",2,cluster-native,3.000000\n"));
+  CHECK_THAT(t.means_csv, Catch::Matchers::Contains("mean,fifo,cluster-native,2,305.500,"));
+  CHECK(ParseSeeds("1, 2,3").value() == std::vector<uint64_t>{1, 2, 3});
+  CHECK(!ParseSeeds("1,x").ok());
 }
 
 TEST_CASE("quantiles interpolate linearly between order statistics") {

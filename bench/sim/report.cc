@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/sim/baselines.h"
 #include "bench/sim/csv.h"
 #include "bench/sim/svg.h"
 
@@ -52,7 +53,7 @@ std::string ComparisonTable(const std::vector<PolicySummary>& summaries,
   const std::vector<std::string> header = {
       "policy",      "avg JCT s (x)", "p50 JCT s (x)", "p99 JCT s (x)", "makespan s (x)",
       "avg queue s", "util",          "eff util",      "rescales",      "suspensions",
-      "restarts",    "GPU-h lost",    "finished"};
+      "restarts",    "GPU-h lost",    "finished",      "kind"};
   std::vector<std::vector<std::string>> rows;
   for (const PolicySummary& s : summaries) {
     auto with_ratio = [&](double v, double b) {
@@ -66,7 +67,8 @@ std::string ComparisonTable(const std::vector<PolicySummary>& summaries,
          absl::StrFormat("%.3f", s.effective_utilization), absl::StrFormat("%d", s.rescales),
          absl::StrFormat("%d", s.suspensions), absl::StrFormat("%d", s.restarts),
          absl::StrFormat("%.1f", s.restart_gpu_hours),
-         absl::StrFormat("%d/%d%s", s.finished, s.jobs, s.stopped_early ? " (stopped)" : "")});
+         absl::StrFormat("%d/%d%s", s.finished, s.jobs, s.stopped_early ? " (stopped)" : ""),
+         std::string(KindName(KindOf(s.policy)))});
   }
   std::string out;
   if (markdown) {
@@ -118,18 +120,20 @@ std::string JobsCsv(const std::vector<SimulationResult>& results) {
       "policy,job,profile,arrival_s,first_start_s,finish_s,jct_s,queue_s,work_samples,done_samples,"
       "min_replicas,max_replicas,gpus_per_replica,peak_replicas,gpu_hours,restart_gpu_hours,"
       "rescales,"
-      "suspensions,resumes,restarts,finished\n";
+      "suspensions,resumes,restarts,finished,requested_replicas,total_samples,"
+      "engine_samples_processed\n";
   for (const SimulationResult& r : results) {
     for (const JobOutcome& j : r.jobs) {
       absl::StrAppendFormat(
-          &out, "%s,%s,%s,%s,%s,%s,%s,%s,%.1f,%.1f,%d,%d,%d,%d,%.6f,%.6f,%d,%d,%d,%d,%s\n",
+          &out, "%s,%s,%s,%s,%s,%s,%s,%s,%.1f,%.1f,%d,%d,%d,%d,%.6f,%.6f,%d,%d,%d,%d,%s,%d,%d,%d\n",
           CsvField(r.policy), CsvField(j.id), CsvField(j.profile), Seconds(j.arrival_seconds),
           Seconds(j.first_start_seconds), Seconds(j.finish_seconds),
           j.finished() ? Seconds(j.jct_seconds()) : "",
           std::isnan(j.first_start_seconds) ? "" : Seconds(j.queue_seconds()), j.work_samples,
           j.done_samples, j.min_replicas, j.max_replicas, j.gpus_per_replica, j.peak_replicas,
           j.gpu_seconds / 3600, j.restart_gpu_seconds / 3600, j.rescales, j.suspensions, j.resumes,
-          j.restarts(), j.finished() ? "true" : "false");
+          j.restarts(), j.finished() ? "true" : "false", j.requested_replicas, j.total_samples,
+          j.engine_samples_processed);
     }
   }
   return out;
@@ -325,9 +329,11 @@ std::string ReportMarkdown(const RunDescription& run, const std::vector<PolicySu
   }
   absl::StrAppendFormat(
       &out,
-      ". Seed %d, plan interval %.0f s, step noise sigma %.3g, %d samples per job per "
-      "interval. Every policy is the real DecisionEngine under a virtual clock.\n\n",
-      run.seed, run.plan_interval_seconds, run.step_noise, run.samples_per_tick);
+      ". Seed %d, plan interval %.0f s, step noise sigma %.3g, declared-size noise sigma "
+      "%.3g, %d samples per job per interval. Every engine policy is the real "
+      "DecisionEngine under a virtual clock; cluster-native ones are simulated schedulers "
+      "around it.\n\n",
+      run.seed, run.plan_interval_seconds, run.step_noise, run.size_noise, run.samples_per_tick);
   out += "## Comparison\n\n";
   out += ComparisonTable(summaries, run.baseline, /*markdown=*/true);
   absl::StrAppendFormat(
@@ -337,7 +343,9 @@ std::string ReportMarkdown(const RunDescription& run, const std::vector<PolicySu
       "last completion - first arrival; queue = first start - arrival; util = "
       "allocated / available GPU-time, eff util excludes restarts; restarts = rescales "
       "+ resumes (each costs the job's restart_cost_seconds); GPU-h lost = GPU-hours "
-      "held while restarting. See bench/sim/README.md.\n\n",
+      "held while restarting; kind: planner (Rescale's planner), planner-wrapped (a per-job "
+      "policy fitted by the planner) or cluster-native (a scheduler as clusters run it). "
+      "See bench/sim/README.md.\n\n",
       run.baseline);
   out += "## Job completion times\n\n![JCT CDF](jct_cdf.svg)\n\n";
   out += "## Cluster allocation\n\n![Allocated GPUs over time](utilization.svg)\n\n";

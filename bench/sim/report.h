@@ -33,6 +33,7 @@ struct RunDescription {
   uint64_t seed = 0;
   double plan_interval_seconds = 0;
   double step_noise = 0;
+  double size_noise = 0;  // --size-noise
   int samples_per_tick = 0;
   std::string baseline;  // policy the ratios divide by
 };

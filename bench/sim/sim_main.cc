@@ -5,9 +5,10 @@
 //       Simulates the workload once per policy (in parallel, one thread per
 //       policy), prints a comparison table and writes CSVs, SVG plots and
 //       report.md into DIR.
-//   rescale-sim sweep --workloads FILE... --capacity GPUS [...]
-//       The same for several workloads (e.g. the eight Pollux workloads),
-//       plus sweep.csv / sweep.md with average JCT per workload and policy.
+//   rescale-sim sweep --workloads FILE... --capacity GPUS [--seeds 1,2,3] [...]
+//       The same for several workloads (e.g. the eight Pollux workloads) and
+//       seeds, plus sweep.md / sweep.csv / sweep_means.csv with each policy's
+//       kind, average JCT and restarts per job (means over seeds; sweep.h).
 //   rescale-sim generate --rate JOBS_PER_HOUR --hours H --seed S --out FILE
 //   rescale-sim generate --jobs N --hours H --seed S --out FILE
 //       A synthetic workload following the Pollux recipe.
@@ -28,6 +29,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/sim/baselines.h"
 #include "bench/sim/csv.h"
 #include "bench/sim/pollux_traces.h"
 #include "bench/sim/profiles.h"
@@ -35,6 +37,7 @@
 #include "bench/sim/runner.h"
 #include "bench/sim/simulator.h"
 #include "bench/sim/summary.h"
+#include "bench/sim/sweep.h"
 #include "bench/sim/workload.h"
 #include "rescale/decision_engine.h"
 #include "spdlog/spdlog.h"
@@ -54,6 +57,8 @@ struct RunFlags {
   std::string policies;
   std::string out = "sim-out";
   uint64_t seed = 1;
+  std::string seeds;  // sweep: "1,2,3" (empty = --seed alone)
+  double size_noise = 0;
   std::string baseline;
   double plan_interval = 30;
   double noise = 0.05;
@@ -78,9 +83,14 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
       "later capacity, SECONDS:GPUS,... (e.g. 3600:48,7200:64: nodes lost, then added)");
   cmd->add_option("--policies", f.policies,
                   "comma-separated policies (default: all known: " +
-                      absl::StrJoin(DecisionEngine::KnownPolicies(), ",") + ")");
+                      absl::StrJoin(SimulatorPolicies(), ",") + ")");
   cmd->add_option("--out", f.out, "output directory")->capture_default_str();
   cmd->add_option("--seed", f.seed, "seed of the step-time noise")->capture_default_str();
+  cmd->add_option("--size-noise", f.size_noise,
+                  "sigma of the log-normal factor on the total_samples each job declares "
+                  "(0 = exact)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--baseline", f.baseline, "policy the ratios divide by (default: the first)");
   cmd->add_option("--plan-interval", f.plan_interval, "seconds between plans (and sample batches)")
       ->capture_default_str()
@@ -134,7 +144,7 @@ SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const 
 // returns nullopt on bad usage.
 std::optional<Prepared> PrepareRun(const RunFlags& f) {
   Prepared p;
-  const std::vector<std::string> known = DecisionEngine::KnownPolicies();
+  const std::vector<std::string> known = SimulatorPolicies();
   if (f.policies.empty()) {
     p.policies = known;
   } else {
@@ -184,6 +194,7 @@ SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const 
   o.samples_per_tick = f.samples_per_tick;
   o.step_noise = f.noise;
   o.seed = f.seed;
+  o.size_noise = f.size_noise;
   o.cooldown_seconds = f.cooldown;
   o.horizon_seconds = f.horizon;
   o.objective = *ParsePlanObjective(f.objective);  // checked by the flag
@@ -254,6 +265,7 @@ int Run(const RunFlags& f) {
   run.seed = f.seed;
   run.plan_interval_seconds = f.plan_interval;
   run.step_noise = f.noise;
+  run.size_noise = f.size_noise;
   run.samples_per_tick = f.samples_per_tick;
   run.baseline = prepared->baseline;
   std::vector<PolicySummary> summaries;
@@ -274,6 +286,15 @@ int Sweep(const RunFlags& f) {
   if (!f.verbose) spdlog::set_level(spdlog::level::err);
   std::optional<Prepared> prepared = PrepareRun(f);
   if (!prepared) return kExitUsage;
+  std::vector<uint64_t> seeds = {f.seed};
+  if (!f.seeds.empty()) {
+    absl::StatusOr<std::vector<uint64_t>> parsed = ParseSeeds(f.seeds);
+    if (!parsed.ok()) {
+      std::cerr << "rescale-sim: --seeds: " << parsed.status().message() << "\n";
+      return kExitUsage;
+    }
+    seeds = *parsed;
+  }
   const PolluxMapping mapping{f.max_factor, f.max_cap};
   std::vector<Workload> workloads;
   std::vector<uint32_t> capacities;
@@ -288,11 +309,16 @@ int Sweep(const RunFlags& f) {
     workloads.push_back(*std::move(workload));
     capacities.push_back(*capacity);
   }
+  // Tasks ordered workload, seed, policy: the layout SweepInput expects.
   std::vector<SimulationTask> tasks;
   for (size_t w = 0; w < workloads.size(); ++w) {
-    for (const std::string& policy : prepared->policies) {
-      tasks.push_back(
-          {&workloads[w], OptionsFor(f, workloads[w], *prepared, policy, capacities[w])});
+    for (uint64_t seed : seeds) {
+      for (const std::string& policy : prepared->policies) {
+        SimulationTask task{&workloads[w],
+                            OptionsFor(f, workloads[w], *prepared, policy, capacities[w])};
+        task.options.seed = seed;
+        tasks.push_back(std::move(task));
+      }
     }
   }
   const auto started = std::chrono::steady_clock::now();
@@ -301,88 +327,65 @@ int Sweep(const RunFlags& f) {
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const size_t per = prepared->policies.size();
-  std::string sweep_csv = "workload," + SummaryCsv({});  // the header
-  std::vector<std::vector<PolicySummary>> table(workloads.size());
+  SweepInput input;
+  input.policies = prepared->policies;
+  input.seeds = seeds;
+  input.baseline = prepared->baseline;
   for (size_t w = 0; w < workloads.size(); ++w) {
-    std::vector<SimulationResult> results;
-    for (size_t p = 0; p < per; ++p) {
-      auto& outcome = outcomes[w * per + p];
-      if (!outcome.ok()) {
-        std::cerr << "rescale-sim: " << f.workloads[w] << ", policy " << prepared->policies[p]
-                  << ": " << outcome.status() << "\n";
+    input.workloads.push_back(WorkloadTag(f.workloads[w]));
+    for (size_t s = 0; s < seeds.size(); ++s) {
+      std::vector<SimulationResult> results;
+      for (size_t p = 0; p < per; ++p) {
+        auto& outcome = outcomes[(w * seeds.size() + s) * per + p];
+        if (!outcome.ok()) {
+          std::cerr << "rescale-sim: " << f.workloads[w] << ", seed " << seeds[s] << ", policy "
+                    << prepared->policies[p] << ": " << outcome.status() << "\n";
+          return kExitRunFailed;
+        }
+        results.push_back(*std::move(outcome));
+      }
+      RunDescription run;
+      run.workload = f.workloads[w];
+      run.jobs = workloads[w].jobs.size();
+      run.capacity_gpus = capacities[w];
+      run.capacity_changes =
+          OptionsFor(f, workloads[w], *prepared, prepared->baseline, capacities[w])
+              .capacity_changes;
+      run.seed = seeds[s];
+      run.plan_interval_seconds = f.plan_interval;
+      run.step_noise = f.noise;
+      run.size_noise = f.size_noise;
+      run.samples_per_tick = f.samples_per_tick;
+      run.baseline = prepared->baseline;
+      std::string dir = f.out + "/" + input.workloads.back();
+      if (seeds.size() > 1) dir += absl::StrFormat("/seed-%d", seeds[s]);
+      if (absl::Status st = WriteRunReport(dir, run, results); !st.ok()) {
+        std::cerr << "rescale-sim: " << st.message() << "\n";
         return kExitRunFailed;
       }
-      results.push_back(*std::move(outcome));
-    }
-    RunDescription run;
-    run.workload = f.workloads[w];
-    run.jobs = workloads[w].jobs.size();
-    run.capacity_gpus = capacities[w];
-    run.capacity_changes =
-        OptionsFor(f, workloads[w], *prepared, prepared->baseline, capacities[w]).capacity_changes;
-    run.seed = f.seed;
-    run.plan_interval_seconds = f.plan_interval;
-    run.step_noise = f.noise;
-    run.samples_per_tick = f.samples_per_tick;
-    run.baseline = prepared->baseline;
-    if (absl::Status s = WriteRunReport(f.out + "/" + WorkloadTag(f.workloads[w]), run, results);
-        !s.ok()) {
-      std::cerr << "rescale-sim: " << s.message() << "\n";
-      return kExitRunFailed;
-    }
-    for (const SimulationResult& r : results) {
-      table[w].push_back(Summarize(r));
-      if (r.unsettled_events > 0) {
-        std::cerr << absl::StrFormat(
-            "rescale-sim: note: %s, %s: the plan kept changing after %d events\n", f.workloads[w],
-            r.policy, r.unsettled_events);
+      for (const SimulationResult& r : results) {
+        input.summaries.push_back(Summarize(r));
+        if (r.unsettled_events > 0) {
+          std::cerr << absl::StrFormat(
+              "rescale-sim: note: %s, seed %d, %s: the plan kept changing after %d events\n",
+              f.workloads[w], seeds[s], r.policy, r.unsettled_events);
+        }
       }
     }
-    const std::string rows = SummaryCsv(table[w]);
-    for (absl::string_view line :
-         absl::StrSplit(rows.substr(rows.find('\n') + 1), '\n', absl::SkipEmpty())) {
-      sweep_csv += CsvField(WorkloadTag(f.workloads[w])) + "," + std::string(line) + "\n";
-    }
   }
-  // Average JCT per workload and policy, their mean, and the mean's ratio.
-  std::string md = absl::StrFormat(
-      "# rescale-sim sweep\n\n%d workloads, policies %s, seed %d, baseline %s. "
-      "Average JCT in seconds (finished jobs).\n\n",
-      workloads.size(), absl::StrJoin(prepared->policies, ", "), f.seed, prepared->baseline);
-  md += "| workload | " + absl::StrJoin(prepared->policies, " | ") + " |\n|---|";
-  for (size_t p = 0; p < per; ++p) md += "---:|";
-  md += "\n";
-  std::vector<double> sums(per, 0);
-  for (size_t w = 0; w < workloads.size(); ++w) {
-    md += "| " + WorkloadTag(f.workloads[w]) + " |";
-    for (size_t p = 0; p < per; ++p) {
-      const PolicySummary& s = table[w][p];
-      sums[p] += s.avg_jct_s;
-      md += absl::StrFormat(" %.0f%s |", s.avg_jct_s,
-                            s.finished < s.jobs ? " (unfinished jobs)" : "");
-    }
-    md += "\n";
-  }
-  const size_t base = static_cast<size_t>(
-      std::find(prepared->policies.begin(), prepared->policies.end(), prepared->baseline) -
-      prepared->policies.begin());
-  md += "| **mean** |";
-  for (size_t p = 0; p < per; ++p) md += absl::StrFormat(" **%.0f** |", sums[p] / workloads.size());
-  md += "\n| ratio to " + prepared->baseline + " |";
-  for (size_t p = 0; p < per; ++p)
-    md += absl::StrFormat(" %.2f |", sums[p] / std::max(sums[base], 1e-9));
-  md += "\n\nPer-workload reports: `<workload>/report.md`.\n";
+  const SweepTables tables = MakeSweepTables(input);
   std::error_code error;
   std::filesystem::create_directories(f.out, error);
-  if (absl::Status s = WriteFile(f.out + "/sweep.csv", sweep_csv); !s.ok()) {
-    std::cerr << "rescale-sim: " << s.message() << "\n";
-    return kExitRunFailed;
+  for (const auto& [name, contents] :
+       {std::pair<std::string, const std::string*>{"sweep.csv", &tables.csv},
+        {"sweep_means.csv", &tables.means_csv},
+        {"sweep.md", &tables.markdown}}) {
+    if (absl::Status st = WriteFile(f.out + "/" + name, *contents); !st.ok()) {
+      std::cerr << "rescale-sim: " << st.message() << "\n";
+      return kExitRunFailed;
+    }
   }
-  if (absl::Status s = WriteFile(f.out + "/sweep.md", md); !s.ok()) {
-    std::cerr << "rescale-sim: " << s.message() << "\n";
-    return kExitRunFailed;
-  }
-  std::cout << md;
+  std::cout << tables.markdown;
   std::cerr << absl::StrFormat("simulated %d runs in %.1f s wall\n", outcomes.size(), wall);
   return 0;
 }
@@ -481,6 +484,9 @@ int Main(int argc, char** argv) {
   RunFlags sweep_flags;
   CLI::App* sweep = app.add_subcommand("sweep", "run several workloads and tabulate average JCT");
   sweep->add_option("--workloads", sweep_flags.workloads, "workload files")->required();
+  sweep->add_option("--seeds", sweep_flags.seeds,
+                    "comma-separated seeds, each run in turn; figures are means over them "
+                    "(default: --seed)");
   AddRunFlags(sweep, sweep_flags);
 
   GenerateFlags gen_flags;

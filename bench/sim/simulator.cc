@@ -5,6 +5,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "bench/sim/baselines.h"
 #include "rescale/apply_order.h"
 #include "rescale/clock.h"
 #include "rescale/decision_engine.h"
@@ -37,6 +39,10 @@ struct Segment {
   double from = 0;
   double to = 0;
   double step_seconds = 0;  // true step time at that size
+  // The job's global step count at `from`, and seconds per step in the
+  // segment (noise included): what numbers the steps of its samples.
+  double first_step = 0;
+  double step_period = 0;
 };
 
 struct SimJob {
@@ -46,6 +52,15 @@ struct SimJob {
   JobCurve curve;
   Phase phase = Phase::kNotArrived;
   uint32_t replicas = 0;  // running replicas (0 unless kRunning)
+  // fifo and tiresias run the job at this size (requested_replicas, capped
+  // by the largest capacity so a job cannot block a FIFO queue forever).
+  uint32_t requested = 0;
+  // JobSpec.total_samples: the work, times the --size-noise factor.
+  uint64_t total_samples = 0;
+  // Steps taken over the job's whole life (a trainer resuming from its
+  // checkpoint continues the count), and the last step number sent.
+  double steps = 0;
+  std::optional<uint64_t> last_step_sent;
   double restart_until = -kInfinity;
   double done = 0;
   // Step-time multiplier for the current interval (mean of its steps' noise).
@@ -75,9 +90,12 @@ struct SimJob {
 EngineOptions EngineOptionsFor(const SimulationOptions& options, uint32_t jobs,
                                uint32_t largest_max_replicas) {
   EngineOptions engine;
-  engine.default_policy = options.policy;
+  engine.default_policy = EnginePolicyFor(options.policy);
   engine.max_jobs = static_cast<int>(jobs) + 16;
-  engine.capacity_gpus = options.capacity_gpus;
+  // Cluster-native schedulers have no planner: with the capacity unknown
+  // the planner is separable and hands every job its per-job wish.
+  if (KindOf(options.policy) != PolicyKind::kClusterNative)
+    engine.capacity_gpus = options.capacity_gpus;
   engine.plan_interval = absl::Seconds(options.plan_interval_seconds);
   engine.policy.cooldown = absl::Seconds(options.cooldown_seconds);
   engine.policy.horizon = absl::Seconds(options.horizon_seconds);
@@ -96,6 +114,15 @@ EngineOptions EngineOptionsFor(const SimulationOptions& options, uint32_t jobs,
 }
 
 absl::Status ValidateSimulationOptions(const SimulationOptions& options) {
+  if (!IsSimulatorPolicy(options.policy)) {
+    return absl::InvalidArgumentError(absl::StrFormat("unknown policy \"%s\" (known: %s)",
+                                                      options.policy,
+                                                      absl::StrJoin(SimulatorPolicies(), ", ")));
+  }
+  if (!(options.size_noise >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("size_noise must be >= 0, got %g", options.size_noise));
+  }
   return DecisionEngine::ValidateOptions(EngineOptionsFor(options, 0, 1));
 }
 
@@ -116,6 +143,7 @@ class Simulation {
   absl::Status Arrive(SimJob& job);
   absl::Status Tick();
   absl::Status ApplyRecommendations();
+  absl::Status ApplyClusterNative();
   void Apply(SimJob& job, uint32_t target);
   void DrawIntervalNoise(SimJob& job);
   void RecordTimeline();
@@ -136,6 +164,8 @@ class Simulation {
   double next_tick_ = 0;
   double last_tick_ = 0;
   size_t in_system_ = 0;  // arrived and not done
+  PolicyKind kind_ = PolicyKind::kPlanner;
+  TiresiasScheduler tiresias_;
   SimulationResult result_;
 };
 
@@ -159,7 +189,23 @@ void Simulation::DrawIntervalNoise(SimJob& job) {
   job.rate = job.running() ? job.curve.SamplesPerSecond(job.replicas) / job.interval_noise : 0;
 }
 
+// The job's work times exp(sigma x z), z standard normal from a generator
+// of its own (seeded by the run's seed and the job's index), so the factor
+// is the same under every policy and draws nothing from the noise stream.
+uint64_t TotalSamples(double work, double sigma, uint64_t seed, size_t index) {
+  double factor = 1;
+  if (sigma > 0) {
+    std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(index),
+                      uint32_t(uint64_t{index} >> 32), 0x517e5u};
+    std::mt19937_64 rng(seq);
+    factor = std::exp(sigma * std::normal_distribution<double>(0, 1)(rng));
+  }
+  return static_cast<uint64_t>(std::max(1.0, std::round(work * factor)));
+}
+
 absl::Status Simulation::Prepare() {
+  if (absl::Status s = ValidateSimulationOptions(options_); !s.ok()) return s;
+  kind_ = KindOf(options_.policy);
   uint32_t largest_capacity = options_.capacity_gpus;
   for (const CapacityChange& c : options_.capacity_changes)
     largest_capacity = std::max(largest_capacity, c.gpus);
@@ -182,6 +228,13 @@ absl::Status Simulation::Prepare() {
           absl::StrFormat("job \"%s\": %s", desc.id, curve.status().message()));
     }
     job.curve = *std::move(curve);
+    job.requested = std::max(
+        desc.min_replicas,
+        std::min(desc.requested_replicas, largest_capacity / std::max(desc.gpus_per_replica, 1u)));
+    job.total_samples =
+        TotalSamples(desc.work_samples, options_.size_noise, options_.seed, jobs_.size());
+    job.outcome.requested_replicas = job.requested;
+    job.outcome.total_samples = job.total_samples;
     // Unique engine names, deterministic in workload order.
     std::string label = EngineLabel(desc.id);
     for (int suffix = 2; labels.contains(label); ++suffix) {
@@ -231,12 +284,14 @@ void Simulation::Advance(double t) {
     if (from < t) {
       job.done += job.rate * (t - from);
       const double step = job.curve.StepSeconds(job.replicas);
+      const double period = step * job.interval_noise;
       if (!job.segments.empty() && job.segments.back().replicas == job.replicas &&
-          job.segments.back().to == from) {
+          job.segments.back().to == from && job.segments.back().step_period == period) {
         job.segments.back().to = t;
       } else {
-        job.segments.push_back({job.replicas, from, t, step});
+        job.segments.push_back({job.replicas, from, t, step, job.steps, period});
       }
+      job.steps += (t - from) / period;
     }
   }
   now_ = t;
@@ -254,7 +309,8 @@ absl::Status Simulation::Arrive(SimJob& job) {
   spec.preemptible = d.preemptible;
   spec.restart_cost_seconds = d.restart_cost_seconds;
   spec.local_batch_size = d.local_batch_size;
-  spec.policy = options_.policy;
+  spec.policy = EnginePolicyFor(options_.policy);
+  spec.total_samples = job.total_samples;
   absl::StatusOr<JobView> view = engine_->RegisterJob(std::move(spec));
   if (!view.ok()) {
     return absl::InternalError(
@@ -277,6 +333,8 @@ absl::Status Simulation::Finish(SimJob& job) {
   result_.allocations.push_back({now_, static_cast<uint32_t>(&job - jobs_.data()), 0, 0});
   if (options_.jobs_finished != nullptr)
     options_.jobs_finished->fetch_add(1, std::memory_order_relaxed);
+  if (absl::StatusOr<JobView> view = engine_->GetJob(job.engine_id); view.ok())
+    job.outcome.engine_samples_processed = view->status.samples_processed;
   absl::Status status = engine_->DeregisterJob(job.engine_id);
   if (!status.ok()) {
     return absl::InternalError(
@@ -314,6 +372,12 @@ absl::Status Simulation::Tick() {
         s.step_seconds = seg.step_seconds * StepNoise();
         s.batch_size = job.desc->local_batch_size;
         const double at = seg.from + (k + 0.5) * length / count;
+        // The job's step at that instant; strictly increasing per job (so
+        // per pod), or the store would drop the sample as a resend.
+        uint64_t step = static_cast<uint64_t>(seg.first_step + (at - seg.from) / seg.step_period);
+        if (job.last_step_sent) step = std::max(step, *job.last_step_sent + 1);
+        job.last_step_sent = step;
+        s.step = step;
         s.timestamp_unix_nanos = absl::ToUnixNanos(kOrigin + absl::Seconds(at));
         samples.push_back(s);
       }
@@ -324,6 +388,7 @@ absl::Status Simulation::Tick() {
     const IngestResult ingested = engine_->Ingest(samples);
     result_.samples_ingested += ingested.accepted;
     result_.samples_rejected += ingested.rejected;
+    result_.samples_duplicate += ingested.duplicates;
   }
   engine_->Replan();
   ++result_.replans;
@@ -395,6 +460,69 @@ absl::Status Simulation::ApplyRecommendations() {
     if (absl::Status s = CheckCapacity(); !s.ok()) return s;
   }
   ++result_.unsettled_events;  // still changing after the last round
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::ApplyClusterNative() {
+  const bool elastic = options_.policy == "kubedl-raw" || options_.policy == "hpa-raw";
+  for (int round = 0; round < kMaxApplyRounds; ++round) {
+    std::vector<ClusterJob> view(jobs_.size());
+    std::vector<uint64_t> generation(jobs_.size(), 0);
+    if (elastic) {
+      for (const Recommendation& rec : engine_->ListRecommendations()) {
+        auto it = by_engine_id_.find(rec.job_id);
+        if (it == by_engine_id_.end()) continue;
+        view[it->second].wish = rec.suspend ? 0 : rec.replicas;
+        generation[it->second] = rec.generation;
+      }
+    }
+    for (size_t i = 0; i < jobs_.size(); ++i) {
+      const SimJob& job = jobs_[i];
+      ClusterJob& v = view[i];
+      v.active = job.phase == Phase::kWaiting || job.phase == Phase::kRunning ||
+                 job.phase == Phase::kSuspended;
+      v.min_replicas = job.desc->min_replicas;
+      v.requested_replicas = job.requested;
+      v.gpus_per_replica = job.desc->gpus_per_replica;
+      v.running_replicas = job.replicas;
+      v.attained_gpu_seconds = job.outcome.gpu_seconds;
+    }
+    std::vector<uint32_t> targets;
+    if (options_.policy == "fifo") {
+      targets = FifoRound(view, capacity_);
+    } else if (options_.policy == "tiresias") {
+      targets = tiresias_.Round(view, capacity_);
+    } else {
+      targets = FirstComeFirstServed(view, capacity_);
+    }
+    struct Change {
+      SimJob* job;
+      uint32_t target;
+      uint64_t generation;
+    };
+    std::vector<Change> changes;
+    for (size_t i = 0; i < jobs_.size(); ++i) {
+      if (view[i].active && targets[i] != jobs_[i].replicas)
+        changes.push_back({&jobs_[i], targets[i], generation[i]});
+    }
+    if (changes.empty()) return absl::OkStatus();
+    OrderForApply(changes, [](const Change& c) { return std::pair(c.job->replicas, c.target); });
+    for (const Change& c : changes) {
+      Apply(*c.job, c.target);
+      ++result_.reports;
+      // What actually runs, which for kubedl-raw and hpa-raw may be less than
+      // the wish: the policy reacts to it as it would in the real cluster.
+      absl::StatusOr<JobStatus> status =
+          engine_->ReportApplied(c.job->engine_id, c.target, c.target == 0, c.generation);
+      if (!status.ok()) {
+        return absl::InternalError(absl::StrFormat("ReportApplied(%s, %d): %s", c.job->engine_id,
+                                                   c.target, status.status().ToString()));
+      }
+    }
+    if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+    if (!elastic) return absl::OkStatus();  // fixed sizes: one round settles
+  }
+  ++result_.unsettled_events;
   return absl::OkStatus();
 }
 
@@ -474,7 +602,8 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
     }
     while (next_capacity < changes.size() && changes[next_capacity].at_seconds <= now_) {
       capacity_ = changes[next_capacity++].gpus;
-      engine_->SetCapacity(capacity_);
+      // A cluster-native scheduler's engine never learns the capacity.
+      if (kind_ != PolicyKind::kClusterNative) engine_->SetCapacity(capacity_);
     }
     while (next_arrival < jobs_.size() && jobs_[next_arrival].desc->arrival_seconds <= now_) {
       if (in_system_ == 0) {
@@ -488,7 +617,10 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
       last_tick_ = now_;
       next_tick_ = (std::floor(now_ / interval) + 1) * interval;
     }
-    if (absl::Status s = ApplyRecommendations(); !s.ok()) return s;
+    if (absl::Status s =
+            kind_ == PolicyKind::kClusterNative ? ApplyClusterNative() : ApplyRecommendations();
+        !s.ok())
+      return s;
     if (absl::Status s = CheckCapacity(); !s.ok()) return s;
     RecordTimeline();
   }

@@ -7,18 +7,26 @@
 //    plan_interval_seconds, on a fixed grid; skipped while no job is in the
 //    system), job completions and ends of restarts. Between two events every
 //    running job trains at a constant rate, so completions are exact.
-//  * Arrival: RegisterJob with the job's spec and the policy under test.
-//    Completion: DeregisterJob. Capacity change: SetCapacity.
+//  * Arrival: RegisterJob with the job's spec, the policy under test (for a
+//    cluster-native one, EnginePolicyFor it) and total_samples = the work
+//    times the size-noise factor. Completion: DeregisterJob. Capacity
+//    change: SetCapacity (cluster-native: never; their engine plans with
+//    the capacity unknown, so each job's recommendation is its own wish).
 //  * Tick: the step samples of the interval just ended are ingested (about
 //    samples_per_tick per running job, from its true curve at the size it
 //    ran, with noise, world_size = running replicas, one pod name per
-//    replica, timestamped inside the interval), then Replan().
+//    replica, timestamped inside the interval, numbered with the job's
+//    global step: one count over its whole life, strictly increasing, as a
+//    trainer resuming from a checkpoint numbers them), then Replan().
 //  * After every event the simulated controller reads ListRecommendations()
 //    and applies each recommendation whose target differs from what runs
 //    (shrinks and suspensions first, so GPUs are freed before they are
 //    taken), reporting each with ReportApplied(job, replicas, suspended,
 //    generation); it repeats while the engine's answer to the new state
-//    changes (at most kMaxApplyRounds rounds per event).
+//    changes (at most kMaxApplyRounds rounds per event). Cluster-native
+//    policies instead ask their scheduler (baselines.h) what every job runs
+//    now, reading the recommendations only as kubedl-raw / hpa-raw wishes,
+//    and apply and report the difference the same way.
 //  * Cost of a change (what restart_cost_seconds means here): a job's very
 //    first start is free; a change of size while running (up or down) and a
 //    resume after suspension each cost restart_cost_seconds of no progress
@@ -53,7 +61,8 @@
 namespace rescale::sim {
 
 struct SimulationOptions {
-  // One of DecisionEngine::KnownPolicies(); every job gets it as spec.policy.
+  // One of SimulatorPolicies() (baselines.h): an engine policy, which every
+  // job gets as spec.policy, or a cluster-native scheduler.
   std::string policy = "planner";
   // GPUs at time 0 and later changes (ordered by time).
   uint32_t capacity_gpus = 64;
@@ -65,6 +74,10 @@ struct SimulationOptions {
   // sigma of the log-normal per-step noise; 0 = none.
   double step_noise = 0.05;
   uint64_t seed = 1;
+  // sigma of the log-normal factor on each job's JobSpec.total_samples
+  // (exp(sigma*z), z standard normal per job from the seed and the job's
+  // index); 0 = the exact work. Misestimates only what the engine is told.
+  double size_noise = 0;
   // EngineOptions::policy defaults (rescaled's --cooldown and --horizon).
   double cooldown_seconds = 60;
   double horizon_seconds = 600;
@@ -103,7 +116,16 @@ struct JobOutcome {
   double work_samples = 0;
   double done_samples = 0;
   uint32_t min_replicas = 0, max_replicas = 0, gpus_per_replica = 1;
+  // The size fifo and tiresias run it at (workload's requested_replicas,
+  // capped by the largest capacity).
+  uint32_t requested_replicas = 0;
   uint32_t peak_replicas = 0;
+  // What the engine was told (JobSpec.total_samples: work_samples times the
+  // size-noise factor) and what it derived from the step numbers it received
+  // by the job's completion (JobStatus.samples_processed; short of the work
+  // by the last plan interval, whose samples were never sent).
+  uint64_t total_samples = 0;
+  uint64_t engine_samples_processed = 0;
   // GPU-seconds allocated, and the part of them spent restarting.
   double gpu_seconds = 0;
   double restart_gpu_seconds = 0;
@@ -150,7 +172,10 @@ struct SimulationResult {
   uint64_t reports = 0;             // ReportApplied calls
   uint64_t samples_ingested = 0;
   uint64_t samples_rejected = 0;  // should stay 0: a rejection is a simulator bug
-  bool stopped_early = false;     // hit max_seconds_after_last_arrival
+  // Samples the store dropped as resends (a step not above the pod's last);
+  // should stay 0: the simulated trainers number their steps globally.
+  uint64_t samples_duplicate = 0;
+  bool stopped_early = false;  // hit max_seconds_after_last_arrival
   // Events after which the engine still changed its answer in the last
   // apply round (the rest waits for the next event); expected 0.
   uint64_t unsettled_events = 0;

@@ -37,6 +37,7 @@ const std::set<std::string, std::less<>> kJobFields = {"id",
                                                        "dataset_samples",
                                                        "min_replicas",
                                                        "max_replicas",
+                                                       "requested_replicas",
                                                        "gpus_per_replica",
                                                        "priority",
                                                        "preemptible",
@@ -160,6 +161,11 @@ absl::StatusOr<JobDescription> ParseJob(const Fields& f, std::string_view where)
         where, "max_replicas",
         absl::StrFormat("(%d) must be >= min_replicas (%d)", job.max_replicas, job.min_replicas));
   }
+  // The size a non-elastic scheduler runs the job at; clamped rather than
+  // refused, as a cluster would round a request to the job's own range.
+  job.requested_replicas = job.min_replicas;
+  SIM_RETURN_IF_ERROR(ReadInt(f, where, "requested_replicas", 1, 100'000, job.requested_replicas));
+  job.requested_replicas = std::clamp(job.requested_replicas, job.min_replicas, job.max_replicas);
   SIM_RETURN_IF_ERROR(ReadInt(f, where, "gpus_per_replica", 1, 64, job.gpus_per_replica));
   SIM_RETURN_IF_ERROR(ReadInt(f, where, "priority", -1'000'000, 1'000'000, job.priority));
   SIM_RETURN_IF_ERROR(ReadBool(f, where, "preemptible", job.preemptible));
@@ -248,6 +254,7 @@ absl::StatusOr<JobDescription> PolluxJob(const std::string& name, double time,
   const double scaled = std::ceil(mapping.max_replicas_factor * std::max(num_replicas, 1u));
   job.max_replicas = static_cast<uint32_t>(
       std::clamp<double>(scaled, 1, std::max<uint32_t>(mapping.max_replicas_cap, 1)));
+  job.requested_replicas = std::clamp(num_replicas, job.min_replicas, job.max_replicas);
   job.gpus_per_replica = 1;
   job.priority = 0;
   job.preemptible = true;
@@ -378,6 +385,7 @@ std::vector<std::pair<std::string, std::string>> JobFieldsOf(const JobDescriptio
       WorkOf(job),
       {"min_replicas", std::to_string(job.min_replicas)},
       {"max_replicas", std::to_string(job.max_replicas)},
+      {"requested_replicas", std::to_string(job.requested_replicas)},
       {"gpus_per_replica", std::to_string(job.gpus_per_replica)},
       {"priority", std::to_string(job.priority)},
       {"preemptible", job.preemptible ? "true" : "false"},

@@ -38,6 +38,11 @@ struct JobDescription {
   double epochs = 0;  // as given; 0 when the work was given in samples
   uint32_t min_replicas = 1;
   uint32_t max_replicas = 1;
+  // The size the job asks for when it cannot scale (fifo and tiresias run it
+  // at this size; kubedl-raw and hpa-raw ignore it): the Pollux row's
+  // num_replicas, else the optional `requested_replicas` field, default
+  // min_replicas; always within [min_replicas, max_replicas].
+  uint32_t requested_replicas = 1;
   uint32_t gpus_per_replica = 1;
   int32_t priority = 0;
   bool preemptible = true;
@@ -65,7 +70,7 @@ struct Workload {
 // How a Pollux workload row becomes a job:
 //   id = name, arrival = time, profile = application,
 //   work = the application's Pollux epoch budget x its dataset size,
-//   min_replicas = 1,
+//   min_replicas = 1, requested_replicas = num_replicas,
 //   max_replicas = min(max_replicas_cap, max_replicas_factor x num_replicas),
 //   local_batch_size = batch_size / num_replicas rounded to the nearest
 //     measured local batch (ratio scale; yolov3 capped at 8),
