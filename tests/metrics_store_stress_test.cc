@@ -211,9 +211,12 @@ TEST_CASE("two writers racing over overlapping steps of one pod store each step 
 // Four writers, one pod each, send partial and overlapping step ranges of one
 // size (writer w: steps 100w .. kLast - 100w), every batch twice; and, two to
 // a pod, samples without step numbers of another job. A reader ticks and
-// reads progress meanwhile. The step span is fetch-min / fetch-max, so the
-// final count is exact and a reading never exceeds it; each pod is counted
-// once among the unstepped pods however writers race on its bit.
+// reads progress meanwhile. The job's first step was reported before the
+// race (steps below a job's first report are not known to have run, see
+// metrics_store.h); from there each batch's credit is the CAS that raised
+// the job's mark, so credits are disjoint, the final count is exact and a
+// reading never exceeds it; each pod is counted once among the unstepped
+// pods however writers race on its bit.
 TEST_CASE("writers racing over progress marks leave the exact step span and pod count",
           "[concurrency]") {
   constexpr int kProgressWriters = 4;
@@ -223,6 +226,13 @@ TEST_CASE("writers racing over progress marks leave the exact step span and pod 
   rescale::MetricsStore store;
   REQUIRE(store.AddJob("progress/stepped", 8, 32).ok());
   REQUIRE(store.AddJob("progress/unstepped", 8, 32).ok());
+  rescale::StepSample start;
+  start.job_id = "progress/stepped";
+  start.pod = "starter";
+  start.world_size = 4;
+  start.step_seconds = 0.25;
+  start.step = 0;
+  REQUIRE(store.Ingest(std::span(&start, 1), clock.Now()).accepted == 1);
   std::atomic<bool> writers_done{false};
   // Writers start once the reader has read once, so reads overlap writes
   // however the threads are scheduled (the test is short).
