@@ -536,6 +536,29 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   return model;
 }
 
+ThroughputModel ThroughputModel::FromShares(const ScalingShares& shares,
+                                            const ModelOptions& options) {
+  ThroughputModel model;
+  auto share = [](double v) { return Finite(v) ? std::max(0.0, v) : 0.0; };
+  model.empty_ = false;
+  model.compute_seconds_ = 1;
+  model.sync_base_seconds_ = share(shares.sync_base);
+  model.sync_per_worker_seconds_ = share(shares.sync_per_worker);
+  model.node_sync_seconds_ = share(shares.node_sync);
+  model.node_sync_per_colocated_seconds_ = share(shares.node_sync_per_colocated);
+  model.gpus_per_replica_ = std::max<uint32_t>(options.gpus_per_replica, 1);
+  model.gpus_per_node_ = options.gpus_per_node;
+  model.local_batch_ = 1;
+  return model;
+}
+
+ScalingShares ThroughputModel::shares() const {
+  if (empty_ || !(compute_seconds_ > 0)) return {};
+  return {sync_base_seconds_ / compute_seconds_, sync_per_worker_seconds_ / compute_seconds_,
+          node_sync_seconds_ / compute_seconds_,
+          node_sync_per_colocated_seconds_ / compute_seconds_};
+}
+
 double ThroughputModel::StepSeconds(uint32_t n) const {
   if (empty_ || n == 0) return 0;
   return Dot(Basis(n, Packed(n, gpus_per_replica_, gpus_per_node_)),
@@ -571,6 +594,7 @@ std::string ThroughputModel::Describe() const {
   for (const Anchor& anchor : anchors_) {
     absl::StrAppend(&sizes, sizes.empty() ? "" : ",", anchor.replicas);
   }
+  if (sizes.empty()) sizes = "none (relative shape, not fitted)";
   // The node term is shown only when the model knows node boundaries.
   const std::string across_nodes =
       gpus_per_node_ == 0 ? std::string()

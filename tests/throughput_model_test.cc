@@ -721,3 +721,53 @@ TEST_CASE("the model fitted at <= 4 GPUs predicts the Pollux traces at 8 and 16"
 
 }  // namespace
 }  // namespace rescale
+
+namespace rescale {
+namespace {
+
+// The shares of the model fitted to every placements.csv row of one app (1 to
+// 16 GPUs on 1 to 4 nodes, with their node counts) at the validation's batch.
+ScalingShares FittedShares(const std::string& app) {
+  const std::vector<Measurement> all = LoadApp(app);
+  const int batch = ChooseBatch(all, kMaxFitSize, TieBreak::kMedian);
+  std::vector<Observation> observed;
+  for (const Measurement& m : all) {
+    if (m.nodes > 4 || m.local_bsz != batch) continue;
+    Observation o;
+    o.replicas = m.replicas;
+    o.step_seconds = m.step_seconds;
+    o.spread_seconds = 0.05 * m.step_seconds;
+    o.sample_count = 20;
+    o.mean_batch = m.local_bsz;
+    o.nodes = m.nodes;
+    observed.push_back(o);
+  }
+  ModelOptions options;
+  options.gpus_per_node = kTraceGpusPerNode;
+  return ThroughputModel::Fit(observed, {}, options).shares();
+}
+
+TEST_CASE("the default prior is the median of the shares fitted to the six Pollux apps",
+          "[model]") {
+  std::vector<double> base, per_worker, node, colocated;
+  for (const std::string& app : kApps) {
+    const ScalingShares s = FittedShares(app);
+    std::cout << absl::StrFormat("%-12s sync_base %.4f per_worker %.4f node %.4f colocated %.4f\n",
+                                 app, s.sync_base, s.sync_per_worker, s.node_sync,
+                                 s.node_sync_per_colocated);
+    base.push_back(s.sync_base);
+    per_worker.push_back(s.sync_per_worker);
+    node.push_back(s.node_sync);
+    colocated.push_back(s.node_sync_per_colocated);
+  }
+  std::cout << absl::StrFormat("median       sync_base %.4f per_worker %.4f node %.4f colocated %.4f\n",
+                               Median(base), Median(per_worker), Median(node), Median(colocated));
+  // The constants are these medians rounded to 3 significant digits.
+  CHECK(kDefaultPriorShares.sync_base == Approx(Median(base)).epsilon(0.005));
+  CHECK(kDefaultPriorShares.sync_per_worker == Approx(Median(per_worker)).epsilon(0.005));
+  CHECK(kDefaultPriorShares.node_sync == Approx(Median(node)).epsilon(0.005));
+  CHECK(kDefaultPriorShares.node_sync_per_colocated == Approx(Median(colocated)).epsilon(0.005));
+}
+
+}  // namespace
+}  // namespace rescale
