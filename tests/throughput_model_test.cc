@@ -760,8 +760,9 @@ TEST_CASE("the default prior is the median of the shares fitted to the six Pollu
     node.push_back(s.node_sync);
     colocated.push_back(s.node_sync_per_colocated);
   }
-  std::cout << absl::StrFormat("median       sync_base %.4f per_worker %.4f node %.4f colocated %.4f\n",
-                               Median(base), Median(per_worker), Median(node), Median(colocated));
+  std::cout << absl::StrFormat(
+      "median       sync_base %.4f per_worker %.4f node %.4f colocated %.4f\n", Median(base),
+      Median(per_worker), Median(node), Median(colocated));
   // The constants are these medians rounded to 3 significant digits.
   CHECK(kDefaultPriorShares.sync_base == Approx(Median(base)).epsilon(0.005));
   CHECK(kDefaultPriorShares.sync_per_worker == Approx(Median(per_worker)).epsilon(0.005));
