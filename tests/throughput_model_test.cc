@@ -259,6 +259,19 @@ TEST_CASE("prior points inform sizes without observations", "[model]") {
     const ThroughputModel model = FitOnly({Observe(1, 0.2), Observe(4, 0.25)}, prior);
     CHECK(model.SamplesPerSecond(4) == Approx(4 * kBatch / 0.25).epsilon(0.03));
   }
+  SECTION("a prior point a measurement contradicts is dropped") {
+    // Flat at 1 and 2 (0.2 s, then 0.4 s per step): a linear prior at 4
+    // would need a 0.2 s step there, shorter than the measured 0.4 s at 2.
+    const std::vector<CurvePoint> prior = {{.replicas = 4, .samples_per_second = 4 * kBatch / 0.2}};
+    const ThroughputModel with_prior = FitOnly({Observe(1, 0.2), Observe(2, 0.4)}, prior);
+    const ThroughputModel without = FitOnly({Observe(1, 0.2), Observe(2, 0.4)});
+    CHECK(with_prior.SamplesPerSecond(4) == Approx(without.SamplesPerSecond(4)));
+    // One it does not contradict (4 at 0.5 s) still counts.
+    const std::vector<CurvePoint> agrees = {
+        {.replicas = 4, .samples_per_second = 4 * kBatch / 0.5}};
+    CHECK(FitOnly({Observe(1, 0.2), Observe(2, 0.4)}, agrees).SamplesPerSecond(4) !=
+          Approx(without.SamplesPerSecond(4)));
+  }
   SECTION("a prior beyond the observed sizes bends the extrapolation") {
     const std::vector<Observation> observed = {Observe(1, 0.2), Observe(2, 0.22)};
     const std::vector<CurvePoint> prior = {
