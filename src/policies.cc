@@ -90,6 +90,14 @@ std::string Reach(const JobSpec& spec, uint32_t largest_trusted) {
   return absl::StrFormat("2x the largest measured size (%d)", largest_trusted);
 }
 
+// Reach, or the spare GPUs when they open more than the evidence does.
+std::string SpareOr(const JobSpec& spec, uint32_t evidence, uint32_t cap,
+                    uint32_t largest_trusted) {
+  if (cap <= evidence) return Reach(spec, largest_trusted);
+  return absl::StrFormat("on GPUs no other job can claim; its evidence reaches %d: %s", evidence,
+                         Reach(spec, largest_trusted));
+}
+
 PolicyDecision Hold(const PolicyInput& in, uint32_t replicas, BindingConstraint binding,
                     std::string reason) {
   return {replicas, binding, std::move(reason), *in.memory};
@@ -404,6 +412,10 @@ class EfficiencyPolicy final : public Policy {
 //    up reveal its curve before the planner gives it more than its share
 //    (two jobs started at half the cluster each would never learn which
 //    one scales);
+//  * for a job with evidence, as many replicas as the spare GPUs hold when
+//    that is more than ExplorationCap: a step on GPUs no other job could use
+//    risks only its restart, which the planner's objective already weighs
+//    against the gain the curve predicts;
 //  * the current size while that size still lacks samples.
 // Guard is not applied: cooldown and restart cost are levels 3 and 4 of the
 // planner's objective.
@@ -413,11 +425,12 @@ class PlannerPolicy final : public Policy {
   PolicyDecision Decide(const PolicyInput& in) const override {
     const JobSpec& spec = *in.spec;
     const uint32_t largest = LargestTrusted(in);
+    const uint64_t gpus = std::max<uint32_t>(spec.gpus_per_replica, 1);
+    const uint32_t spare = Clamp(
+        spec, static_cast<int64_t>(std::min<uint64_t>(in.spare_gpus / gpus, spec.max_replicas)));
     if (!IsRunning(*in.status)) {
       if (largest == 0 && LargestPriorSize(spec) == 0) {
-        const uint64_t gpus = std::max<uint32_t>(spec.gpus_per_replica, 1);
-        const uint32_t start = Clamp(spec, static_cast<int64_t>(std::min<uint64_t>(
-                                               in.spare_gpus / gpus, spec.max_replicas)));
+        const uint32_t start = spare;
         if (start <= spec.min_replicas) {
           return Hold(
               in, spec.min_replicas, BindingConstraint::kMinReplicas,
@@ -433,19 +446,21 @@ class PlannerPolicy final : public Policy {
                                     "default prior (the median scaling of six measured models)",
                                     start));
       }
-      const uint32_t cap = ExplorationCap(spec, largest, /*running_replicas=*/0);
-      return Hold(
-          in, cap,
-          cap < spec.max_replicas ? BindingConstraint::kInsufficientData
-                                  : BindingConstraint::kMaxReplicas,
-          absl::StrFormat("may start at up to %d replicas (%s)", cap, Reach(spec, largest)));
+      const uint32_t evidence = ExplorationCap(spec, largest, /*running_replicas=*/0);
+      const uint32_t cap = std::max(evidence, spare);
+      return Hold(in, cap,
+                  cap < spec.max_replicas ? BindingConstraint::kInsufficientData
+                                          : BindingConstraint::kMaxReplicas,
+                  absl::StrFormat("may start at up to %d replicas (%s)", cap,
+                                  SpareOr(spec, evidence, cap, largest)));
     }
     if (auto wait = NeedsData(in)) return *wait;
-    const uint32_t cap = ExplorationCap(spec, largest, RunningReplicas(*in.status));
+    const uint32_t evidence = ExplorationCap(spec, largest, RunningReplicas(*in.status));
+    const uint32_t cap = std::max(evidence, spare);
     if (cap < spec.max_replicas) {
       return Hold(in, cap, BindingConstraint::kInsufficientData,
                   absl::StrFormat("explores gradually: at most %d replicas, %s", cap,
-                                  Reach(spec, largest)));
+                                  SpareOr(spec, evidence, cap, largest)));
     }
     return Hold(in, cap, BindingConstraint::kMaxReplicas,
                 absl::StrFormat("the planner may use up to max_replicas=%d", cap));

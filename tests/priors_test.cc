@@ -3,7 +3,8 @@
 // job has a prior the engine's plan is the brute-force optimum of the
 // planner's objective on the curve the server reports; a job without data
 // starts on spare GPUs at the size the default prior makes best, and at
-// min_replicas where jobs compete; measured data override a prior that
+// min_replicas where jobs compete; a running job steps beyond 2x its
+// measured size only onto spare GPUs; measured data override a prior that
 // disagrees; a size whose samples aged out of the window still counts as
 // measured. Driven by a ManualClock; the brute force enumerates every plan.
 #include <algorithm>
@@ -90,13 +91,22 @@ TEST_CASE("a lone job with a linear prior on an idle 8-GPU cluster gets 8 GPUs a
   CHECK(rec.action == Action::kScaleUp);
 
   // A prior that stops at 4 opens the range up to 4, not beyond: beyond its
-  // points a prior is an extrapolation like any other.
+  // points a prior is an extrapolation like any other. Alone, the job may
+  // also use the GPUs no other job could claim; next to a job that could
+  // claim them all, the prior's range is what it has.
   JobSpec shorter = Spec("ns/short", 1, 8);
   shorter.prior = LinearPrior({1, 2, 4});
-  auto other = MustCreate(EngineOptions{}, &clock);
-  other->SetCapacity(8);
-  MustRegister(*other, shorter);
-  const Recommendation capped = MustRecommendation(*other, "ns/short");
+  auto alone = MustCreate(EngineOptions{}, &clock);
+  alone->SetCapacity(8);
+  MustRegister(*alone, shorter);
+  const Recommendation spare = MustRecommendation(*alone, "ns/short");
+  CHECK(spare.replicas == 8);
+
+  auto shared = MustCreate(EngineOptions{}, &clock);
+  shared->SetCapacity(8);
+  MustRegister(*shared, shorter);
+  MustRegister(*shared, Spec("ns/other", 1, 8));
+  const Recommendation capped = MustRecommendation(*shared, "ns/short");
   CHECK(capped.replicas == 4);
   CHECK_THAT(capped.reason, Contains("prior covers up to 4"));
 }
@@ -235,6 +245,28 @@ TEST_CASE("a job without data starts on spare GPUs where the default prior says 
     MustRegister(*engine, Spec("ns/new", 2, 8));
     CHECK(MustRecommendation(*engine, "ns/new").replicas == 2);
   }
+}
+
+TEST_CASE("a running job steps beyond 2x its measured size onto GPUs no other job can claim") {
+  ManualClock clock;
+  auto engine = MustCreate(EngineOptions{}, &clock);
+  engine->SetCapacity(16);
+  MustRegister(*engine, Spec("ns/job", 1, 16));
+  MustRegister(*engine, Spec("ns/other", 1, 16));
+  const Recommendation first = MustRecommendation(*engine, "ns/job");
+  REQUIRE(first.replicas == 1);  // they compete: both start at min
+  REQUIRE(engine->ReportApplied("ns/job", 1, false, first.generation).ok());
+  Measure(*engine, "ns/job", 1, 0.2);
+  engine->Replan();
+  // ns/other could still claim every GPU: 2x the measured size.
+  Recommendation rec = MustRecommendation(*engine, "ns/job");
+  CHECK(rec.replicas == 2);
+  CHECK_THAT(rec.reason, Contains("2x the largest measured size (1)"));
+  // Once it is gone the GPUs are spare, and the restart is all a larger
+  // step risks: the planner weighs it against the predicted gain.
+  REQUIRE(engine->DeregisterJob("ns/other").ok());
+  rec = MustRecommendation(*engine, "ns/job");
+  CHECK(rec.replicas == 16);
 }
 
 // ---- measured data override a prior ----------------------------------------------

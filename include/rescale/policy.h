@@ -27,10 +27,11 @@
 // applied change, and restart cost (scale up only when RestartPaysOff: the
 // predicted gain over the horizon repays the lost progress). planner applies
 // only the first two, as the range it gives the cluster planner; cooldown and
-// restart cost are part of the planner's objective. A planner job with no
-// measurement and no prior may start on spare GPUs at the size the default
-// prior (kDefaultPriorShares) makes best. The rules are in
-// rescale/job_rules.h.
+// restart cost are part of the planner's objective. On spare GPUs
+// (PolicyInput::spare_gpus) the planner policy opens more: a job with no
+// measurement and no prior may start at the size the default prior
+// (kDefaultPriorShares) makes best, and a job with evidence may use them all.
+// The rules are in rescale/job_rules.h.
 #ifndef RESCALE_POLICY_H_
 #define RESCALE_POLICY_H_
 
@@ -96,8 +97,9 @@ struct PolicyInput {
   // GPUs no other job could claim: the capacity minus every other job's
   // max_replicas x gpus_per_replica (0 when the capacity is unknown: no GPU
   // is known to be spare). The planner policy starts a job without data above
-  // min_replicas only on these, where a large start takes nothing another
-  // job could use and needs no restart (see PlannerPolicy in policies.cc).
+  // min_replicas, and lets a job step beyond its evidence, only on these,
+  // where the move takes nothing another job could use (see PlannerPolicy
+  // in policies.cc).
   uint64_t spare_gpus = 0;
 };
 
