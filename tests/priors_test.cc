@@ -166,14 +166,22 @@ TEST_CASE(
       MustRegister(*engine, spec);
     }
     // The instance as the planner sees it, from what the server reports:
-    // each job's range (min to its exploration cap) and its curve.
+    // each job's range (min to its exploration cap, or to the GPUs no other
+    // job could claim when they hold more) and its curve.
+    const std::vector<JobView> views = engine->ListJobs("");
+    uint64_t demand = 0;
+    for (const JobView& view : views) demand += view.spec.max_replicas * view.spec.gpus_per_replica;
     std::vector<PlannerJob> jobs;
     std::vector<uint32_t> planned;
-    for (const JobView& view : engine->ListJobs("")) {
+    for (const JobView& view : views) {
       PlannerJob job;
       job.job_id = view.spec.job_id;
       job.min_replicas = view.spec.min_replicas;
-      job.max_replicas = ExplorationCap(view.spec, 0, 0);
+      const uint64_t own = view.spec.max_replicas * view.spec.gpus_per_replica;
+      const uint64_t spare = capacity > demand - own ? capacity - (demand - own) : 0;
+      job.max_replicas = std::max<uint32_t>(
+          ExplorationCap(view.spec, 0, 0),
+          std::min<uint64_t>(spare / view.spec.gpus_per_replica, view.spec.max_replicas));
       job.gpus_per_replica = view.spec.gpus_per_replica;
       job.priority = view.spec.priority;
       job.restart_cost_seconds = view.spec.restart_cost_seconds;
@@ -184,6 +192,7 @@ TEST_CASE(
       }
       jobs.push_back(job);
       REQUIRE(view.recommendation.has_value());
+      CHECK(view.recommendation->replicas <= job.max_replicas);
       planned.push_back(view.recommendation->replicas);
     }
     ClusterPlannerOptions planner = options.planner;
