@@ -23,7 +23,10 @@ double ObservedSamplesPerSecond(uint32_t replicas, double mean_local_batch, doub
 uint32_t LargestPriorSize(const JobSpec& spec) {
   uint32_t largest = 0;
   for (const CurvePoint& p : spec.prior) {
-    // The same points ThroughputModel::Fit uses: one it ignores is no evidence.
+    // A point the fit cannot use (no positive, finite rate) is no evidence.
+    // One a measurement contradicts still opens the range: the fit drops it,
+    // so the curve there follows the measurements and the planner goes
+    // there only if they make it worthwhile.
     if (std::isfinite(p.samples_per_second) && p.samples_per_second > 0)
       largest = std::max(largest, p.replicas);
   }

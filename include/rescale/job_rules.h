@@ -45,7 +45,8 @@ double ObservedSamplesPerSecond(uint32_t replicas, double mean_local_batch, doub
 uint32_t ExplorationCap(const JobSpec& spec, uint32_t largest_trusted, uint32_t running_replicas);
 
 // The largest replica count among the job's usable prior points (a positive,
-// finite samples/s), 0 when it has none.
+// finite samples/s), 0 when it has none. Points a measurement contradicts
+// count (see job_rules.cc).
 uint32_t LargestPriorSize(const JobSpec& spec);
 
 // The smallest share of a resized job's throughput still counted over the
