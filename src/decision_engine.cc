@@ -121,6 +121,7 @@ DecisionEngine::Fitted DecisionEngine::Fit(const JobSpec& spec, absl::Time now) 
     o.step_seconds = s.step_seconds;
     o.spread_seconds = s.spread_seconds;
     o.sample_count = s.from_window ? s.sample_count : s.lifetime_count;
+    o.lifetime_count = s.lifetime_count;
     o.mean_batch = s.mean_batch;
     o.age_seconds = std::max(0.0, absl::ToDoubleSeconds(now - s.last_sample_at));
     fitted.observations.push_back(o);
@@ -447,6 +448,12 @@ void DecisionEngine::ReplanLocked() {
   std::vector<PlannerJob> planner_jobs;
   prepared.reserve(jobs_.size());
   planner_jobs.reserve(jobs_.size());
+  // Every job's largest claim on GPUs, for the spare GPUs each policy sees.
+  uint64_t demand_gpus = 0;
+  for (const auto& [id, entry] : jobs_) {
+    demand_gpus +=
+        uint64_t{entry.spec.max_replicas} * std::max<uint32_t>(entry.spec.gpus_per_replica, 1);
+  }
   for (auto& [id, entry] : jobs_) {
     Prepared p;
     p.spec = entry.spec;
@@ -462,6 +469,12 @@ void DecisionEngine::ReplanLocked() {
     policy_input.last_change_at = entry.last_change_at;
     policy_input.now = now;
     policy_input.options = policy_options;
+    const uint64_t own_gpus =
+        uint64_t{p.spec.max_replicas} * std::max<uint32_t>(p.spec.gpus_per_replica, 1);
+    const uint64_t others_gpus = demand_gpus - own_gpus;
+    // An unknown capacity has no GPUs known to be spare.
+    policy_input.spare_gpus =
+        capacity_gpus_ && *capacity_gpus_ > others_gpus ? *capacity_gpus_ - others_gpus : 0;
     p.wish = FindPolicy(p.spec.policy)->Decide(policy_input);
     entry.memory = p.wish.memory;
     p.planned_by_cluster = p.spec.policy == kPlannerPolicy;
@@ -481,19 +494,32 @@ void DecisionEngine::ReplanLocked() {
     job.restart_cost_seconds = p.spec.restart_cost_seconds;
     job.started_at = running ? entry.started_at : entry.status.registered_at;
     // What the jct objective ranks jobs by: remaining work when the job
-    // declared its size, else the service it has had.
+    // declared its size, else the service it has had; both in samples, which
+    // the planner turns into seconds with the curve. A job without a fitted
+    // curve has no rate to do that with: it counts as having had no service
+    // (least attained service puts new jobs first).
     const uint64_t processed = store_.SamplesProcessed(id);
-    job.attained_samples = static_cast<double>(processed);
-    if (p.spec.total_samples.has_value()) {
+    if (!fitted.model.empty()) job.attained_samples = static_cast<double>(processed);
+    if (p.spec.total_samples.has_value() && !fitted.model.empty()) {
       job.remaining_samples =
           static_cast<double>(*p.spec.total_samples > processed ? *p.spec.total_samples - processed
                                                                 : 0);
     }
     if (!running) job.waiting_seconds = std::max(0.0, absl::ToDoubleSeconds(now - job.started_at));
+    // A planner job with neither data nor prior: the default prior's curve
+    // (relative; the objective uses only ratios T(n)/T(min)), over the range
+    // the policy opened for its first start.
+    ThroughputModel default_prior;
+    if (p.planned_by_cluster && fitted.model.empty()) {
+      ModelOptions shape = options_.model;
+      shape.gpus_per_replica = std::max<uint32_t>(p.spec.gpus_per_replica, 1);
+      default_prior = ThroughputModel::FromShares(kDefaultPriorShares, shape);
+    }
+    const ThroughputModel& curve = fitted.model.empty() ? default_prior : fitted.model;
     for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
       // Planner jobs: predicted samples/s. Others: any rising curve, so the
       // planner grows them toward their wish when GPUs allow.
-      const double predicted = p.planned_by_cluster ? fitted.model.SamplesPerSecond(n) : 0;
+      const double predicted = p.planned_by_cluster ? curve.SamplesPerSecond(n) : 0;
       job.throughput.push_back(predicted > 0 ? predicted : double(n));
     }
     planner_jobs.push_back(std::move(job));

@@ -2,6 +2,7 @@
 #include "rescale/job_rules.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace rescale {
 
@@ -19,9 +20,23 @@ double ObservedSamplesPerSecond(uint32_t replicas, double mean_local_batch, doub
   return step_seconds > 0 ? replicas * mean_local_batch / step_seconds : 0;
 }
 
+uint32_t LargestPriorSize(const JobSpec& spec) {
+  uint32_t largest = 0;
+  for (const CurvePoint& p : spec.prior) {
+    // A point the fit cannot use (no positive, finite rate) is no evidence.
+    // One a measurement contradicts still opens the range: the fit drops it,
+    // so the curve there follows the measurements and the planner goes
+    // there only if they make it worthwhile.
+    if (std::isfinite(p.samples_per_second) && p.samples_per_second > 0)
+      largest = std::max(largest, p.replicas);
+  }
+  return largest;
+}
+
 uint32_t ExplorationCap(const JobSpec& spec, uint32_t largest_trusted, uint32_t running_replicas) {
   const uint64_t explored = largest_trusted == 0 ? 0 : 2 * uint64_t{largest_trusted};
-  const uint64_t cap = std::max<uint64_t>({spec.min_replicas, running_replicas, explored});
+  const uint64_t cap =
+      std::max<uint64_t>({spec.min_replicas, running_replicas, explored, LargestPriorSize(spec)});
   return static_cast<uint32_t>(std::min<uint64_t>(cap, spec.max_replicas));
 }
 

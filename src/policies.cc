@@ -64,12 +64,38 @@ double ObservedRate(const Observation& o) {
   return ObservedSamplesPerSecond(o.replicas, o.mean_batch, o.step_seconds);
 }
 
+// The largest size measured with enough samples, counting those that aged
+// out of the window: a size measured once is known (a bound on the curve),
+// so exploration never treats it as unexplored again.
 uint32_t LargestTrusted(const PolicyInput& in) {
   uint32_t largest = 0;
   for (const Observation& o : in.observed) {
-    if (o.sample_count >= in.options.min_samples) largest = std::max(largest, o.replicas);
+    if (std::max(o.sample_count, o.lifetime_count) >= in.options.min_samples)
+      largest = std::max(largest, o.replicas);
   }
   return largest;
+}
+
+// Why the exploration cap is where it is, for reasons people read: the
+// measured size (2x it) or the prior (its largest point), whichever reaches
+// further.
+std::string Reach(const JobSpec& spec, uint32_t largest_trusted) {
+  const uint32_t prior = LargestPriorSize(spec);
+  if (prior > 0 && prior >= 2 * uint64_t{largest_trusted}) {
+    return largest_trusted == 0
+               ? absl::StrFormat("its prior covers up to %d", prior)
+               : absl::StrFormat("its prior covers up to %d; the largest measured size is %d",
+                                 prior, largest_trusted);
+  }
+  return absl::StrFormat("2x the largest measured size (%d)", largest_trusted);
+}
+
+// Reach, or the spare GPUs when they open more than the evidence does.
+std::string SpareOr(const JobSpec& spec, uint32_t evidence, uint32_t cap,
+                    uint32_t largest_trusted) {
+  if (cap <= evidence) return Reach(spec, largest_trusted);
+  return absl::StrFormat("on GPUs no other job can claim; its evidence reaches %d: %s", evidence,
+                         Reach(spec, largest_trusted));
 }
 
 PolicyDecision Hold(const PolicyInput& in, uint32_t replicas, BindingConstraint binding,
@@ -112,9 +138,8 @@ PolicyDecision Guard(const PolicyInput& in, PolicyDecision wish) {
   if (wish.replicas > explore_limit) {
     wish.replicas = explore_limit;
     wish.binding = BindingConstraint::kInsufficientData;
-    wish.reason = absl::StrFormat(
-        "explores gradually: at most 2x the largest measured size (%d) in one step; %s", largest,
-        wish.reason);
+    wish.reason = absl::StrFormat("explores gradually: at most %d replicas in one step, %s; %s",
+                                  explore_limit, Reach(spec, largest), wish.reason);
   }
   if (wish.replicas == current) return wish;
 
@@ -372,37 +397,70 @@ class EfficiencyPolicy final : public Policy {
 
 // Rescale's default: the cluster planner (cluster_planner.h) decides every
 // planner job's size jointly. Per job, this policy only states the range the
-// planner may use: from min_replicas up to ExplorationCap (2x the largest
-// measured size; min_replicas without data), or the current size while that
-// size still lacks samples. Guard is not applied: cooldown and restart cost
-// are levels 3 and 4 of the planner's objective.
+// planner may use, from min_replicas up to:
+//  * ExplorationCap: 2x the largest measured size or the prior's largest
+//    size, whichever is larger (priors are evidence: the planner may put the
+//    job anywhere in their range at once);
+//  * for a job that is not running and has neither, as many replicas as
+//    the spare GPUs (PolicyInput::spare_gpus: those no other job could
+//    claim) hold: its first start costs no restart, so the engine shows the
+//    planner the default prior's curve (kDefaultPriorShares) and the
+//    planner's objective picks the start size by that expected throughput,
+//    instead of starting at min_replicas and doubling its way up. Only on
+//    spare GPUs: one measured size says nothing about how a job scales, so
+//    where jobs compete for GPUs each starts at min_replicas and its steps
+//    up reveal its curve before the planner gives it more than its share
+//    (two jobs started at half the cluster each would never learn which
+//    one scales);
+//  * for a job with evidence, as many replicas as the spare GPUs hold when
+//    that is more than ExplorationCap: a step on GPUs no other job could use
+//    risks only its restart, which the planner's objective already weighs
+//    against the gain the curve predicts;
+//  * the current size while that size still lacks samples.
+// Guard is not applied: cooldown and restart cost are levels 3 and 4 of the
+// planner's objective.
 class PlannerPolicy final : public Policy {
  public:
   std::string_view name() const override { return "planner"; }
   PolicyDecision Decide(const PolicyInput& in) const override {
     const JobSpec& spec = *in.spec;
+    const uint32_t largest = LargestTrusted(in);
+    const uint64_t gpus = std::max<uint32_t>(spec.gpus_per_replica, 1);
+    const uint32_t spare = Clamp(
+        spec, static_cast<int64_t>(std::min<uint64_t>(in.spare_gpus / gpus, spec.max_replicas)));
     if (!IsRunning(*in.status)) {
-      const uint32_t largest = LargestTrusted(in);
-      const uint32_t cap = ExplorationCap(spec, largest, /*running_replicas=*/0);
-      if (largest == 0) {
-        return Hold(in, cap, BindingConstraint::kMinReplicas,
-                    absl::StrFormat("no measurements yet: starts at min_replicas=%d", cap));
+      if (largest == 0 && LargestPriorSize(spec) == 0) {
+        const uint32_t start = spare;
+        if (start <= spec.min_replicas) {
+          return Hold(
+              in, spec.min_replicas, BindingConstraint::kMinReplicas,
+              absl::StrFormat("no measurements yet: starts at min_replicas=%d (other "
+                              "jobs may claim the rest of the GPUs) and explores from there",
+                              spec.min_replicas));
+        }
+        return Hold(in, start,
+                    start < spec.max_replicas ? BindingConstraint::kInsufficientData
+                                              : BindingConstraint::kMaxReplicas,
+                    absl::StrFormat("no measurements or prior yet: may start at up to %d "
+                                    "replicas, on GPUs no other job can claim, sized by the "
+                                    "default prior (the median scaling of six measured models)",
+                                    start));
       }
-      return Hold(
-          in, cap,
-          cap < spec.max_replicas ? BindingConstraint::kInsufficientData
-                                  : BindingConstraint::kMaxReplicas,
-          absl::StrFormat("may start at up to %d replicas (2x the largest measured size)", cap));
+      const uint32_t evidence = ExplorationCap(spec, largest, /*running_replicas=*/0);
+      const uint32_t cap = std::max(evidence, spare);
+      return Hold(in, cap,
+                  cap < spec.max_replicas ? BindingConstraint::kInsufficientData
+                                          : BindingConstraint::kMaxReplicas,
+                  absl::StrFormat("may start at up to %d replicas (%s)", cap,
+                                  SpareOr(spec, evidence, cap, largest)));
     }
     if (auto wait = NeedsData(in)) return *wait;
-    const uint32_t largest = LargestTrusted(in);
-    const uint32_t cap = ExplorationCap(spec, largest, RunningReplicas(*in.status));
+    const uint32_t evidence = ExplorationCap(spec, largest, RunningReplicas(*in.status));
+    const uint32_t cap = std::max(evidence, spare);
     if (cap < spec.max_replicas) {
-      return Hold(
-          in, cap, BindingConstraint::kInsufficientData,
-          absl::StrFormat("explores gradually: at most %d replicas, 2x the largest measured "
-                          "size (%d)",
-                          cap, largest));
+      return Hold(in, cap, BindingConstraint::kInsufficientData,
+                  absl::StrFormat("explores gradually: at most %d replicas, %s", cap,
+                                  SpareOr(spec, evidence, cap, largest)));
     }
     return Hold(in, cap, BindingConstraint::kMaxReplicas,
                 absl::StrFormat("the planner may use up to max_replicas=%d", cap));

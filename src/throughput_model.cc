@@ -66,17 +66,18 @@
 // strength does not grow with time). Prior points are rows too, with their
 // stated relative uncertainty (kDefaultPriorRelativeError when none), at the
 // sizes that have no observation: a measurement replaces the prior at its
-// size, and elsewhere a prior point shapes the extrapolation as much as its
-// uncertainty allows (a 10% prior weighs about a twenty-fifth of a typical
-// observation). We do not down-weight outliers: the store already reduces
-// each size to a robust central step time, and a model in n alone cannot
-// tell an outlying size from a real change in scaling. The per-pod batch is
-// the weighted mean of the observations' mean_batch; step times are not
-// rescaled for batch changes (recency weighting retires the old batch).
-// Prior. Published schedulers assume near-linear scaling without data
-// (Pollux: linear until profiled). We add four weak ridge rows saying
-// sync_base ~ 5% and sync_per_worker ~ 0.2% of compute, and likewise
-// node_sync ~ 5% and node_sync_per_colocated ~ 0.2% (sigma = 20% of the
+// size; a prior point a measurement contradicts (a step shorter than one
+// measured at fewer workers, or longer than one measured at more, beyond
+// kPriorContradictionSigmas of its uncertainty: impossible with step time
+// non-decreasing in n) is dropped; and elsewhere a prior point shapes the
+// extrapolation as much as its uncertainty allows (a 10% prior weighs about
+// a twenty-fifth of a typical observation). We do not down-weight outliers: the store already
+// reduces each size to a robust central step time, and a model in n alone cannot tell an outlying
+// size from a real change in scaling. The per-pod batch is the weighted mean of the observations'
+// mean_batch; step times are not rescaled for batch changes (recency weighting retires the old
+// batch). Prior. Published schedulers assume near-linear scaling without data (Pollux: linear until
+// profiled). We add four weak ridge rows saying sync_base ~ 5% and sync_per_worker ~ 0.2% of
+// compute, and likewise node_sync ~ 5% and node_sync_per_colocated ~ 0.2% (sigma = 20% of the
 // reference step): they decide only what the data leave undetermined (with
 // one size, all of the compute/sync split; with sizes 1 and 2, the slope;
 // with no placement across nodes, the cross-node cost)
@@ -123,6 +124,9 @@ constexpr double kModelErrorFloor = 0.02;
 constexpr double kDefaultPriorRelativeError = 0.10;
 // Smallest relative error a prior point can claim (it is not a measurement).
 constexpr double kMinPriorRelativeError = 0.05;
+// A prior point off by more than this many of its relative errors in the
+// impossible direction from a measurement is dropped (see Fit).
+constexpr double kPriorContradictionSigmas = 2.0;
 // Near-linear prior: sync costs this share of compute on reaching 2 workers,
 // and this much more per worker after that.
 constexpr double kPriorSyncBaseShare = 0.05;
@@ -437,6 +441,23 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
     return std::any_of(measured.begin(), measured.end(),
                        [&](const Measured& m) { return m.replicas == n; });
   };
+  // A prior point a measurement contradicts: with step time never falling as
+  // workers are added (the model's one structural assumption), it claims a
+  // step shorter than one measured at fewer workers, or longer than one
+  // measured at more, by more than kPriorContradictionSigmas of its stated
+  // uncertainty. Only packed measurements compare (a spread placement is
+  // slower than the packed one the prior describes).
+  auto contradicted = [&](double n, const Placement& where, double step, double relative) {
+    const double slack = 1 + kPriorContradictionSigmas * relative;
+    for (const Measured& m : measured) {
+      if (m.where.nodes != Packed(m.replicas, gpus_per_replica, options.gpus_per_node).nodes ||
+          where.nodes != Packed(n, gpus_per_replica, options.gpus_per_node).nodes)
+        continue;
+      if (m.replicas < n && step * slack < m.step) return true;
+      if (m.replicas > n && step > m.step * slack) return true;
+    }
+    return false;
+  };
   for (const CurvePoint& p : prior) {
     if (p.replicas == 0 || !Finite(p.samples_per_second) || !(p.samples_per_second > 0)) continue;
     // A measurement replaces the prior at its size: the prior was a guess
@@ -448,9 +469,13 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
     if (Finite(p.uncertainty) && p.uncertainty > 0) {
       relative = std::max(kMinPriorRelativeError, p.uncertainty / p.samples_per_second);
     }
-    prior_steps.push_back({static_cast<double>(p.replicas),
-                           Packed(p.replicas, gpus_per_replica, options.gpus_per_node), step,
-                           1.0 / (relative * relative)});
+    // ...and overrides it where they disagree: a contradicted point would
+    // otherwise pull the fit away from the measurements (a linear prior at 8
+    // against a flat measurement at 4 moved the fit 15% off the measured 4).
+    const Placement where = Packed(p.replicas, gpus_per_replica, options.gpus_per_node);
+    if (contradicted(p.replicas, where, step, relative)) continue;
+    prior_steps.push_back(
+        {static_cast<double>(p.replicas), where, step, 1.0 / (relative * relative)});
   }
   if (measured.empty() && prior_steps.empty()) return model;
 
@@ -536,6 +561,29 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   return model;
 }
 
+ThroughputModel ThroughputModel::FromShares(const ScalingShares& shares,
+                                            const ModelOptions& options) {
+  ThroughputModel model;
+  auto share = [](double v) { return Finite(v) ? std::max(0.0, v) : 0.0; };
+  model.empty_ = false;
+  model.compute_seconds_ = 1;
+  model.sync_base_seconds_ = share(shares.sync_base);
+  model.sync_per_worker_seconds_ = share(shares.sync_per_worker);
+  model.node_sync_seconds_ = share(shares.node_sync);
+  model.node_sync_per_colocated_seconds_ = share(shares.node_sync_per_colocated);
+  model.gpus_per_replica_ = std::max<uint32_t>(options.gpus_per_replica, 1);
+  model.gpus_per_node_ = options.gpus_per_node;
+  model.local_batch_ = 1;
+  return model;
+}
+
+ScalingShares ThroughputModel::shares() const {
+  if (empty_ || !(compute_seconds_ > 0)) return {};
+  return {sync_base_seconds_ / compute_seconds_, sync_per_worker_seconds_ / compute_seconds_,
+          node_sync_seconds_ / compute_seconds_,
+          node_sync_per_colocated_seconds_ / compute_seconds_};
+}
+
 double ThroughputModel::StepSeconds(uint32_t n) const {
   if (empty_ || n == 0) return 0;
   return Dot(Basis(n, Packed(n, gpus_per_replica_, gpus_per_node_)),
@@ -571,6 +619,7 @@ std::string ThroughputModel::Describe() const {
   for (const Anchor& anchor : anchors_) {
     absl::StrAppend(&sizes, sizes.empty() ? "" : ",", anchor.replicas);
   }
+  if (sizes.empty()) sizes = "none (relative shape, not fitted)";
   // The node term is shown only when the model knows node boundaries.
   const std::string across_nodes =
       gpus_per_node_ == 0 ? std::string()

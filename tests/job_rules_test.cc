@@ -71,6 +71,29 @@ TEST_CASE("exploration cap: 2x the largest trusted size within [min, max], never
   CHECK(ExplorationCap(Spec(1, huge), huge, 0) == huge);
 }
 
+TEST_CASE("exploration cap: a prior counts like a measured size, up to its largest point",
+          "[rules]") {
+  JobSpec spec = Spec(1, 64);
+  spec.prior = {{.replicas = 2, .samples_per_second = 200},
+                {.replicas = 16, .samples_per_second = 1600}};
+  CHECK(LargestPriorSize(spec) == 16);
+  // Without measurements the job may go anywhere in the prior's range at once.
+  CHECK(ExplorationCap(spec, 0, 0) == 16);
+  // Whichever reaches further: the prior, or 2x the largest measured size.
+  CHECK(ExplorationCap(spec, 4, 4) == 16);
+  CHECK(ExplorationCap(spec, 12, 12) == 24);
+  // Still within [min, max].
+  spec.max_replicas = 8;
+  CHECK(ExplorationCap(spec, 0, 0) == 8);
+  // A point the model ignores (no positive, finite rate) is no evidence.
+  JobSpec unusable = Spec(1, 64);
+  unusable.prior = {
+      {.replicas = 32, .samples_per_second = 0},
+      {.replicas = 48, .samples_per_second = std::numeric_limits<double>::quiet_NaN()}};
+  CHECK(LargestPriorSize(unusable) == 0);
+  CHECK(ExplorationCap(unusable, 0, 0) == 1);
+}
+
 TEST_CASE("exploration cap agrees with both formulas it replaced where they agreed", "[rules]") {
   // The guard of kubedl/hpa/efficiency capped a running job at
   // min(max(min, 2 max(largest, 1)), max); the planner policy at

@@ -259,6 +259,19 @@ TEST_CASE("prior points inform sizes without observations", "[model]") {
     const ThroughputModel model = FitOnly({Observe(1, 0.2), Observe(4, 0.25)}, prior);
     CHECK(model.SamplesPerSecond(4) == Approx(4 * kBatch / 0.25).epsilon(0.03));
   }
+  SECTION("a prior point a measurement contradicts is dropped") {
+    // Flat at 1 and 2 (0.2 s, then 0.4 s per step): a linear prior at 4
+    // would need a 0.2 s step there, shorter than the measured 0.4 s at 2.
+    const std::vector<CurvePoint> prior = {{.replicas = 4, .samples_per_second = 4 * kBatch / 0.2}};
+    const ThroughputModel with_prior = FitOnly({Observe(1, 0.2), Observe(2, 0.4)}, prior);
+    const ThroughputModel without = FitOnly({Observe(1, 0.2), Observe(2, 0.4)});
+    CHECK(with_prior.SamplesPerSecond(4) == Approx(without.SamplesPerSecond(4)));
+    // One it does not contradict (4 at 0.5 s) still counts.
+    const std::vector<CurvePoint> agrees = {
+        {.replicas = 4, .samples_per_second = 4 * kBatch / 0.5}};
+    CHECK(FitOnly({Observe(1, 0.2), Observe(2, 0.4)}, agrees).SamplesPerSecond(4) !=
+          Approx(without.SamplesPerSecond(4)));
+  }
   SECTION("a prior beyond the observed sizes bends the extrapolation") {
     const std::vector<Observation> observed = {Observe(1, 0.2), Observe(2, 0.22)};
     const std::vector<CurvePoint> prior = {
@@ -717,6 +730,57 @@ TEST_CASE("the model fitted at <= 4 GPUs predicts the Pollux traces at 8 and 16"
   // every app, which no model whose step time is non-decreasing in n can
   // follow; guard against a blow-up.
   CHECK(median16 <= 0.7);
+}
+
+}  // namespace
+}  // namespace rescale
+
+namespace rescale {
+namespace {
+
+// The shares of the model fitted to every placements.csv row of one app (1 to
+// 16 GPUs on 1 to 4 nodes, with their node counts) at the validation's batch.
+ScalingShares FittedShares(const std::string& app) {
+  const std::vector<Measurement> all = LoadApp(app);
+  const int batch = ChooseBatch(all, kMaxFitSize, TieBreak::kMedian);
+  std::vector<Observation> observed;
+  for (const Measurement& m : all) {
+    if (m.nodes > 4 || m.local_bsz != batch) continue;
+    Observation o;
+    o.replicas = m.replicas;
+    o.step_seconds = m.step_seconds;
+    o.spread_seconds = 0.05 * m.step_seconds;
+    o.sample_count = 20;
+    o.mean_batch = m.local_bsz;
+    o.nodes = m.nodes;
+    observed.push_back(o);
+  }
+  ModelOptions options;
+  options.gpus_per_node = kTraceGpusPerNode;
+  return ThroughputModel::Fit(observed, {}, options).shares();
+}
+
+TEST_CASE("the default prior is the median of the shares fitted to the six Pollux apps",
+          "[model]") {
+  std::vector<double> base, per_worker, node, colocated;
+  for (const std::string& app : kApps) {
+    const ScalingShares s = FittedShares(app);
+    std::cout << absl::StrFormat("%-12s sync_base %.4f per_worker %.4f node %.4f colocated %.4f\n",
+                                 app, s.sync_base, s.sync_per_worker, s.node_sync,
+                                 s.node_sync_per_colocated);
+    base.push_back(s.sync_base);
+    per_worker.push_back(s.sync_per_worker);
+    node.push_back(s.node_sync);
+    colocated.push_back(s.node_sync_per_colocated);
+  }
+  std::cout << absl::StrFormat(
+      "median       sync_base %.4f per_worker %.4f node %.4f colocated %.4f\n", Median(base),
+      Median(per_worker), Median(node), Median(colocated));
+  // The constants are these medians rounded to 3 significant digits.
+  CHECK(kDefaultPriorShares.sync_base == Approx(Median(base)).epsilon(0.005));
+  CHECK(kDefaultPriorShares.sync_per_worker == Approx(Median(per_worker)).epsilon(0.005));
+  CHECK(kDefaultPriorShares.node_sync == Approx(Median(node)).epsilon(0.005));
+  CHECK(kDefaultPriorShares.node_sync_per_colocated == Approx(Median(colocated)).epsilon(0.005));
 }
 
 }  // namespace

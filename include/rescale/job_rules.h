@@ -30,11 +30,24 @@ bool InNamespace(std::string_view job_id, std::string_view namespace_filter);
 // is not positive (nothing measured).
 double ObservedSamplesPerSecond(uint32_t replicas, double mean_local_batch, double step_seconds);
 
-// The largest size a job may take without having measured it: twice the
-// largest size with enough samples (`largest_trusted`, 0 = none), never below
-// min_replicas nor the size it runs at (`running_replicas`), never above
-// max_replicas. Without any trusted size the job starts at min_replicas.
+// The largest size a job's evidence lets it take: the larger of twice the
+// largest size measured with enough samples (`largest_trusted`, 0 = none;
+// samples that aged out of the window still count) and the largest size of
+// its prior (LargestPriorSize), never below min_replicas nor the size it runs
+// at (`running_replicas`), never above max_replicas. Priors count like
+// measurements: the job may go anywhere in its prior's range at once. Twice,
+// beyond a measured size, because that is how far the throughput model's
+// extrapolation is validated (its band covers the actual error at 2x the
+// largest fitted size in all six Pollux apps, at 4x in five of six; see
+// src/throughput_model.cc). Without any evidence this is min_replicas; the
+// planner policy then sizes the start with the default prior instead (see
+// rescale/policy.h).
 uint32_t ExplorationCap(const JobSpec& spec, uint32_t largest_trusted, uint32_t running_replicas);
+
+// The largest replica count among the job's usable prior points (a positive,
+// finite samples/s), 0 when it has none. Points a measurement contradicts
+// count (see job_rules.cc).
+uint32_t LargestPriorSize(const JobSpec& spec);
 
 // The smallest share of a resized job's throughput still counted over the
 // horizon, so a huge restart cost makes a resize nearly worthless rather than

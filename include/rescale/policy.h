@@ -20,13 +20,18 @@
 //   hpa          Kubernetes HPA semantics on scaling efficiency
 //   efficiency   the largest n whose marginal efficiency stays >= threshold
 // kubedl, hpa and efficiency go through the shared guards: exploration
-// (never beyond ExplorationCap, 2x the largest trusted size, in one step; no
-// data = min), insufficient data (hold until the current size has enough
-// samples), cooldown after each applied change, and restart cost (scale up
-// only when RestartPaysOff: the predicted gain over the horizon repays the
-// lost progress). planner applies only the first two, as the range it gives
-// the cluster planner; cooldown and restart cost are part of the planner's
-// objective. The rules are in rescale/job_rules.h.
+// (never beyond ExplorationCap in one step: 2x the largest trusted measured
+// size or the largest size of the job's prior, whichever is larger; a size
+// whose samples aged out of the window is still measured), insufficient data
+// (hold until the current size has enough samples), cooldown after each
+// applied change, and restart cost (scale up only when RestartPaysOff: the
+// predicted gain over the horizon repays the lost progress). planner applies
+// only the first two, as the range it gives the cluster planner; cooldown and
+// restart cost are part of the planner's objective. On spare GPUs
+// (PolicyInput::spare_gpus) the planner policy opens more: a job with no
+// measurement and no prior may start at the size the default prior
+// (kDefaultPriorShares) makes best, and a job with evidence may use them all.
+// The rules are in rescale/job_rules.h.
 #ifndef RESCALE_POLICY_H_
 #define RESCALE_POLICY_H_
 
@@ -89,6 +94,13 @@ struct PolicyInput {
   absl::Time last_change_at = absl::InfinitePast();
   absl::Time now;
   PolicyOptions options;  // with the job's parameters applied
+  // GPUs no other job could claim: the capacity minus every other job's
+  // max_replicas x gpus_per_replica (0 when the capacity is unknown: no GPU
+  // is known to be spare). The planner policy starts a job without data above
+  // min_replicas, and lets a job step beyond its evidence, only on these,
+  // where the move takes nothing another job could use (see PlannerPolicy
+  // in policies.cc).
+  uint64_t spare_gpus = 0;
 };
 
 struct PolicyDecision {

@@ -41,7 +41,35 @@ struct Observation {
   double age_seconds = 0;  // since its newest sample (0 = now)
   // Nodes the job spanned; 0 = unknown, assumed packed (ModelOptions).
   uint32_t nodes = 0;
+  // Samples ever measured at this size (>= sample_count; 0 = sample_count).
+  // Not used by the fit, which weighs what the window holds; exploration
+  // counts it, so a size whose samples aged out of the window is still
+  // known (see rescale/policy.h).
+  uint64_t lifetime_count = 0;
 };
+
+// The fitted form's sync costs as shares of compute (see throughput_model.cc):
+// step(n) = compute x (1 + [n>1](sync_base + sync_per_worker (n-2))
+//                     + [nodes>1](node_sync + node_sync_per_colocated (per_node-1))).
+struct ScalingShares {
+  double sync_base = 0;
+  double sync_per_worker = 0;
+  double node_sync = 0;
+  double node_sync_per_colocated = 0;
+};
+
+// The default prior: the median, over the six applications of the Pollux
+// traces (tests/data/pollux, T4 GPUs, 4 per node), of each share of the model
+// fitted to every measured placement at the app's median batch. Its scaling
+// is what a job without data is expected to show: efficiency 0.90 from 2
+// workers on while it stays on one node (the slope's median is 0: the ring's
+// cost saturates), and 0.46 once a full node's worth spans two or more (the
+// traces' median packed efficiency is 0.43 at 8 GPUs and 0.50 at 16). With
+// the node size unknown every size is one node, and the prior is the
+// near-linear 0.90 that published schedulers assume (Pollux: linear).
+// Derivation and check: "the default prior is the median of the shares
+// fitted to the six Pollux apps" in tests/throughput_model_test.cc.
+inline constexpr ScalingShares kDefaultPriorShares = {0.116, 0.0, 0.634, 0.147};
 
 struct ModelOptions {
   // Observations this old count half as much as fresh ones.
@@ -69,6 +97,14 @@ class ThroughputModel {
   static ThroughputModel Fit(std::span<const Observation> observations,
                              std::span<const CurvePoint> prior, const ModelOptions& options = {});
 
+  // A model of the shape `shares` in relative units: compute 1 s at a batch
+  // of 1, so SamplesPerSecond(n) is the speedup over one worker, placed as
+  // `options` packs replicas. With kDefaultPriorShares it is the default
+  // prior the planner sizes a job without any data by (only ratios of its
+  // curve matter to the planner's objective). No anchors: Uncertainty is the
+  // full band everywhere.
+  static ThroughputModel FromShares(const ScalingShares& shares, const ModelOptions& options = {});
+
   // Whether any observation or prior informed the fit.
   bool empty() const { return empty_; }
   // Step time at n workers, seconds (0 when empty).
@@ -80,6 +116,8 @@ class ThroughputModel {
   double Uncertainty(uint32_t n) const;
   // SamplesPerSecond(n) / (n x SamplesPerSecond(1)); 1 = linear.
   double Efficiency(uint32_t n) const;
+  // The fitted sync costs as shares of compute (all 0 when empty).
+  ScalingShares shares() const;
   // Largest size with enough observations (0 when none).
   uint32_t largest_observed() const { return largest_observed_; }
   // Root-mean-square log error of step time over the observations used.
