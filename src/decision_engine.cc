@@ -489,8 +489,18 @@ void DecisionEngine::ReplanLocked() {
     const bool running = IsRunning(entry.status);
     job.current_replicas = RunningReplicas(entry.status);
     job.suspended = entry.status.suspended;
+    absl::Duration cooldown = policy_options.cooldown;
+    if (p.planned_by_cluster) {
+      // The per-job policies steady themselves (restart cost, HPA windows);
+      // a planner job is steadied here: the more it changed lately, the
+      // longer it stays put (BackedOffCooldown).
+      int recent_changes = 0;
+      for (const auto& event : entry.memory.scale_events)
+        recent_changes += now - event.first < kCooldownMemory * cooldown;
+      cooldown = BackedOffCooldown(cooldown, recent_changes);
+    }
     job.in_cooldown = running && entry.last_change_at != absl::InfinitePast() &&
-                      now - entry.last_change_at < policy_options.cooldown;
+                      now - entry.last_change_at < cooldown;
     job.restart_cost_seconds = p.spec.restart_cost_seconds;
     job.started_at = running ? entry.started_at : entry.status.registered_at;
     // What the jct objective ranks jobs by: remaining work when the job

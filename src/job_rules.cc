@@ -40,6 +40,10 @@ uint32_t ExplorationCap(const JobSpec& spec, uint32_t largest_trusted, uint32_t 
   return static_cast<uint32_t>(std::min<uint64_t>(cap, spec.max_replicas));
 }
 
+absl::Duration BackedOffCooldown(absl::Duration cooldown, int recent_changes) {
+  return cooldown * (1 << std::clamp(recent_changes - 1, 0, kMaxCooldownDoublings));
+}
+
 double RestartFactor(double restart_cost_seconds, double horizon_seconds) {
   if (!(horizon_seconds > 0)) return kMinRestartFactor;
   const double cost = std::max(0.0, restart_cost_seconds);

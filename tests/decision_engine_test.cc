@@ -889,6 +889,44 @@ TEST_CASE("engine's jct objective gives spare GPUs to the job with less work lef
   CHECK(near_fair == far_fair);
 }
 
+TEST_CASE("engine keeps a planner job that keeps changing size in a longer cooldown") {
+  ManualClock clock;
+  auto engine_owner = MustCreate(EngineOptions{}, &clock);  // cooldown 60 s
+  DecisionEngine& engine = *engine_owner;
+  JobSpec spec = Spec("ns/flapping", 1, 8);
+  spec.prior = {{.replicas = 1, .samples_per_second = 100}, {.replicas = 8, .samples_per_second = 800}};
+  MustRegister(engine, spec);
+  engine.SetCapacity(8);
+  Recommendation rec = MustRecommendation(engine, "ns/flapping");
+  REQUIRE(rec.replicas == 8);
+  REQUIRE(engine.ReportApplied("ns/flapping", 8, false, rec.generation).ok());
+  // The cluster changed it twice within a few minutes (e.g. another
+  // controller, or GPUs lent and returned): 8 -> 2 -> 4.
+  clock.Advance(absl::Seconds(90));
+  REQUIRE(engine.ReportApplied("ns/flapping", 2, false, rec.generation).ok());
+  clock.Advance(absl::Seconds(90));
+  REQUIRE(engine.ReportApplied("ns/flapping", 4, false, rec.generation).ok());
+  // Measured at 4, as the prior says (100 samples/s per replica, batch 32).
+  std::vector<StepSample> batch(10);
+  for (StepSample& s : batch) {
+    s.job_id = "ns/flapping";
+    s.pod = "flapping-worker-0";
+    s.world_size = 4;
+    s.step_seconds = 0.32;
+  }
+  REQUIRE(engine.Ingest(batch).accepted == batch.size());
+  // Two recent changes: twice the cooldown. After 61 s it still holds 4...
+  clock.Advance(absl::Seconds(61));
+  engine.Replan();
+  rec = MustRecommendation(engine, "ns/flapping");
+  CHECK(rec.replicas == 4);
+  CHECK(rec.binding_constraint == BindingConstraint::kCooldown);
+  // ...and after 121 s the planner may move it again.
+  clock.Advance(absl::Seconds(60));
+  engine.Replan();
+  CHECK(MustRecommendation(engine, "ns/flapping").replicas == 8);
+}
+
 TEST_CASE(
     "engine's planner shrinks, then suspends the lower-priority job when capacity drops, and "
     "resumes it") {

@@ -155,5 +155,15 @@ TEST_CASE("below the floor, RestartPaysOff is rate_new x RestartFactor > rate_no
   }
 }
 
+TEST_CASE("the cooldown doubles for each recent change beyond the first, at most 4x", "[rules]") {
+  const absl::Duration base = absl::Seconds(60);
+  CHECK(BackedOffCooldown(base, 0) == base);
+  CHECK(BackedOffCooldown(base, 1) == base);
+  CHECK(BackedOffCooldown(base, 2) == 2 * base);
+  CHECK(BackedOffCooldown(base, 3) == 4 * base);
+  CHECK(BackedOffCooldown(base, 50) == 4 * base);
+  CHECK(BackedOffCooldown(absl::ZeroDuration(), 5) == absl::ZeroDuration());
+}
+
 }  // namespace
 }  // namespace rescale

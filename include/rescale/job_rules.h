@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "absl/time/time.h"
 #include "rescale/types.h"
 
 namespace rescale {
@@ -48,6 +49,16 @@ uint32_t ExplorationCap(const JobSpec& spec, uint32_t largest_trusted, uint32_t 
 // finite samples/s), 0 when it has none. Points a measurement contradicts
 // count (see job_rules.cc).
 uint32_t LargestPriorSize(const JobSpec& spec);
+
+// A planner job that keeps changing size waits longer before the next
+// change: the cooldown doubles for each change beyond the first within the
+// last kCooldownMemory cooldowns, at most kMaxCooldownDoublings times. A job
+// resized once waits the plain cooldown; one that flaps (given GPUs, then
+// losing them to a short job, then getting them back) settles, since each
+// change costs it a restart.
+inline constexpr int kCooldownMemory = 10;
+inline constexpr int kMaxCooldownDoublings = 2;
+absl::Duration BackedOffCooldown(absl::Duration cooldown, int recent_changes);
 
 // The smallest share of a resized job's throughput still counted over the
 // horizon, so a huge restart cost makes a resize nearly worthless rather than
