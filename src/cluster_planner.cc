@@ -62,8 +62,8 @@ void SetCompletionTimeWeights(Problem& p, const ClusterPlannerOptions& options) 
     if (job.remaining_samples && m.running) {
       const double rate = m.Throughput(m.current);
       const double left = std::max(0.0, *job.remaining_samples) / rate;
-      m.restart_factor =
-          RestartFactor(job.restart_cost_seconds, std::min(p.horizon_seconds, left));
+      m.restart_horizon_seconds = std::min(p.horizon_seconds, left);
+      m.restart_factor = RestartFactor(job.restart_cost_seconds, m.restart_horizon_seconds);
     }
   }
   // Rank 1 = the most remaining work; equal D_i share the rank of the
@@ -120,6 +120,7 @@ Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptio
     m.guarded = m.running && !job.preemptible;
     m.cooldown = job.in_cooldown;
     // The same factor the per-job policies use to judge a restart.
+    m.restart_horizon_seconds = horizon;
     m.restart_factor = RestartFactor(job.restart_cost_seconds, horizon);
     const size_t base_index = m.lo - std::min(m.lo, job.min_replicas);
     if (base_index < job.throughput.size() && job.throughput[base_index] > 0 &&

@@ -173,11 +173,16 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
       if ((tempting != 0 && !worth_with_restart) || next_only_without_restart) {
         if (tempting == 0) tempting = r + 1;
         d.binding = BindingConstraint::kRestartCost;
+        // jct weighs a restart over what is left of a job about to finish.
+        const std::string span =
+            m.restart_horizon_seconds < p.horizon_seconds
+                ? absl::StrFormat("the %.0f s it has left", m.restart_horizon_seconds)
+                : absl::StrFormat("the %.0f s horizon", p.horizon_seconds);
         d.reason = absl::StrFormat(
             "%s: resizing to %s would change throughput by %+.1f%%, not worth a "
-            "%.0f s restart over the %.0f s horizon",
+            "%.0f s restart over %s",
             size, Count(tempting, "replica"), PercentFaster(m, r, tempting),
-            std::max(0.0, job.restart_cost_seconds), p.horizon_seconds);
+            std::max(0.0, job.restart_cost_seconds), span);
         continue;
       }
     }

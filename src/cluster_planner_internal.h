@@ -50,6 +50,8 @@ struct JobModel {
   bool pinnable = false;   // running in cooldown at a size it may keep
   uint32_t seniority = 0;  // 0 = started (or registered) first
   double restart_factor = 1;
+  // The span a restart is weighed over (the horizon, or less: see jct).
+  double restart_horizon_seconds = 600;
   // Level-4 weight: 1 for fair; the heSRPT rank weight w_i for jct.
   double weight = 1;
   double base_throughput = 1;

@@ -835,7 +835,10 @@ TEST_CASE("jct does not restart a job about to finish", "[planner]") {
   job.remaining_samples = 200.0 * 3600;  // Linear: 200 samples/s at 2 replicas
   CHECK(PlanCluster(std::vector<PlannerJob>{job}, 8, Jct()).jobs[0].replicas == 8);
   job.remaining_samples = 200.0 * 50;
-  CHECK(PlanCluster(std::vector<PlannerJob>{job}, 8, Jct()).jobs[0].replicas == 2);
+  const ClusterPlan plan = PlanCluster(std::vector<PlannerJob>{job}, 8, Jct());
+  CHECK(plan.jobs[0].replicas == 2);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kRestartCost);
+  CHECK_THAT(plan.jobs[0].reason, Contains("not worth a 60 s restart over the 50 s it has left"));
   // The fair objective weighs the restart over the whole horizon and resizes.
   CHECK(PlanCluster(std::vector<PlannerJob>{job}, 8).jobs[0].replicas == 8);
 }
