@@ -53,14 +53,17 @@ void SetCompletionTimeWeights(Problem& p, const ClusterPlannerOptions& options) 
   for (size_t i = 0; i < n; ++i) {
     JobModel& m = p.models[i];
     const PlannerJob& job = *m.job;
+    // Samples/s at min_replicas; the curve gives the other sizes relative to it.
+    const double rate_at_min =
+        job.samples_per_second_at_min > 0 ? job.samples_per_second_at_min : m.base_throughput;
     const double work = job.remaining_samples ? *job.remaining_samples : job.attained_samples;
-    double seconds = std::isfinite(work) ? std::max(0.0, work) / m.base_throughput : 0;
+    double seconds = std::isfinite(work) ? std::max(0.0, work) / rate_at_min : 0;
     if (!m.running) seconds -= std::max(0.0, job.waiting_seconds);
     remaining[i] = std::max(seconds, floor_seconds);
     // A job about to finish never recoups a restart: the restart is weighed
     // over what is left of it at its current size, if that is shorter.
     if (job.remaining_samples && m.running) {
-      const double rate = m.Throughput(m.current);
+      const double rate = rate_at_min * m.Throughput(m.current) / m.base_throughput;
       const double left = std::max(0.0, *job.remaining_samples) / rate;
       m.restart_horizon_seconds = std::min(p.horizon_seconds, left);
       m.restart_factor = RestartFactor(job.restart_cost_seconds, m.restart_horizon_seconds);

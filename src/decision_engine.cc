@@ -363,6 +363,7 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
     while (entry.memory.scale_events.size() > 64) entry.memory.scale_events.pop_front();
   }
   if (running_after > 0 && running_before == 0) entry.started_at = clock_->Now();
+  if (running_after == 0 && running_before > 0) entry.stopped_at = clock_->Now();
   entry.has_applied = true;
   entry.status.current_replicas = replicas;
   entry.status.suspended = suspended;
@@ -505,17 +506,22 @@ void DecisionEngine::ReplanLocked() {
     job.started_at = running ? entry.started_at : entry.status.registered_at;
     // What the jct objective ranks jobs by: remaining work when the job
     // declared its size, else the service it has had; both in samples, which
-    // the planner turns into seconds with the curve. A job without a fitted
-    // curve has no rate to do that with: it counts as having had no service
-    // (least attained service puts new jobs first).
-    const uint64_t processed = store_.SamplesProcessed(id);
-    if (!fitted.model.empty()) job.attained_samples = static_cast<double>(processed);
-    if (p.spec.total_samples.has_value() && !fitted.model.empty()) {
-      job.remaining_samples =
-          static_cast<double>(*p.spec.total_samples > processed ? *p.spec.total_samples - processed
-                                                                : 0);
+    // the planner turns into seconds with the fitted rate at min_replicas. A
+    // job without a fitted curve has no rate to do that with: it counts as
+    // having had no service (least attained service puts new jobs first).
+    if (!fitted.model.empty()) {
+      const uint64_t processed = store_.SamplesProcessed(id);
+      job.samples_per_second_at_min = fitted.model.SamplesPerSecond(job.min_replicas);
+      job.attained_samples = static_cast<double>(processed);
+      if (p.spec.total_samples.has_value()) {
+        job.remaining_samples = static_cast<double>(
+            *p.spec.total_samples > processed ? *p.spec.total_samples - processed : 0);
+      }
     }
-    if (!running) job.waiting_seconds = std::max(0.0, absl::ToDoubleSeconds(now - job.started_at));
+    if (!running) {
+      const absl::Time waiting_since = std::max(entry.status.registered_at, entry.stopped_at);
+      job.waiting_seconds = std::max(0.0, absl::ToDoubleSeconds(now - waiting_since));
+    }
     // A planner job with neither data nor prior: the default prior's curve
     // (relative; the objective uses only ratios T(n)/T(min)), over the range
     // the policy opened for its first start.

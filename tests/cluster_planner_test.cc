@@ -79,10 +79,15 @@ double ThroughputAt(const PlannerJob& job, uint32_t n) {
   return job.throughput[std::min<size_t>(n - job.min_replicas, job.throughput.size() - 1)];
 }
 
+// jct: samples/s at min_replicas, stated or the curve's.
+double RateAtMin(const PlannerJob& job) {
+  return job.samples_per_second_at_min > 0 ? job.samples_per_second_at_min : job.throughput[0];
+}
+
 // jct: remaining work in seconds at min_replicas, as cluster_planner.h defines it.
 double RemainingSeconds(const PlannerJob& job, const ClusterPlannerOptions& options) {
   const double work = job.remaining_samples.value_or(job.attained_samples);
-  double seconds = work / job.throughput[0];
+  double seconds = work / RateAtMin(job);
   if (job.current_replicas == 0) seconds -= job.waiting_seconds;
   return std::max(seconds, options.min_remaining_seconds);
 }
@@ -107,7 +112,9 @@ double ReferenceUtility(const std::vector<PlannerJob>& jobs, size_t i, uint32_t 
   if (job.current_replicas > 0 && n != job.current_replicas) {
     double horizon = options.horizon_seconds;
     if (jct && job.remaining_samples) {
-      horizon = std::min(horizon, *job.remaining_samples / ThroughputAt(job, job.current_replicas));
+      const double rate =
+          RateAtMin(job) * ThroughputAt(job, job.current_replicas) / job.throughput[0];
+      horizon = std::min(horizon, *job.remaining_samples / rate);
     }
     f = horizon > 0 ? std::clamp(1 - job.restart_cost_seconds / horizon, 0.01, 1.0) : 0.01;
   }
@@ -272,6 +279,7 @@ Instance RandomInstance(std::mt19937& rng, int max_jobs, uint64_t max_capacity,
       job.attained_samples = works[pick(0, 5)];
       if (chance(0.6)) job.remaining_samples = works[pick(0, 5)];
       if (job.current_replicas == 0 && chance(0.5)) job.waiting_seconds = 60.0 * pick(1, 60);
+      if (chance(0.3)) job.samples_per_second_at_min = 10.0 * pick(1, 100);
     }
   }
   const double horizons[] = {600, 300, 1200};
@@ -794,6 +802,22 @@ TEST_CASE("jct weights depend on the order of remaining work, not its scale", "[
   for (size_t k = 0; k < reversed.size(); ++k)
     reversed[k].remaining_samples = jobs[jobs.size() - 1 - k].remaining_samples;
   CHECK(ReplicasOf(PlanCluster(reversed, 20, Jct())) != plan);
+}
+
+TEST_CASE("jct turns samples into seconds with the stated rate when the curve is a shape",
+          "[planner]") {
+  // Two jobs whose curves only say "linear up to the wish" (a per-job
+  // policy's ceiling): a samples/s at min_replicas of 1. ns/a has 10x the
+  // samples left, but processes them 100x faster.
+  PlannerJob a = WithRemaining(Job("ns/a", 1, 8, 1), 1e6);
+  PlannerJob b = WithRemaining(Job("ns/b", 1, 8, 1), 1e5);
+  a.throughput = b.throughput = Saturating(1, 8, 1, 0.1);
+  ClusterPlan plan = PlanCluster(std::vector<PlannerJob>{a, b}, 9, Jct());
+  CHECK(plan.jobs[0].replicas < plan.jobs[1].replicas);  // by samples: b is shorter
+  a.samples_per_second_at_min = 1000;  // 1000 s left
+  b.samples_per_second_at_min = 10;    // 10000 s left
+  plan = PlanCluster(std::vector<PlannerJob>{a, b}, 9, Jct());
+  CHECK(plan.jobs[0].replicas > plan.jobs[1].replicas);
 }
 
 TEST_CASE("jct without sizes favours the job with less attained service", "[planner]") {

@@ -21,9 +21,14 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "rescale/clock.h"
+#include "tests/engine_helpers.h"
 
 namespace rescale {
 namespace {
+
+using testing::MustCreate;
+using testing::MustRecommendation;
+using testing::MustRegister;
 
 // Most tests here are about the engine's plumbing, not a policy: they use
 // the simplest policy, static-min, as the default.
@@ -31,14 +36,6 @@ EngineOptions StaticMinOptions() {
   EngineOptions options;
   options.default_policy = "static-min";
   return options;
-}
-
-std::unique_ptr<DecisionEngine> MustCreate(EngineOptions options, Clock* clock) {
-  absl::StatusOr<std::unique_ptr<DecisionEngine>> engine =
-      DecisionEngine::Create(std::move(options), clock);
-  INFO(engine.status().ToString());
-  REQUIRE(engine.ok());
-  return *std::move(engine);
 }
 
 // Blocks until the watcher has an event (its ready callback fired), then
@@ -91,20 +88,6 @@ JobSpec Spec(const std::string& id, uint32_t min = 2, uint32_t max = 8, int32_t 
   spec.priority = priority;
   spec.local_batch_size = 32;
   return spec;
-}
-
-JobView MustRegister(DecisionEngine& engine, JobSpec spec) {
-  absl::StatusOr<JobView> view = engine.RegisterJob(std::move(spec));
-  INFO(view.status().ToString());
-  REQUIRE(view.ok());
-  return *view;
-}
-
-Recommendation MustRecommendation(const DecisionEngine& engine, const std::string& id) {
-  absl::StatusOr<Recommendation> rec = engine.GetRecommendation(id);
-  INFO(rec.status().ToString());
-  REQUIRE(rec.ok());
-  return *rec;
 }
 
 TEST_CASE("engine registers a job and publishes generation 1 with SCALE_UP at the clock's time") {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "rescale/clock.h"
+#include "tests/engine_helpers.h"
 #include "rescale/cluster_planner.h"
 #include "rescale/decision_engine.h"
 #include "rescale/job_rules.h"
@@ -25,15 +26,11 @@
 namespace rescale {
 namespace {
 
-using Catch::Matchers::Contains;
+using testing::MustCreate;
+using testing::MustRecommendation;
+using testing::MustRegister;
 
-std::unique_ptr<DecisionEngine> MustCreate(EngineOptions options, Clock* clock) {
-  absl::StatusOr<std::unique_ptr<DecisionEngine>> engine =
-      DecisionEngine::Create(std::move(options), clock);
-  INFO(engine.status().ToString());
-  REQUIRE(engine.ok());
-  return *std::move(engine);
-}
+using Catch::Matchers::Contains;
 
 JobSpec Spec(const std::string& id, uint32_t min, uint32_t max) {
   JobSpec spec;
@@ -50,19 +47,6 @@ std::vector<CurvePoint> LinearPrior(std::vector<uint32_t> sizes) {
   std::vector<CurvePoint> prior;
   for (uint32_t n : sizes) prior.push_back({.replicas = n, .samples_per_second = 100.0 * n});
   return prior;
-}
-
-void MustRegister(DecisionEngine& engine, JobSpec spec) {
-  absl::StatusOr<JobView> view = engine.RegisterJob(std::move(spec));
-  INFO(view.status().ToString());
-  REQUIRE(view.ok());
-}
-
-Recommendation MustRecommendation(const DecisionEngine& engine, const std::string& id) {
-  absl::StatusOr<Recommendation> rec = engine.GetRecommendation(id);
-  INFO(rec.status().ToString());
-  REQUIRE(rec.ok());
-  return *rec;
 }
 
 // `count` samples of `job` at `world_size` replicas, `step_seconds` each.

@@ -511,6 +511,19 @@ struct Measurement {
   std::string placement;  // "44", or "16 nodes" for scalability.csv rows
 };
 
+// One trace measurement as the store would report it: 20 samples with a 5%
+// spread, on the nodes it was measured on.
+Observation TraceObservation(const Measurement& m) {
+  Observation o;
+  o.replicas = m.replicas;
+  o.step_seconds = m.step_seconds;
+  o.spread_seconds = 0.05 * m.step_seconds;
+  o.sample_count = 20;
+  o.mean_batch = m.local_bsz;
+  o.nodes = m.nodes;
+  return o;
+}
+
 std::vector<Measurement> LoadApp(const std::string& app) {
   const std::string dir = std::string(RESCALE_TEST_DATA_DIR) + "/pollux/" + app;
   std::vector<Measurement> out;
@@ -635,14 +648,7 @@ std::vector<AppResult> Validate(TieBreak tie_break) {
     std::vector<Observation> observed;
     for (const Measurement& m : all) {
       if (m.nodes > 4 || m.replicas > kMaxFitSize || m.local_bsz != r.batch) continue;
-      Observation o;
-      o.replicas = m.replicas;
-      o.step_seconds = m.step_seconds;
-      o.spread_seconds = 0.05 * m.step_seconds;
-      o.sample_count = 20;
-      o.mean_batch = m.local_bsz;
-      o.nodes = m.nodes;
-      observed.push_back(o);
+      observed.push_back(TraceObservation(m));
     }
     r.observations = observed.size();
     ModelOptions options;
@@ -746,14 +752,7 @@ ScalingShares FittedShares(const std::string& app) {
   std::vector<Observation> observed;
   for (const Measurement& m : all) {
     if (m.nodes > 4 || m.local_bsz != batch) continue;
-    Observation o;
-    o.replicas = m.replicas;
-    o.step_seconds = m.step_seconds;
-    o.spread_seconds = 0.05 * m.step_seconds;
-    o.sample_count = 20;
-    o.mean_batch = m.local_bsz;
-    o.nodes = m.nodes;
-    observed.push_back(o);
+    observed.push_back(TraceObservation(m));
   }
   ModelOptions options;
   options.gpus_per_node = kTraceGpusPerNode;

@@ -17,6 +17,7 @@
 #include "rescale/apply_order.h"
 #include "rescale/clock.h"
 #include "rescale/decision_engine.h"
+#include "rescale/status_macros.h"
 #include "rescale/types.h"
 #include "rescale/validation.h"
 
@@ -144,6 +145,15 @@ class Simulation {
   absl::Status Tick();
   absl::Status ApplyRecommendations();
   absl::Status ApplyClusterNative();
+  // A size the controller sets, and the generation it reports it against.
+  struct Change {
+    SimJob* job;
+    uint32_t target;
+    uint64_t generation;
+  };
+  // As rescale-adapter does: every shrink and suspension before any growth,
+  // each reported with ReportApplied; then the capacity invariant.
+  absl::Status ApplyChanges(std::vector<Change> changes);
   void Apply(SimJob& job, uint32_t target);
   void DrawIntervalNoise(SimJob& job);
   void RecordTimeline();
@@ -429,11 +439,6 @@ void Simulation::Apply(SimJob& job, uint32_t target) {
 
 absl::Status Simulation::ApplyRecommendations() {
   for (int round = 0; round < kMaxApplyRounds; ++round) {
-    struct Change {
-      SimJob* job;
-      uint32_t target;
-      uint64_t generation;
-    };
     std::vector<Change> changes;
     for (const Recommendation& rec : engine_->ListRecommendations()) {
       auto it = by_engine_id_.find(rec.job_id);
@@ -445,22 +450,27 @@ absl::Status Simulation::ApplyRecommendations() {
       changes.push_back({&job, target, rec.generation});
     }
     if (changes.empty()) return absl::OkStatus();
-    // As rescale-adapter does: every shrink and suspension before any growth.
-    OrderForApply(changes, [](const Change& c) { return std::pair(c.job->replicas, c.target); });
-    for (const Change& c : changes) {
-      Apply(*c.job, c.target);
-      ++result_.reports;
-      absl::StatusOr<JobStatus> status =
-          engine_->ReportApplied(c.job->engine_id, c.target, c.target == 0, c.generation);
-      if (!status.ok()) {
-        return absl::InternalError(absl::StrFormat("ReportApplied(%s, %d): %s", c.job->engine_id,
-                                                   c.target, status.status().ToString()));
-      }
-    }
-    if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+    RETURN_IF_ERROR(ApplyChanges(std::move(changes)));
   }
   ++result_.unsettled_events;  // still changing after the last round
   return absl::OkStatus();
+}
+
+absl::Status Simulation::ApplyChanges(std::vector<Change> changes) {
+  OrderForApply(changes, [](const Change& c) { return std::pair(c.job->replicas, c.target); });
+  for (const Change& c : changes) {
+    Apply(*c.job, c.target);
+    ++result_.reports;
+    // What actually runs, which for kubedl-raw and hpa-raw may be less than
+    // the wish: the policy reacts to it as it would in the real cluster.
+    absl::StatusOr<JobStatus> status =
+        engine_->ReportApplied(c.job->engine_id, c.target, c.target == 0, c.generation);
+    if (!status.ok()) {
+      return absl::InternalError(absl::StrFormat("ReportApplied(%s, %d): %s", c.job->engine_id,
+                                                 c.target, status.status().ToString()));
+    }
+  }
+  return CheckCapacity();
 }
 
 absl::Status Simulation::ApplyClusterNative() {
@@ -495,31 +505,13 @@ absl::Status Simulation::ApplyClusterNative() {
     } else {
       targets = FirstComeFirstServed(view, capacity_);
     }
-    struct Change {
-      SimJob* job;
-      uint32_t target;
-      uint64_t generation;
-    };
     std::vector<Change> changes;
     for (size_t i = 0; i < jobs_.size(); ++i) {
       if (view[i].active && targets[i] != jobs_[i].replicas)
         changes.push_back({&jobs_[i], targets[i], generation[i]});
     }
     if (changes.empty()) return absl::OkStatus();
-    OrderForApply(changes, [](const Change& c) { return std::pair(c.job->replicas, c.target); });
-    for (const Change& c : changes) {
-      Apply(*c.job, c.target);
-      ++result_.reports;
-      // What actually runs, which for kubedl-raw and hpa-raw may be less than
-      // the wish: the policy reacts to it as it would in the real cluster.
-      absl::StatusOr<JobStatus> status =
-          engine_->ReportApplied(c.job->engine_id, c.target, c.target == 0, c.generation);
-      if (!status.ok()) {
-        return absl::InternalError(absl::StrFormat("ReportApplied(%s, %d): %s", c.job->engine_id,
-                                                   c.target, status.status().ToString()));
-      }
-    }
-    if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+    RETURN_IF_ERROR(ApplyChanges(std::move(changes)));
     if (!elastic) return absl::OkStatus();  // fixed sizes: one round settles
   }
   ++result_.unsettled_events;

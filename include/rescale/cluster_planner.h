@@ -132,6 +132,10 @@ struct PlannerJob {
   double attained_samples = 0;
   // jct aging: seconds the job has been waiting (0 while running).
   double waiting_seconds = 0;
+  // jct: samples/s at min_replicas, to turn samples into seconds, when
+  // `throughput` is only a shape (a per-job policy's ceiling); 0 = the
+  // curve's own value at min_replicas.
+  double samples_per_second_at_min = 0;
   // Predicted samples/s for n = min_replicas..max_replicas (index n - min).
   // Sizes past the end repeat the last value (no gain, so the planner only
   // keeps a job there when it runs there now); values that are not finite

@@ -162,6 +162,9 @@ class DecisionEngine {
     // When it last started running (tie-break: the most recently started
     // job is suspended first).
     absl::Time started_at = absl::InfinitePast();
+    // When it last stopped running (suspended): jct ages a waiting job from
+    // then, or from its registration if it never ran.
+    absl::Time stopped_at = absl::InfinitePast();
   };
   struct Fitted {
     std::vector<Observation> observations;
