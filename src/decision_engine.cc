@@ -449,12 +449,6 @@ void DecisionEngine::ReplanLocked() {
   std::vector<PlannerJob> planner_jobs;
   prepared.reserve(jobs_.size());
   planner_jobs.reserve(jobs_.size());
-  // Every job's largest claim on GPUs, for the spare GPUs each policy sees.
-  uint64_t demand_gpus = 0;
-  for (const auto& [id, entry] : jobs_) {
-    demand_gpus +=
-        uint64_t{entry.spec.max_replicas} * std::max<uint32_t>(entry.spec.gpus_per_replica, 1);
-  }
   for (auto& [id, entry] : jobs_) {
     Prepared p;
     p.spec = entry.spec;
@@ -470,12 +464,7 @@ void DecisionEngine::ReplanLocked() {
     policy_input.last_change_at = entry.last_change_at;
     policy_input.now = now;
     policy_input.options = policy_options;
-    const uint64_t own_gpus =
-        uint64_t{p.spec.max_replicas} * std::max<uint32_t>(p.spec.gpus_per_replica, 1);
-    const uint64_t others_gpus = demand_gpus - own_gpus;
-    // An unknown capacity has no GPUs known to be spare.
-    policy_input.spare_gpus =
-        capacity_gpus_ && *capacity_gpus_ > others_gpus ? *capacity_gpus_ - others_gpus : 0;
+    policy_input.capacity_known = capacity_gpus_.has_value();
     p.wish = FindPolicy(p.spec.policy)->Decide(policy_input);
     entry.memory = p.wish.memory;
     p.planned_by_cluster = p.spec.policy == kPlannerPolicy;
@@ -523,8 +512,8 @@ void DecisionEngine::ReplanLocked() {
       job.waiting_seconds = std::max(0.0, absl::ToDoubleSeconds(now - waiting_since));
     }
     // A planner job with neither data nor prior: the default prior's curve
-    // (relative; the objective uses only ratios T(n)/T(min)), over the range
-    // the policy opened for its first start.
+    // (relative; the objective uses only ratios T(n)/T(min)), so the planner
+    // sizes its start by the median scaling of the measured models.
     ThroughputModel default_prior;
     if (p.planned_by_cluster && fitted.model.empty()) {
       ModelOptions shape = options_.model;
@@ -582,6 +571,12 @@ void DecisionEngine::ReplanLocked() {
         (!p.planned_by_cluster || p.wish.binding == BindingConstraint::kInsufficientData ||
          p.wish.binding == BindingConstraint::kMinReplicas);
     rec.reason = policy_explains ? p.wish.reason : planned.reason;
+    // The planner sized a job without data or prior by the default prior's
+    // curve; say so, since nothing of the job's own went into it.
+    if (!policy_explains && p.planned_by_cluster && p.model.empty() && planned.replicas > 0) {
+      rec.reason += "; no measurements or prior yet: sized by the default prior (the median "
+                    "scaling of six measured models)";
+    }
     rec.binding_constraint = policy_explains ? p.wish.binding : planned.binding;
     rec.current_samples_per_second = p.model.SamplesPerSecond(RunningReplicas(entry.status));
     rec.predicted_samples_per_second = p.model.SamplesPerSecond(planned.replicas);

@@ -90,14 +90,6 @@ std::string Reach(const JobSpec& spec, uint32_t largest_trusted) {
   return absl::StrFormat("2x the largest measured size (%d)", largest_trusted);
 }
 
-// Reach, or the spare GPUs when they open more than the evidence does.
-std::string SpareOr(const JobSpec& spec, uint32_t evidence, uint32_t cap,
-                    uint32_t largest_trusted) {
-  if (cap <= evidence) return Reach(spec, largest_trusted);
-  return absl::StrFormat("on GPUs no other job can claim; its evidence reaches %d: %s", evidence,
-                         Reach(spec, largest_trusted));
-}
-
 PolicyDecision Hold(const PolicyInput& in, uint32_t replicas, BindingConstraint binding,
                     std::string reason) {
   return {replicas, binding, std::move(reason), *in.memory};
@@ -396,71 +388,61 @@ class EfficiencyPolicy final : public Policy {
 };
 
 // Rescale's default: the cluster planner (cluster_planner.h) decides every
-// planner job's size jointly. Per job, this policy only states the range the
-// planner may use, from min_replicas up to:
-//  * ExplorationCap: 2x the largest measured size or the prior's largest
-//    size, whichever is larger (priors are evidence: the planner may put the
-//    job anywhere in their range at once);
-//  * for a job that is not running and has neither, as many replicas as
-//    the spare GPUs (PolicyInput::spare_gpus: those no other job could
-//    claim) hold: its first start costs no restart, so the engine shows the
-//    planner the default prior's curve (kDefaultPriorShares) and the
-//    planner's objective picks the start size by that expected throughput,
-//    instead of starting at min_replicas and doubling its way up. Only on
-//    spare GPUs: one measured size says nothing about how a job scales, so
-//    where jobs compete for GPUs each starts at min_replicas and its steps
-//    up reveal its curve before the planner gives it more than its share
-//    (two jobs started at half the cluster each would never learn which
-//    one scales);
-//  * for a job with evidence, as many replicas as the spare GPUs hold when
-//    that is more than ExplorationCap: a step on GPUs no other job could use
-//    risks only its restart, which the planner's objective already weighs
-//    against the gain the curve predicts;
-//  * the current size while that size still lacks samples.
-// Guard is not applied: cooldown and restart cost are levels 3 and 4 of the
-// planner's objective.
+// planner job's size jointly, anywhere from min_replicas to max_replicas, by
+// expected value. The engine shows the planner each size's predicted
+// throughput: the fitted curve (measured sizes and prior points,
+// extrapolated beyond them), or for a job with neither the default prior's
+// shape (kDefaultPriorShares, the median scaling of the six Pollux models).
+// The planner's objective weighs that gain against the restart it costs
+// (none for a first start), so a job with no data starts where the default
+// prior says it pays, and a step beyond the measured sizes is taken when its
+// predicted gain repays the restart. A wrong prediction costs that one
+// restart: the new size is measured, the fit follows the measurement, and
+// the next plan moves the job if it should. No fixed exploration rule (2x
+// per step) stands in the way: in the simulator, a short job that doubled
+// its way up (1, 2, 4, 8, 16) paid four restarts and finished far later
+// than one started at the size its curve predicts (bench/sim/README.md).
+//
+// Unless the capacity is unknown: then no GPU is known to be free, the
+// planner cannot weigh jobs against each other, and a size the curve
+// predicts well may not exist; so the job starts at min_replicas and grows
+// only as far as its evidence reaches (ExplorationCap: 2x the largest
+// measured size, or its prior's range), as the per-job policies do.
+//
+// Either way the policy holds a running job at its current size until that
+// size has enough samples (NeedsData). Guard is not applied: cooldown and
+// restart cost are levels 3 and 4 of the planner's objective.
 class PlannerPolicy final : public Policy {
  public:
   std::string_view name() const override { return "planner"; }
   PolicyDecision Decide(const PolicyInput& in) const override {
     const JobSpec& spec = *in.spec;
-    const uint32_t largest = LargestTrusted(in);
-    const uint64_t gpus = std::max<uint32_t>(spec.gpus_per_replica, 1);
-    const uint32_t spare = Clamp(
-        spec, static_cast<int64_t>(std::min<uint64_t>(in.spare_gpus / gpus, spec.max_replicas)));
-    if (!IsRunning(*in.status)) {
-      if (largest == 0 && LargestPriorSize(spec) == 0) {
-        const uint32_t start = spare;
-        if (start <= spec.min_replicas) {
-          return Hold(
-              in, spec.min_replicas, BindingConstraint::kMinReplicas,
-              absl::StrFormat("no measurements yet: starts at min_replicas=%d (other "
-                              "jobs may claim the rest of the GPUs) and explores from there",
-                              spec.min_replicas));
-        }
-        return Hold(in, start,
-                    start < spec.max_replicas ? BindingConstraint::kInsufficientData
-                                              : BindingConstraint::kMaxReplicas,
-                    absl::StrFormat("no measurements or prior yet: may start at up to %d "
-                                    "replicas, on GPUs no other job can claim, sized by the "
-                                    "default prior (the median scaling of six measured models)",
-                                    start));
-      }
-      const uint32_t evidence = ExplorationCap(spec, largest, /*running_replicas=*/0);
-      const uint32_t cap = std::max(evidence, spare);
-      return Hold(in, cap,
-                  cap < spec.max_replicas ? BindingConstraint::kInsufficientData
-                                          : BindingConstraint::kMaxReplicas,
-                  absl::StrFormat("may start at up to %d replicas (%s)", cap,
-                                  SpareOr(spec, evidence, cap, largest)));
+    const bool running = IsRunning(*in.status);
+    if (running) {
+      if (auto wait = NeedsData(in)) return *wait;
     }
-    if (auto wait = NeedsData(in)) return *wait;
-    const uint32_t evidence = ExplorationCap(spec, largest, RunningReplicas(*in.status));
-    const uint32_t cap = std::max(evidence, spare);
+    const uint32_t largest = LargestTrusted(in);
+    const bool evidence = largest > 0 || LargestPriorSize(spec) > 0;
+    if (in.capacity_known) {
+      return Hold(in, spec.max_replicas, BindingConstraint::kMaxReplicas,
+                  absl::StrFormat("the planner may use up to max_replicas=%d, sized by %s",
+                                  spec.max_replicas,
+                                  evidence ? "the job's fitted curve"
+                                           : "the default prior (the median scaling of six "
+                                             "measured models) until it has measurements"));
+    }
+    if (!running && !evidence) {
+      return Hold(in, spec.min_replicas, BindingConstraint::kMinReplicas,
+                  absl::StrFormat("no measurements yet and the cluster's capacity is unknown: "
+                                  "starts at min_replicas=%d and explores from there",
+                                  spec.min_replicas));
+    }
+    const uint32_t cap = ExplorationCap(spec, largest, RunningReplicas(*in.status));
     if (cap < spec.max_replicas) {
       return Hold(in, cap, BindingConstraint::kInsufficientData,
-                  absl::StrFormat("explores gradually: at most %d replicas, %s", cap,
-                                  SpareOr(spec, evidence, cap, largest)));
+                  absl::StrFormat("the cluster's capacity is unknown: explores gradually, at most "
+                                  "%d replicas, %s",
+                                  cap, Reach(spec, largest)));
     }
     return Hold(in, cap, BindingConstraint::kMaxReplicas,
                 absl::StrFormat("the planner may use up to max_replicas=%d", cap));

@@ -44,6 +44,7 @@ struct Scenario {
   ThroughputModel model;
   absl::Time last_change_at = absl::InfinitePast();
   PolicyOptions options;
+  bool capacity_known = false;
 
   Scenario(std::string policy, uint32_t min, uint32_t max) {
     spec.job_id = "ns/job";
@@ -74,6 +75,7 @@ struct Scenario {
     in.last_change_at = last_change_at;
     in.now = kNow;
     in.options = ResolvePolicyOptions(options, spec.parameters);
+    in.capacity_known = capacity_known;
     const Policy* policy = FindPolicy(spec.policy);
     REQUIRE(policy != nullptr);
     PolicyDecision d = policy->Decide(in);
@@ -319,9 +321,36 @@ TEST_CASE(
 
 // Not running without data (min_replicas) and running without enough
 // samples (INSUFFICIENT_DATA) are covered for planner with the other
-// adaptive policies above.
+// adaptive policies above, with the capacity unknown.
 
-TEST_CASE("planner: a job that is not running with data may start at its exploration cap") {
+TEST_CASE("planner: with the capacity known, the planner may use any size up to max_replicas") {
+  // No fixed exploration step: the cluster planner values every size by
+  // the job's curve (or the default prior) against the restart it costs.
+  Scenario fresh("planner", 2, 32);
+  fresh.capacity_known = true;
+  PolicyDecision d = fresh.Decide();
+  CHECK(d.replicas == 32);
+  CHECK(d.binding == BindingConstraint::kMaxReplicas);
+  CHECK_THAT(d.reason, Contains("default prior"));
+
+  Scenario running("planner", 1, 32);
+  running.capacity_known = true;
+  running.Running(2).Measured(kKnee, {2});
+  d = running.Decide();
+  CHECK(d.replicas == 32);
+  CHECK_THAT(d.reason, Contains("fitted curve"));
+
+  // Until the current size has its samples the job stays there.
+  Scenario thin("planner", 1, 32);
+  thin.capacity_known = true;
+  thin.Running(4).Measured(kKnee, {2}).Measured(kKnee, {4}, /*count=*/3);
+  d = thin.Decide();
+  CHECK(d.replicas == 4);
+  CHECK(d.binding == BindingConstraint::kInsufficientData);
+}
+
+TEST_CASE("planner: capacity unknown, a job that is not running with data may start at its "
+          "exploration cap") {
   Scenario s("planner", 1, 16);
   s.Measured(kLinear, {2, 4});
   PolicyDecision d = s.Decide();
@@ -341,7 +370,7 @@ TEST_CASE("planner: a job that is not running with data may start at its explora
   CHECK(thin.Decide().replicas == 4);
 }
 
-TEST_CASE("planner: a running job with data may use up to its exploration cap") {
+TEST_CASE("planner: capacity unknown, a running job with data may use up to its exploration cap") {
   Scenario s("planner", 1, 16);
   s.Running(4).Measured(kLinear, {2, 4});
   PolicyDecision d = s.Decide();

@@ -393,7 +393,7 @@ TEST_CASE("ReportApplied records the applied state and turns the action to HOLD"
 
 TEST_CASE("SetCapacity below demand queues the lower-priority job with a reason") {
   TestServer t;
-  t.Register("ns/high", 2, 4, /*priority=*/10, /*gpus_per_replica=*/2);
+  t.Register("ns/high", 2, 2, /*priority=*/10, /*gpus_per_replica=*/2);
   t.Register("ns/low", 4, 8, /*priority=*/0, /*gpus_per_replica=*/2);
   grpc::ClientContext ctx;
   v1::SetCapacityRequest req;
@@ -427,7 +427,15 @@ TEST_CASE("SetCapacity below demand queues the lower-priority job with a reason"
 
 TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change", "[concurrency]") {
   TestServer t;
-  t.Register("ns/a", 1, 2);
+  // Fixed-size jobs on a known capacity: each change below is one event.
+  {
+    grpc::ClientContext set_ctx;
+    v1::SetCapacityRequest set;
+    set.set_total_gpus(2);
+    v1::Cluster cluster;
+    REQUIRE(t.cluster->SetCapacity(&set_ctx, set, &cluster).ok());
+  }
+  t.Register("ns/a", 1, 1);
   grpc::ClientContext ctx;
   auto reader = t.recs->WatchRecommendations(&ctx, v1::WatchRecommendationsRequest());
   v1::RecommendationEvent event;
@@ -437,7 +445,7 @@ TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change",
   REQUIRE(reader->Read(&event));
   CHECK(event.type() == v1::RecommendationEvent::SYNCED);
 
-  t.Register("ns/b", 1, 2);
+  t.Register("ns/b", 1, 1);
   REQUIRE(reader->Read(&event));
   CHECK(event.type() == v1::RecommendationEvent::ADDED);
   CHECK(event.recommendation().job_id() == "ns/b");

@@ -174,22 +174,32 @@ TEST_CASE(
 }
 
 TEST_CASE("the planner gives the GPUs to the job that scales, not to the one that does not") {
+  // The flat job arrives first and has the idle cluster to itself: it
+  // starts where the default prior says (all 8). When the scalable job
+  // arrives they share; the resize measures the flat job at a second size
+  // with the same throughput, and from then on the planner gives the GPUs
+  // to the job that turns them into samples. (One size each says nothing
+  // about scaling: two jobs started together at 4 each look alike until a
+  // resize measures one of them elsewhere.)
   const Workload workload = MustParse(
-      R"({"id": "scales", "arrival_seconds": 0, "profile": "linear", "samples": 2000000, "min_replicas": 1,)"
+      R"({"id": "flat", "arrival_seconds": 0, "profile": "flat", "samples": 1000000, "min_replicas": 1,)"
       R"( "max_replicas": 8, "restart_cost_seconds": 10})"
       "\n"
-      R"({"id": "flat", "arrival_seconds": 0, "profile": "flat", "samples": 400000, "min_replicas": 1,)"
+      R"({"id": "scales", "arrival_seconds": 100, "profile": "linear", "samples": 2000000, "min_replicas": 1,)"
       R"( "max_replicas": 8, "restart_cost_seconds": 10})");
   const SimulationResult r = MustSimulate(workload, Exact("planner", 8));
   const JobOutcome& scales = Job(r, "scales");
   const JobOutcome& flat = Job(r, "flat");
   REQUIRE(scales.finished());
   REQUIRE(flat.finished());
-  // Average GPUs of each while both run (until the scalable one is done):
-  // the scalable job gets most of the cluster.
-  const double both_until = scales.finish_seconds;
-  const double scales_gpus = AverageGpus(r, 0, both_until, "scales");
-  const double flat_gpus = AverageGpus(r, 0, both_until, "flat");
+  CHECK(flat.first_start_seconds == 0);
+  CHECK(flat.peak_replicas == 8);
+  // Average GPUs of each while both run: the scalable job gets most.
+  const double both_from = 100;
+  const double both_until = std::min(scales.finish_seconds, flat.finish_seconds);
+  REQUIRE(both_until > both_from);
+  const double scales_gpus = AverageGpus(r, both_from, both_until, "scales");
+  const double flat_gpus = AverageGpus(r, both_from, both_until, "flat");
   INFO("while both ran: scales " << scales_gpus << " GPUs on average, flat " << flat_gpus);
   CHECK(scales_gpus > 5);
   CHECK(flat_gpus < 2);

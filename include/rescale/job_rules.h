@@ -40,9 +40,10 @@ double ObservedSamplesPerSecond(uint32_t replicas, double mean_local_batch, doub
 // beyond a measured size, because that is how far the throughput model's
 // extrapolation is validated (its band covers the actual error at 2x the
 // largest fitted size in all six Pollux apps, at 4x in five of six; see
-// src/throughput_model.cc). Without any evidence this is min_replicas; the
-// planner policy then sizes the start with the default prior instead (see
-// rescale/policy.h).
+// src/throughput_model.cc). Without any evidence this is min_replicas. The
+// per-job policies (kubedl, hpa, efficiency) explore within it; the planner
+// policy does not: its planner values every size by expected throughput
+// (see rescale/policy.h).
 uint32_t ExplorationCap(const JobSpec& spec, uint32_t largest_trusted, uint32_t running_replicas);
 
 // The largest replica count among the job's usable prior points (a positive,

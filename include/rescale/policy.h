@@ -11,7 +11,8 @@
 //
 // Policies (names are API: JobSpec.policy):
 //   planner      (default) the cluster planner sizes the job together with
-//                all others; the policy only bounds its range (exploration)
+//                all others, anywhere in [min_replicas, max_replicas], by
+//                the expected value of each size on the job's curve
 //   static-min   always min_replicas
 //   static-max   always max_replicas
 //   kubedl       KubeDL's torch-elastic hill climb (double while aggregate
@@ -26,12 +27,10 @@
 // (hold until the current size has enough samples), cooldown after each
 // applied change, and restart cost (scale up only when RestartPaysOff: the
 // predicted gain over the horizon repays the lost progress). planner applies
-// only the first two, as the range it gives the cluster planner; cooldown and
-// restart cost are part of the planner's objective. On spare GPUs
-// (PolicyInput::spare_gpus) the planner policy opens more: a job with no
-// measurement and no prior may start at the size the default prior
-// (kDefaultPriorShares) makes best, and a job with evidence may use them all.
-// The rules are in rescale/job_rules.h.
+// only insufficient data; exploration, cooldown and restart cost are part of
+// the planner's objective, which values every size by the job's fitted curve
+// (or, without data, the default prior kDefaultPriorShares) against the
+// restart it costs. The rules are in rescale/job_rules.h.
 #ifndef RESCALE_POLICY_H_
 #define RESCALE_POLICY_H_
 
@@ -94,13 +93,9 @@ struct PolicyInput {
   absl::Time last_change_at = absl::InfinitePast();
   absl::Time now;
   PolicyOptions options;  // with the job's parameters applied
-  // GPUs no other job could claim: the capacity minus every other job's
-  // max_replicas x gpus_per_replica (0 when the capacity is unknown: no GPU
-  // is known to be spare). The planner policy starts a job without data above
-  // min_replicas, and lets a job step beyond its evidence, only on these,
-  // where the move takes nothing another job could use (see PlannerPolicy
-  // in policies.cc).
-  uint64_t spare_gpus = 0;
+  // Whether the cluster's GPU capacity is known. Without it the planner
+  // policy explores by ExplorationCap instead of by expected value.
+  bool capacity_known = false;
 };
 
 struct PolicyDecision {
