@@ -169,6 +169,7 @@ void ToProto(const JobView& view, v1::Job* proto) {
     out->set_sample_count(pod.sample_count);
     out->set_straggler(pod.straggler);
   }
+  proto->set_plan_pending(view.plan_pending);
 }
 
 void ToProto(const ClusterView& view, v1::Cluster* proto) {
@@ -194,6 +195,7 @@ void ToProto(const ClusterView& view, v1::Cluster* proto) {
   proto->set_utilization(view.total_gpus && *view.total_gpus > 0
                              ? double(view.allocated_gpus) / *view.total_gpus
                              : 0.0);
+  proto->set_plan_pending(view.plan_pending);
 }
 
 void ToProto(const IngestResult& result, v1::IngestSummary* proto) {

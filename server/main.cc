@@ -69,6 +69,10 @@ ABSL_FLAG(uint32_t, gpus_per_node, kEngine.model.gpus_per_node,
           "nodes (replicas packed onto the fewest nodes); 0 = unknown, one node assumed");
 ABSL_FLAG(absl::Duration, applied_debounce, kEngine.applied_debounce,
           "a burst of ReportApplied calls is planned once, this long after the first");
+ABSL_FLAG(absl::Duration, plan_coalesce, kEngine.plan_coalesce,
+          "RegisterJob, UpdateJob, DeregisterJob and SetCapacity calls arriving together are "
+          "planned once, this long after the first; their replies return before that plan "
+          "(plan_pending). 0 = each plans before it replies");
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM server certificate chain; enables TLS with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
   rescale::EngineOptions& engine = options.engine;
   engine.plan_interval = absl::GetFlag(FLAGS_plan_interval);
   engine.applied_debounce = absl::GetFlag(FLAGS_applied_debounce);
+  engine.plan_coalesce = absl::GetFlag(FLAGS_plan_coalesce);
   const int64_t capacity = absl::GetFlag(FLAGS_capacity_gpus);
   if (capacity < -1 || capacity > UINT32_MAX) {
     std::cerr << "rescaled: --capacity_gpus must be -1 (unknown) or a GPU count up to "

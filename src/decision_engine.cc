@@ -61,6 +61,7 @@ absl::Status DecisionEngine::ValidateOptions(const EngineOptions& options) {
   RETURN_IF_ERROR(at_least("auto_register_max_replicas", options.auto_register_max_replicas, 1));
   RETURN_IF_ERROR(positive("plan_interval", options.plan_interval));
   RETURN_IF_ERROR(not_negative("applied_debounce", options.applied_debounce));
+  RETURN_IF_ERROR(not_negative("plan_coalesce", options.plan_coalesce));
   RETURN_IF_ERROR(positive("window", options.store.window));
   RETURN_IF_ERROR(positive("pod_ttl", options.store.pod_ttl));
   RETURN_IF_ERROR(positive("horizon", options.policy.horizon));
@@ -192,8 +193,10 @@ absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(JobEntry * entry, AddJobLocked(std::move(spec)));
-  ReplanLocked();
-  return ViewLocked(*entry);
+  const bool planned = RequestReplanLocked(options_.plan_coalesce);
+  JobView view = ViewLocked(*entry);
+  view.plan_pending = !planned;
+  return view;
 }
 
 absl::StatusOr<DecisionEngine::JobEntry*> DecisionEngine::AddJobLocked(JobSpec spec) {
@@ -224,8 +227,10 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
   }
   RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
   it->second.spec = spec;
-  ReplanLocked();
-  return ViewLocked(it->second);
+  const bool planned = RequestReplanLocked(options_.plan_coalesce);
+  JobView view = ViewLocked(it->second);
+  view.plan_pending = !planned;
+  return view;
 }
 
 absl::StatusOr<JobView> DecisionEngine::GetJob(const std::string& job_id) const {
@@ -255,7 +260,7 @@ absl::Status DecisionEngine::DeregisterJob(const std::string& job_id) {
   }
   store_.RemoveJob(job_id);
   board_.Remove(job_id);
-  ReplanLocked();
+  RequestReplanLocked(options_.plan_coalesce);
   return absl::OkStatus();
 }
 
@@ -323,7 +328,8 @@ void DecisionEngine::AutoRegister(std::span<const StepSample> samples, IngestRes
   if (merged.limit_reason.empty()) merged.limit_reason = second.limit_reason;
   result = std::move(merged);
   // One plan for every job this batch registered, with their samples in.
-  Replan();
+  std::lock_guard<std::mutex> lock(mu_);
+  RequestReplanLocked(options_.plan_coalesce);
 }
 
 absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_id,
@@ -372,17 +378,24 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
         std::max(entry.status.last_applied_generation, generation);
   }
   entry.status.last_applied_at = clock_->Now();
-  RequestReplanLocked();
+  RequestReplanLocked(options_.applied_debounce);
   return StatusLocked(entry, /*model=*/nullptr);
 }
 
 absl::StatusOr<Recommendation> DecisionEngine::GetRecommendation(const std::string& job_id) const {
   RETURN_IF_ERROR(ValidateJobId(job_id));
   std::optional<Recommendation> rec = board_.Get(job_id);
-  if (!rec) {
-    return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
+  if (rec) return *rec;
+  // Registered but not planned yet (a coalesced plan is pending): a retry,
+  // or WatchRecommendations, gets it within the window.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.contains(job_id)) {
+    return absl::UnavailableError(absl::StrFormat(
+        "job \"%s\" has no recommendation yet: the plan that includes it is pending; retry "
+        "or watch WatchRecommendations",
+        job_id));
   }
-  return *rec;
+  return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
 }
 
 std::vector<Recommendation> DecisionEngine::ListRecommendations(
@@ -393,8 +406,10 @@ std::vector<Recommendation> DecisionEngine::ListRecommendations(
 ClusterView DecisionEngine::SetCapacity(uint32_t total_gpus) {
   std::lock_guard<std::mutex> lock(mu_);
   capacity_gpus_ = total_gpus;
-  ReplanLocked();
-  return ClusterLocked();
+  const bool planned = RequestReplanLocked(options_.plan_coalesce);
+  ClusterView view = ClusterLocked();
+  view.plan_pending = !planned;
+  return view;
 }
 
 ClusterView DecisionEngine::GetCluster() const {
@@ -596,18 +611,21 @@ void DecisionEngine::ReplanLocked() {
   ++plans_run_;
 }
 
-void DecisionEngine::RequestReplanLocked() {
-  if (!debounce_applied_) {
+bool DecisionEngine::RequestReplanLocked(absl::Duration window) {
+  if (!timer_running_ || window <= absl::ZeroDuration()) {
     ReplanLocked();
-    return;
+    return true;
   }
   {
     std::lock_guard<std::mutex> lock(timer_mu_);
-    if (replan_requested_) return;  // one replan covers the whole burst
+    // One replan covers the whole burst, due when the earliest window ends.
+    const absl::Time due = clock_->Now() + window;
+    if (replan_requested_ && replan_due_ <= due) return false;
     replan_requested_ = true;
-    requested_at_ = clock_->Now();
+    replan_due_ = due;
   }
   timer_cv_.notify_all();
+  return false;
 }
 
 absl::StatusOr<std::shared_ptr<Subscription>> DecisionEngine::Watch(std::string namespace_filter) {
@@ -629,7 +647,7 @@ void DecisionEngine::StartTimer() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    debounce_applied_ = options_.applied_debounce > absl::ZeroDuration();
+    timer_running_ = true;
   }
   // Registered without timer_mu_ held: the listener takes timer_mu_ under
   // the clock's own lock, so that is the only order the two are taken in.
@@ -646,15 +664,13 @@ void DecisionEngine::StartTimer() {
 
 void DecisionEngine::RunTimer(absl::Time next_tick) {
   const absl::Duration interval = options_.plan_interval;
-  const absl::Duration debounce = options_.applied_debounce;
   std::unique_lock<std::mutex> lock(timer_mu_);
   while (!timer_stop_) {
     const absl::Time now = clock_->Now();
-    // The rest of a burst arrives during the first report's debounce and is
+    // The rest of a burst arrives during the first request's window and is
     // planned with it.
-    const absl::Time debounce_until =
-        replan_requested_ ? requested_at_ + debounce : absl::InfiniteFuture();
-    const absl::Time deadline = std::min(next_tick, debounce_until);
+    const absl::Time requested_due = replan_requested_ ? replan_due_ : absl::InfiniteFuture();
+    const absl::Time deadline = std::min(next_tick, requested_due);
     if (now < deadline) {
       // Wakes for StopTimer, a request, a jump of a ManualClock, or real
       // time reaching the deadline (the real clock).
@@ -683,12 +699,12 @@ void DecisionEngine::StopTimer() {
   timer_cv_.notify_all();
   if (timer_thread_.joinable()) timer_thread_.join();
   clock_listener_.reset();
-  // Without the thread nothing would run a debounced replan: reports go
-  // inline from now on, and those still waiting for their debounce are
+  // Without the thread nothing would run a deferred replan: changes plan
+  // inline from now on, and those still waiting for their window are
   // planned here. mu_ before timer_mu_, as in RequestReplanLocked, so no
-  // report can slip a request in between.
+  // change can slip a request in between.
   std::lock_guard<std::mutex> lock(mu_);
-  debounce_applied_ = false;
+  timer_running_ = false;
   bool pending;
   {
     std::lock_guard<std::mutex> timer_lock(timer_mu_);

@@ -800,6 +800,86 @@ TEST_CASE("engine with a debounce plans a burst of applied reports once, on its 
   engine.Unwatch(watcher);
 }
 
+// Reads `reader` until an event of `type` for `job_id` arrives (no
+// timeouts: the caller caused it); returns the events read up to it.
+std::vector<RecommendationEvent> AwaitEvent(WatchReader& reader, RecommendationEvent::Type type,
+                                            const std::string& job_id) {
+  std::vector<RecommendationEvent> events;
+  while (true) {
+    for (RecommendationEvent& e : reader.WaitForEvents()) {
+      events.push_back(std::move(e));
+      if (events.back().type == type && events.back().recommendation.job_id == job_id)
+        return events;
+    }
+  }
+}
+
+TEST_CASE("with the timer running, job changes arriving together are planned once, after the "
+          "coalescing window, and their replies say the plan is pending",
+          "[concurrency]") {
+  ManualClock clock;
+  EngineOptions options = StaticMinOptions();
+  options.plan_coalesce = absl::Milliseconds(5);
+  options.applied_debounce = absl::Milliseconds(300);
+  auto engine = MustCreate(options, &clock);
+  auto watcher = engine->Watch().value();
+  WatchReader reader(watcher);
+  AwaitEvent(reader, RecommendationEvent::Type::kSynced, "");
+  engine->StartTimer();
+  const uint64_t plans_before = engine->GetCluster().plans_run;
+
+  // Recorded at once, planned later: no recommendation yet.
+  for (const char* id : {"ns/a", "ns/b", "ns/c"}) {
+    absl::StatusOr<JobView> view = engine->RegisterJob(Spec(id, 2, 8));
+    REQUIRE(view.ok());
+    CHECK(view->plan_pending);
+    CHECK_FALSE(view->recommendation.has_value());
+    CHECK(engine->GetJob(id).ok());  // the job itself is there
+  }
+  CHECK(engine->ListRecommendations().empty());
+  absl::StatusOr<Recommendation> not_yet = engine->GetRecommendation("ns/a");
+  CHECK(not_yet.status().code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(not_yet.status().message()), Contains("pending"));
+  clock.Advance(absl::Milliseconds(4));
+  CHECK(engine->ListRecommendations().empty());  // the window has not passed
+
+  clock.Advance(absl::Milliseconds(1));
+  // One plan publishes all three, in job order.
+  std::vector<RecommendationEvent> events =
+      AwaitEvent(reader, RecommendationEvent::Type::kAdded, "ns/c");
+  CHECK(events.size() == 3);
+  CHECK(engine->GetCluster().plans_run == plans_before + 1);
+  CHECK(engine->ListRecommendations().size() == 3);
+
+  // A report (300 ms debounce) and then a capacity change (5 ms): one plan
+  // when the earlier window ends covers both.
+  REQUIRE(engine->ReportApplied("ns/a", 2, false, 1).ok());
+  ClusterView cluster = engine->SetCapacity(4);
+  CHECK(cluster.plan_pending);
+  CHECK(cluster.total_gpus == 4u);
+  clock.Advance(absl::Milliseconds(5));
+  // ns/a turns to HOLD (applied), ns/c waits (2 + 2 of 4 GPUs taken).
+  AwaitEvent(reader, RecommendationEvent::Type::kModified, "ns/c");
+  CHECK(engine->GetCluster().plans_run == plans_before + 2);
+  CHECK(MustRecommendation(*engine, "ns/a").action == Action::kHold);
+  CHECK(MustRecommendation(*engine, "ns/c").replicas == 0);
+
+  // Deregistering tells watchers at once; the replan follows the window.
+  // StopTimer runs a replan still waiting for its window before returning.
+  REQUIRE(engine->DeregisterJob("ns/a").ok());
+  AwaitEvent(reader, RecommendationEvent::Type::kDeleted, "ns/a");
+  engine->StopTimer();
+  CHECK(engine->GetCluster().plans_run == plans_before + 3);
+  CHECK(MustRecommendation(*engine, "ns/c").replicas == 2);  // ns/a's GPUs are free
+
+  // Without the timer every change plans before it replies.
+  absl::StatusOr<JobView> inline_view = engine->RegisterJob(Spec("ns/d", 1, 1));
+  REQUIRE(inline_view.ok());
+  CHECK_FALSE(inline_view->plan_pending);
+  CHECK(inline_view->recommendation.has_value());
+  engine->Unwatch(watcher);
+}
+
 // Reports what the engine recommends as applied and feeds each running job
 // samples from its true step-time law, as a cluster and its agents would.
 void ApplyAndMeasure(DecisionEngine& engine, ManualClock& clock,

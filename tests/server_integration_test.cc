@@ -36,10 +36,12 @@ using rescale::server::ServerOptions;
 namespace v1 = rescale::v1;
 
 struct TestServer {
-  explicit TestServer(ServerOptions options = {}) {
+  // Without the plan timer every change plans before its reply; with it,
+  // changes are coalesced on the ManualClock (tests advance it).
+  explicit TestServer(ServerOptions options = {}, bool plan_timer = false) {
     spdlog::set_level(spdlog::level::warn);  // keep test output readable
     options.listen = "127.0.0.1:0";
-    options.run_plan_timer = false;
+    options.run_plan_timer = plan_timer;
     options.clock = &clock;
     auto started = RescaleServer::Start(options);
     REQUIRE(started.ok());
@@ -361,6 +363,46 @@ TEST_CASE("StreamSamples ingests every batch and answers one summary with stream
   CHECK(summary.rejected() == 1);
   REQUIRE(summary.rejections_size() == 1);
   CHECK(summary.rejections(0).index() == 25);
+}
+
+TEST_CASE("with the plan timer, RegisterJob and SetCapacity reply before their plan, which "
+          "the watch then shows",
+          "[concurrency]") {
+  ServerOptions options;
+  options.engine.plan_coalesce = absl::Milliseconds(5);
+  TestServer t(options, /*plan_timer=*/true);
+  grpc::ClientContext watch_ctx;
+  auto reader = t.recs->WatchRecommendations(&watch_ctx, v1::WatchRecommendationsRequest());
+  v1::RecommendationEvent event;
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::SYNCED);
+
+  v1::Job job = t.Register("ns/a", 1, 4);
+  CHECK(job.plan_pending());
+  CHECK_FALSE(job.has_recommendation());
+  grpc::ClientContext set_ctx;
+  v1::SetCapacityRequest set;
+  set.set_total_gpus(2);
+  v1::Cluster cluster;
+  REQUIRE(t.cluster->SetCapacity(&set_ctx, set, &cluster).ok());
+  CHECK(cluster.plan_pending());
+  CHECK(cluster.total_gpus() == 2);
+
+  // One plan, when the first change's window has passed, covers both.
+  t.clock.Advance(absl::Milliseconds(5));
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::ADDED);
+  CHECK(event.recommendation().job_id() == "ns/a");
+  CHECK(event.recommendation().replicas() == 2);  // within the new capacity
+  grpc::ClientContext get_ctx;
+  v1::GetClusterRequest get;
+  v1::Cluster after;
+  REQUIRE(t.cluster->GetCluster(&get_ctx, get, &after).ok());
+  CHECK_FALSE(after.plan_pending());
+  CHECK(after.allocated_gpus() == 2);
+  watch_ctx.TryCancel();
+  while (reader->Read(&event)) {
+  }
 }
 
 TEST_CASE("ReportApplied records the applied state and turns the action to HOLD") {

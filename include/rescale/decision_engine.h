@@ -4,8 +4,10 @@
 // GPU capacity and the recommendation board, and hands none of them out:
 // callers use the methods below (Watch for the board's change stream). Every
 // mutation that can change a decision (register, update, deregister, applied
-// state, capacity) replans at once; a timer replans every plan interval so
-// new samples are taken in. A replan snapshots everything, runs the planner
+// state, capacity) asks for a replan: at once when no timer runs, otherwise
+// on the timer thread after a short window that gathers a burst of them
+// into one plan (plan_coalesce, applied_debounce); a timer replans every
+// plan interval so new samples are taken in. A replan snapshots everything, runs the planner
 // (a pure function) and publishes the result to the board, whose watchers see
 // each change.
 //
@@ -65,6 +67,15 @@ struct EngineOptions {
   // after the first; 0 = every report replans inline.
   absl::Duration plan_interval = absl::Seconds(30);
   absl::Duration applied_debounce = absl::Milliseconds(200);
+  // While the timer runs, job, spec and capacity changes (RegisterJob,
+  // UpdateJob, DeregisterJob, SetCapacity) are planned together,
+  // plan_coalesce (>= 0) after the first of a burst, and their replies
+  // return at once, before that plan, marked plan_pending (JobView,
+  // ClusterView); WatchRecommendations shows the plan when it is published.
+  // Registering N jobs one by one then costs N small steps and a plan per
+  // window instead of N plans of up to N jobs. 0 = each change plans inline
+  // and its reply carries the new plan.
+  absl::Duration plan_coalesce = absl::Milliseconds(5);
   // Samples for unregistered jobs register them (min 1, max
   // auto_register_max_replicas or the largest world_size seen, defaults for
   // the rest) instead of being rejected.
@@ -142,10 +153,11 @@ class DecisionEngine {
   // a ManualClock it fires when the test advances time past its deadline,
   // never on its own. With options.applied_debounce > 0, ReportApplied no
   // longer replans inline: a burst of reports (a controller reporting many
-  // jobs at once) is planned once, applied_debounce after the first. Job,
-  // spec and capacity changes always replan inline, because their replies
-  // carry the new plan. StopTimer runs a pending debounced replan before it
-  // returns, so no accepted report goes unplanned.
+  // jobs at once) is planned once, applied_debounce after the first. With
+  // options.plan_coalesce > 0 the same holds for job, spec and capacity
+  // changes, whose replies then say the plan is pending. A request waits for
+  // the earliest window among those pending. StopTimer runs a pending replan
+  // before it returns, so no accepted change goes unplanned.
   void StartTimer();
   void StopTimer();
 
@@ -207,9 +219,9 @@ class DecisionEngine {
   bool last_plan_exact_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t plans_run_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // Asks the timer thread for a replan after the debounce, or replans now
-  // when there is no debounce.
-  void RequestReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the timer thread for a replan within `window`, or replans now when
+  // the timer does not run or the window is 0. True when it replanned now.
+  bool RequestReplanLocked(absl::Duration window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The timer thread's loop (StartTimer), first ticking at `next_tick`.
   void RunTimer(absl::Time next_tick);
@@ -218,12 +230,12 @@ class DecisionEngine {
   std::condition_variable timer_cv_;
   bool timer_stop_ ABSL_GUARDED_BY(timer_mu_) = false;
   bool replan_requested_ ABSL_GUARDED_BY(timer_mu_) = false;
-  // When the first report of the pending burst arrived: its debounce runs
-  // from then on the injected clock.
-  absl::Time requested_at_ ABSL_GUARDED_BY(timer_mu_);
-  // Whether ReportApplied defers to the timer: set while the timer thread
-  // runs with a positive debounce. Read and written under mu_.
-  bool debounce_applied_ ABSL_GUARDED_BY(mu_) = false;
+  // When the pending replan is due on the injected clock: the earliest
+  // window end among the requests it covers.
+  absl::Time replan_due_ ABSL_GUARDED_BY(timer_mu_);
+  // Whether requests may defer to the timer thread: set while it runs.
+  // Read and written under mu_.
+  bool timer_running_ ABSL_GUARDED_BY(mu_) = false;
   // Wakes the timer thread when a ManualClock jumps; held while it runs.
   Clock::Listener clock_listener_;
   std::thread timer_thread_;

@@ -140,6 +140,9 @@ struct JobView {
   double curve_fit_rms_log_error = 0;
   std::optional<Recommendation> recommendation;
   std::vector<PodStatus> pods;
+  // Set on the reply of a change whose plan had not run yet (see
+  // EngineOptions::plan_coalesce): `recommendation` predates the change.
+  bool plan_pending = false;
 };
 
 // One step measurement after batch-level defaults have been applied. The
@@ -216,6 +219,9 @@ struct ClusterView {
   bool plan_exact = true;
   // Plans run since the engine started (inline, timer and debounced ones).
   uint64_t plans_run = 0;
+  // Set on the reply of SetCapacity when its plan had not run yet: the
+  // allocations predate the new capacity.
+  bool plan_pending = false;
 };
 
 // "namespace" part of a job_id ("" when malformed).
