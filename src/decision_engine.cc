@@ -213,6 +213,7 @@ absl::StatusOr<DecisionEngine::JobEntry*> DecisionEngine::AddJobLocked(JobSpec s
   JobEntry entry;
   entry.spec = spec;
   entry.status.registered_at = clock_->Now();
+  entry.registration = entry.version = ++change_counter_;
   auto it = jobs_.emplace(spec.job_id, std::move(entry)).first;
   return &it->second;
 }
@@ -227,6 +228,7 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
   }
   RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
   it->second.spec = spec;
+  it->second.version = ++change_counter_;
   const bool planned = RequestReplanLocked(options_.plan_coalesce);
   JobView view = ViewLocked(it->second);
   view.plan_pending = !planned;
@@ -378,6 +380,7 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
         std::max(entry.status.last_applied_generation, generation);
   }
   entry.status.last_applied_at = clock_->Now();
+  entry.version = ++change_counter_;
   RequestReplanLocked(options_.applied_debounce);
   return StatusLocked(entry, /*model=*/nullptr);
 }
@@ -439,14 +442,89 @@ ClusterView DecisionEngine::ClusterLocked() const {
   return view;
 }
 
+// Planning in three steps, so that only the first and the last hold mu_.
+// A snapshot (under mu_) copies every job's entry and the capacity and
+// takes the next snapshot sequence number; ComputePlan (no lock) fits,
+// runs the policies and the planner on the copies; CommitLocked (under mu_
+// again) publishes the result. Meanwhile mutations and reads go on: a job
+// registered after the snapshot waits for the next plan (its request
+// asked for one), a job deregistered meanwhile gets no recommendation
+// back, and a job changed meanwhile (its registration's version moved on)
+// keeps the policy memory its change wrote; its new plan is due. One plan
+// computes at a time (plan_mu_); a plan whose snapshot is older than one
+// already committed (an inline plan overtook it) is dropped whole.
 void DecisionEngine::Replan() {
+  std::lock_guard<std::mutex> plan_lock(plan_mu_);
+  Snapshot snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot.jobs = jobs_;
+    snapshot.capacity_gpus = capacity_gpus_;
+    snapshot.sequence = ++snapshot_sequence_;
+  }
+  if (options_.plan_compute_hook) options_.plan_compute_hook();
+  const absl::Time now = clock_->Now();
+  store_.Tick(now);
+  PlanResult result = ComputePlan(snapshot.jobs, snapshot.capacity_gpus, now);
   std::lock_guard<std::mutex> lock(mu_);
-  ReplanLocked();
+  CommitLocked(snapshot, std::move(result), now);
 }
 
 void DecisionEngine::ReplanLocked() {
+  // Inline (the caller holds mu_): the entries themselves are planned, so
+  // nothing can change in between.
   const absl::Time now = clock_->Now();
   store_.Tick(now);
+  const uint64_t sequence = ++snapshot_sequence_;
+  PlanResult result = ComputePlan(jobs_, capacity_gpus_, now);
+  last_committed_sequence_ = sequence;
+  ApplyPlanLocked(std::move(result), now);
+}
+
+void DecisionEngine::CommitLocked(const Snapshot& snapshot, PlanResult result, absl::Time now) {
+  if (snapshot.sequence < last_committed_sequence_) return;  // overtaken
+  last_committed_sequence_ = snapshot.sequence;
+  std::vector<Recommendation> current;
+  current.reserve(result.recs.size());
+  for (Recommendation& rec : result.recs) {
+    auto it = jobs_.find(rec.job_id);
+    const auto planned = snapshot.jobs.find(rec.job_id);
+    if (it == jobs_.end() || planned == snapshot.jobs.end()) continue;  // deregistered
+    JobEntry& entry = it->second;
+    if (entry.version != planned->second.version) {
+      // Changed after the snapshot (a new spec, an applied report, or
+      // deregistered and registered again): its own plan is due. Keep its
+      // memory; its recommendation stands unless its spec now rules it out.
+      if (entry.registration != planned->second.registration) continue;
+      const JobSpec& spec = entry.spec;
+      if (rec.replicas > spec.max_replicas ||
+          (rec.replicas != 0 && rec.replicas < spec.min_replicas)) {
+        continue;
+      }
+    } else {
+      entry.memory = planned->second.memory;
+    }
+    current.push_back(std::move(rec));
+  }
+  result.recs = std::move(current);
+  ApplyPlanLocked(std::move(result), now);
+}
+
+void DecisionEngine::ApplyPlanLocked(PlanResult result, absl::Time now) {
+  last_plan_utility_ = result.utility;
+  last_plan_upper_bound_ = result.upper_bound;
+  last_plan_gap_ = result.gap;
+  last_plan_exact_ = result.exact;
+  board_.Publish(std::move(result.recs));
+  planned_at_ = now;
+  ++plans_run_;
+}
+
+
+DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
+                                                      std::optional<uint32_t> capacity_gpus,
+                                                      absl::Time now) const {
+  PlanResult result;
 
   // Each job's policy states what it wants; the cluster planner then fits
   // every job into the GPUs at once. A `planner` job offers the planner its
@@ -462,9 +540,9 @@ void DecisionEngine::ReplanLocked() {
   };
   std::vector<Prepared> prepared;
   std::vector<PlannerJob> planner_jobs;
-  prepared.reserve(jobs_.size());
-  planner_jobs.reserve(jobs_.size());
-  for (auto& [id, entry] : jobs_) {
+  prepared.reserve(jobs.size());
+  planner_jobs.reserve(jobs.size());
+  for (auto& [id, entry] : jobs) {
     Prepared p;
     p.spec = entry.spec;
     if (p.spec.policy.empty()) p.spec.policy = options_.default_policy;
@@ -479,7 +557,7 @@ void DecisionEngine::ReplanLocked() {
     policy_input.last_change_at = entry.last_change_at;
     policy_input.now = now;
     policy_input.options = policy_options;
-    policy_input.capacity_known = capacity_gpus_.has_value();
+    policy_input.capacity_known = capacity_gpus.has_value();
     p.wish = FindPolicy(p.spec.policy)->Decide(policy_input);
     entry.memory = p.wish.memory;
     p.planned_by_cluster = p.spec.policy == kPlannerPolicy;
@@ -550,12 +628,12 @@ void DecisionEngine::ReplanLocked() {
   ClusterPlannerOptions planner_options = options_.planner;
   planner_options.horizon_seconds = absl::ToDoubleSeconds(options_.policy.horizon);
   std::optional<uint64_t> capacity;
-  if (capacity_gpus_) capacity = *capacity_gpus_;
+  if (capacity_gpus) capacity = *capacity_gpus;
   const ClusterPlan plan = PlanCluster(planner_jobs, capacity, planner_options);
-  last_plan_utility_ = plan.utility;
-  last_plan_upper_bound_ = plan.upper_bound;
-  last_plan_gap_ = plan.gap;
-  last_plan_exact_ = plan.exact;
+  result.utility = plan.utility;
+  result.upper_bound = plan.upper_bound;
+  result.gap = plan.gap;
+  result.exact = plan.exact;
   if (plan.gap > 0.01) {
     spdlog::warn("plan of {} jobs has an optimality gap of {:.2f}% (utility {:.4f}, bound {:.4f})",
                  planner_jobs.size(), plan.gap * 100, plan.utility, plan.upper_bound);
@@ -568,7 +646,7 @@ void DecisionEngine::ReplanLocked() {
   std::vector<Recommendation> recs;
   recs.reserve(prepared.size());
   size_t i = 0;
-  for (const auto& [id, entry] : jobs_) {
+  for (const auto& [id, entry] : jobs) {
     const Prepared& p = prepared[i];
     const PlannedJob& planned = plan.jobs[i];
     ++i;
@@ -606,9 +684,8 @@ void DecisionEngine::ReplanLocked() {
     }
     recs.push_back(std::move(rec));
   }
-  board_.Publish(std::move(recs));
-  planned_at_ = now;
-  ++plans_run_;
+  result.recs = std::move(recs);
+  return result;
 }
 
 bool DecisionEngine::RequestReplanLocked(absl::Duration window) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -878,6 +879,93 @@ TEST_CASE("with the timer running, job changes arriving together are planned onc
   CHECK_FALSE(inline_view->plan_pending);
   CHECK(inline_view->recommendation.has_value());
   engine->Unwatch(watcher);
+}
+
+// Holds a plan in progress (EngineOptions::plan_compute_hook) until released.
+struct PlanGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool computing = false;
+  bool released = false;
+  void Hook() {
+    std::unique_lock<std::mutex> lock(mu);
+    computing = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  }
+  void AwaitComputing() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return computing; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+    cv.notify_all();
+  }
+};
+
+TEST_CASE("a plan computes without the engine's lock: reads and changes go on, and its result "
+          "is published only for what it still describes",
+          "[concurrency]") {
+  ManualClock clock;
+  PlanGate gate;
+  EngineOptions options = StaticMinOptions();
+  options.plan_coalesce = absl::Hours(1);  // the timer never plans on its own here
+  options.applied_debounce = absl::Hours(1);
+  options.plan_compute_hook = [&gate] { gate.Hook(); };
+  auto engine = MustCreate(options, &clock);
+  MustRegister(*engine, Spec("ns/a", 2, 8));
+  MustRegister(*engine, Spec("ns/b", 2, 8));
+  engine->StartTimer();
+  const uint64_t plans_before = engine->GetCluster().plans_run;
+
+  std::thread planner([&] { engine->Replan(); });
+  gate.AwaitComputing();
+  // The plan is computing: none of these waits for it.
+  CHECK(engine->GetJob("ns/a").ok());
+  CHECK(engine->ListJobs().size() == 2);
+  CHECK(engine->GetCluster().plans_run == plans_before);
+  REQUIRE(engine->DeregisterJob("ns/a").ok());
+  REQUIRE(engine->ReportApplied("ns/b", 2, false, 1).ok());
+  absl::StatusOr<JobView> c = engine->RegisterJob(Spec("ns/c", 2, 8));
+  REQUIRE(c.ok());
+  CHECK(c->plan_pending);
+  gate.Release();
+  planner.join();
+
+  // Published for ns/b (which it still describes), not for ns/a (gone),
+  // and not yet for ns/c (registered after its snapshot).
+  CHECK(engine->GetCluster().plans_run == plans_before + 1);
+  CHECK(engine->GetRecommendation("ns/a").status().code() == absl::StatusCode::kNotFound);
+  CHECK(engine->GetRecommendation("ns/c").status().code() == absl::StatusCode::kUnavailable);
+  CHECK(engine->GetRecommendation("ns/b").ok());
+  // The pending plan (StopTimer runs it) covers ns/c and the applied report.
+  engine->StopTimer();
+  CHECK(MustRecommendation(*engine, "ns/c").replicas == 2);
+  CHECK(MustRecommendation(*engine, "ns/b").action == Action::kHold);
+}
+
+TEST_CASE("a plan overtaken by an inline one is dropped, not published over it",
+          "[concurrency]") {
+  ManualClock clock;
+  PlanGate gate;
+  EngineOptions options = StaticMinOptions();
+  options.plan_compute_hook = [&gate] { gate.Hook(); };
+  auto engine = MustCreate(options, &clock);
+  MustRegister(*engine, Spec("ns/a", 2, 8));
+  engine->SetCapacity(8);
+  const uint64_t plans_before = engine->GetCluster().plans_run;
+  std::thread planner([&] { engine->Replan(); });
+  gate.AwaitComputing();
+  // Without the timer this plans inline, on newer state: 2 GPUs only.
+  engine->SetCapacity(2);
+  CHECK(engine->GetCluster().plans_run == plans_before + 1);
+  gate.Release();
+  planner.join();
+  // The older plan (8 GPUs) was computed, then dropped.
+  CHECK(engine->GetCluster().plans_run == plans_before + 1);
+  CHECK(engine->GetCluster().total_gpus == 2u);
+  CHECK(MustRecommendation(*engine, "ns/a").replicas == 2);
 }
 
 // Reports what the engine recommends as applied and feeds each running job

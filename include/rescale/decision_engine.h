@@ -25,6 +25,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -93,6 +94,10 @@ struct EngineOptions {
   // the README) and fairness; its horizon is policy.horizon.
   ClusterPlannerOptions planner = {.objective = PlanObjectiveKind::kJct};
   ModelOptions model;
+  // Tests only: called by Replan after its snapshot, while it computes
+  // without the engine's lock, so a test can hold a plan there and check
+  // what goes on meanwhile. Empty in production.
+  std::function<void()> plan_compute_hook;
 };
 
 class DecisionEngine {
@@ -177,6 +182,26 @@ class DecisionEngine {
     // When it last stopped running (suspended): jct ages a waiting job from
     // then, or from its registration if it never ran.
     absl::Time stopped_at = absl::InfinitePast();
+    // Which registration this is, and its latest change (spec, applied
+    // state, policy memory): both from change_counter_, so a plan computed
+    // on a snapshot can tell whether the entry moved on (see Replan).
+    uint64_t registration = 0;
+    uint64_t version = 0;
+  };
+  using JobMap = absl::btree_map<std::string, JobEntry>;
+  // What a plan computes from the jobs, before it is published.
+  struct PlanResult {
+    std::vector<Recommendation> recs;
+    double utility = 0;
+    double upper_bound = 0;
+    double gap = 0;
+    bool exact = true;
+  };
+  // The state a plan computes on, copied under mu_.
+  struct Snapshot {
+    JobMap jobs;
+    std::optional<uint32_t> capacity_gpus;
+    uint64_t sequence = 0;
   };
   struct Fitted {
     std::vector<Observation> observations;
@@ -200,7 +225,16 @@ class DecisionEngine {
   JobStatus StatusLocked(const JobEntry& entry, const ThroughputModel* model) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   JobView ViewLocked(const JobEntry& entry) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Plans inline, the caller holding mu_ throughout.
   void ReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fits, runs the policies and the planner on `jobs` (writing their policy
+  // memory); needs no lock of the engine's (the store is thread-safe).
+  PlanResult ComputePlan(JobMap& jobs, std::optional<uint32_t> capacity_gpus,
+                         absl::Time now) const;
+  // Publishes a plan computed on `snapshot`, for the jobs still registered.
+  void CommitLocked(const Snapshot& snapshot, PlanResult result, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyPlanLocked(PlanResult result, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ClusterView ClusterLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const EngineOptions options_;
@@ -208,9 +242,15 @@ class DecisionEngine {
   MetricsStore store_;
   RecommendationBoard board_;
 
-  // Serialises mutations and replans so decisions are published in order.
+  // One plan computes at a time (Replan); taken before mu_, never after.
+  std::mutex plan_mu_;
+  // Guards the jobs and what plans publish; held by mutations and reads
+  // only briefly, and by a plan only to snapshot and to commit.
   mutable std::mutex mu_;
-  absl::btree_map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
+  JobMap jobs_ ABSL_GUARDED_BY(mu_);
+  uint64_t change_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t snapshot_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_committed_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
   absl::Time planned_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   double last_plan_utility_ ABSL_GUARDED_BY(mu_) = 0;
