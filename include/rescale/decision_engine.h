@@ -16,7 +16,10 @@
 // goes through it, so no caller re-checks options.
 //
 // Thread safety: every public method is thread-safe and returns quickly
-// (no I/O, no waiting on other callers beyond short critical sections).
+// (no I/O, no waiting on other callers beyond short critical sections). A
+// plan holds the engine's lock only to copy the jobs and to publish its
+// result; it fits and plans on the copies without it (see Replan), so reads
+// and changes never wait for the computation.
 // The core uses std::mutex rather than absl::Mutex: Debian's Abseil is not
 // built with ThreadSanitizer, which would then miss absl::Mutex's
 // synchronisation, while pthread-based std::mutex is intercepted.
