@@ -368,7 +368,8 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
     entry.memory.previous_replicas = running_before;
     entry.memory.scale_events.emplace_back(
         now, static_cast<int32_t>(running_after) - static_cast<int32_t>(running_before));
-    while (entry.memory.scale_events.size() > 64) entry.memory.scale_events.pop_front();
+    auto& events = entry.memory.scale_events;
+    if (events.size() > 64) events.erase(events.begin(), events.end() - 64);
   }
   if (running_after > 0 && running_before == 0) entry.started_at = clock_->Now();
   if (running_after == 0 && running_before > 0) entry.stopped_at = clock_->Now();

@@ -288,7 +288,10 @@ class HpaPolicy final : public Policy {
     auto& recs = d.memory.recommendations;
     recs.emplace_back(in.now, raw);
     const absl::Duration keep = std::max(up_window, down_window);
-    while (!recs.empty() && in.now - recs.front().first > keep) recs.pop_front();
+    const auto first_kept = std::find_if(recs.begin(), recs.end(), [&](const auto& r) {
+      return in.now - r.first <= keep;
+    });
+    recs.erase(recs.begin(), first_kept);
     // Stabilisation: scale up to the lowest wish of the up window, down to
     // the highest wish of the down window.
     uint32_t up_floor = std::numeric_limits<uint32_t>::max();

@@ -35,7 +35,6 @@
 #define RESCALE_POLICY_H_
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <span>
 #include <string>
@@ -74,10 +73,15 @@ struct PolicyMemory {
   bool exploration_stopped = false;
   // Replicas before the latest applied change (0 = none yet).
   uint32_t previous_replicas = 0;
-  // hpa: recent raw recommendations, for the stabilisation windows.
-  std::deque<std::pair<absl::Time, uint32_t>> recommendations;
-  // hpa: applied scale events (time, change in replicas), for rate policies.
-  std::deque<std::pair<absl::Time, int32_t>> scale_events;
+  // Vectors, not deques: both stay short (windows; at most 64 events), and
+  // every plan copies every job's memory, where an empty std::deque still
+  // allocates (libstdc++) and a vector does not.
+  // hpa: recent raw recommendations, oldest first, for the stabilisation
+  // windows.
+  std::vector<std::pair<absl::Time, uint32_t>> recommendations;
+  // Applied scale events (time, change in replicas), oldest first: hpa's
+  // rate policies, the planner's cooldown backoff.
+  std::vector<std::pair<absl::Time, int32_t>> scale_events;
   friend bool operator==(const PolicyMemory&, const PolicyMemory&) = default;
 };
 
