@@ -33,9 +33,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <memory>
-#include <cstdlib>
 #include <new>
 #include <random>
 #include <string>

@@ -521,7 +521,6 @@ void DecisionEngine::ApplyPlanLocked(PlanResult result, absl::Time now) {
   ++plans_run_;
 }
 
-
 DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
                                                       std::optional<uint32_t> capacity_gpus,
                                                       absl::Time now) const {

@@ -426,21 +426,15 @@ class PlannerPolicy final : public Policy {
     }
     const uint32_t largest = LargestTrusted(in);
     const bool evidence = largest > 0 || LargestPriorSize(spec) > 0;
-    if (in.capacity_known) {
-      return Hold(in, spec.max_replicas, BindingConstraint::kMaxReplicas,
-                  absl::StrFormat("the planner may use up to max_replicas=%d, sized by %s",
-                                  spec.max_replicas,
-                                  evidence ? "the job's fitted curve"
-                                           : "the default prior (the median scaling of six "
-                                             "measured models) until it has measurements"));
-    }
-    if (!running && !evidence) {
+    if (!in.capacity_known && !running && !evidence) {
       return Hold(in, spec.min_replicas, BindingConstraint::kMinReplicas,
                   absl::StrFormat("no measurements yet and the cluster's capacity is unknown: "
                                   "starts at min_replicas=%d and explores from there",
                                   spec.min_replicas));
     }
-    const uint32_t cap = ExplorationCap(spec, largest, RunningReplicas(*in.status));
+    const uint32_t cap = in.capacity_known
+                             ? spec.max_replicas
+                             : ExplorationCap(spec, largest, RunningReplicas(*in.status));
     if (cap < spec.max_replicas) {
       return Hold(in, cap, BindingConstraint::kInsufficientData,
                   absl::StrFormat("the cluster's capacity is unknown: explores gradually, at most "

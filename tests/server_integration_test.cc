@@ -70,6 +70,15 @@ struct TestServer {
     return job;
   }
 
+  v1::Cluster SetCapacity(uint32_t total_gpus) {
+    grpc::ClientContext ctx;
+    v1::SetCapacityRequest req;
+    req.set_total_gpus(total_gpus);
+    v1::Cluster reply;
+    REQUIRE(cluster->SetCapacity(&ctx, req, &reply).ok());
+    return reply;
+  }
+
   rescale::ManualClock clock;
   std::unique_ptr<RescaleServer> server;
   std::shared_ptr<grpc::Channel> channel;
@@ -380,11 +389,7 @@ TEST_CASE("with the plan timer, RegisterJob and SetCapacity reply before their p
   v1::Job job = t.Register("ns/a", 1, 4);
   CHECK(job.plan_pending());
   CHECK_FALSE(job.has_recommendation());
-  grpc::ClientContext set_ctx;
-  v1::SetCapacityRequest set;
-  set.set_total_gpus(2);
-  v1::Cluster cluster;
-  REQUIRE(t.cluster->SetCapacity(&set_ctx, set, &cluster).ok());
+  const v1::Cluster cluster = t.SetCapacity(2);
   CHECK(cluster.plan_pending());
   CHECK(cluster.total_gpus() == 2);
 
@@ -437,11 +442,7 @@ TEST_CASE("SetCapacity below demand queues the lower-priority job with a reason"
   TestServer t;
   t.Register("ns/high", 2, 2, /*priority=*/10, /*gpus_per_replica=*/2);
   t.Register("ns/low", 4, 8, /*priority=*/0, /*gpus_per_replica=*/2);
-  grpc::ClientContext ctx;
-  v1::SetCapacityRequest req;
-  req.set_total_gpus(8);
-  v1::Cluster cluster;
-  REQUIRE(t.cluster->SetCapacity(&ctx, req, &cluster).ok());
+  const v1::Cluster cluster = t.SetCapacity(8);
   CHECK(cluster.capacity_known());
   CHECK(cluster.total_gpus() == 8);
   CHECK(cluster.allocated_gpus() == 4);
@@ -470,13 +471,7 @@ TEST_CASE("SetCapacity below demand queues the lower-priority job with a reason"
 TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change", "[concurrency]") {
   TestServer t;
   // Fixed-size jobs on a known capacity: each change below is one event.
-  {
-    grpc::ClientContext set_ctx;
-    v1::SetCapacityRequest set;
-    set.set_total_gpus(2);
-    v1::Cluster cluster;
-    REQUIRE(t.cluster->SetCapacity(&set_ctx, set, &cluster).ok());
-  }
+  t.SetCapacity(2);
   t.Register("ns/a", 1, 1);
   grpc::ClientContext ctx;
   auto reader = t.recs->WatchRecommendations(&ctx, v1::WatchRecommendationsRequest());
@@ -492,13 +487,7 @@ TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change",
   CHECK(event.type() == v1::RecommendationEvent::ADDED);
   CHECK(event.recommendation().job_id() == "ns/b");
 
-  {
-    grpc::ClientContext set_ctx;
-    v1::SetCapacityRequest set;
-    set.set_total_gpus(1);
-    v1::Cluster cluster;
-    REQUIRE(t.cluster->SetCapacity(&set_ctx, set, &cluster).ok());
-  }
+  t.SetCapacity(1);
   REQUIRE(reader->Read(&event));
   CHECK(event.type() == v1::RecommendationEvent::MODIFIED);
   CHECK(event.recommendation().job_id() == "ns/b");

@@ -7,9 +7,9 @@
 // state, capacity) asks for a replan: at once when no timer runs, otherwise
 // on the timer thread after a short window that gathers a burst of them
 // into one plan (plan_coalesce, applied_debounce); a timer replans every
-// plan interval so new samples are taken in. A replan snapshots everything, runs the planner
-// (a pure function) and publishes the result to the board, whose watchers see
-// each change.
+// plan interval so new samples are taken in. A replan snapshots everything,
+// runs the planner (a pure function) and publishes the result to the board,
+// whose watchers see each change.
 //
 // Construction: DecisionEngine::Create validates EngineOptions once (limits,
 // durations, default_policy); every caller (rescaled, rescale-sim, tests)
