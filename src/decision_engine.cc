@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rescale/job_rules.h"
@@ -114,9 +115,34 @@ absl::StatusOr<JobSpec> DecisionEngine::Normalize(JobSpec spec) const {
   return spec;
 }
 
-DecisionEngine::Fitted DecisionEngine::Fit(const JobSpec& spec, absl::Time now) const {
+std::shared_ptr<const DecisionEngine::Fitted> DecisionEngine::FitInto(JobEntry& entry,
+                                                                      absl::Time now) const {
+  uint64_t revision = entry.fitted_spec_version == entry.spec_version ? entry.stats_revision : 0;
+  std::optional<std::vector<SizeStats>> stats =
+      store_.StatsIfChanged(entry.spec.job_id, now, revision);
+  if (stats.has_value() || entry.fitted == nullptr) {
+    if (!stats.has_value()) stats = store_.Stats(entry.spec.job_id, now);
+    entry.fitted = std::make_shared<const Fitted>(Fit(entry.spec, *stats, now));
+    entry.stats_revision = revision;
+    entry.fitted_spec_version = entry.spec_version;
+  }
+  return entry.fitted;
+}
+
+std::shared_ptr<const DecisionEngine::Fitted> DecisionEngine::CurrentFit(const JobEntry& entry,
+                                                                         absl::Time now) const {
+  uint64_t revision = entry.fitted_spec_version == entry.spec_version ? entry.stats_revision : 0;
+  std::optional<std::vector<SizeStats>> stats =
+      store_.StatsIfChanged(entry.spec.job_id, now, revision);
+  if (!stats.has_value() && entry.fitted != nullptr) return entry.fitted;
+  if (!stats.has_value()) stats = store_.Stats(entry.spec.job_id, now);
+  return std::make_shared<const Fitted>(Fit(entry.spec, *stats, now));
+}
+
+DecisionEngine::Fitted DecisionEngine::Fit(const JobSpec& spec, std::span<const SizeStats> stats,
+                                           absl::Time now) const {
   Fitted fitted;
-  for (const SizeStats& s : store_.Stats(spec.job_id, now)) {
+  for (const SizeStats& s : stats) {
     Observation o;
     o.replicas = s.world_size;
     o.step_seconds = s.step_seconds;
@@ -132,6 +158,13 @@ DecisionEngine::Fitted DecisionEngine::Fit(const JobSpec& spec, absl::Time now) 
   model_options.gpus_per_replica = std::max<uint32_t>(spec.gpus_per_replica, 1);
   if (spec.local_batch_size > 0) model_options.default_local_batch = spec.local_batch_size;
   fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
+  for (const SizeStats& s : stats) fitted.samples_processed += s.samples_processed;
+  if (!fitted.model.empty()) {
+    const uint32_t sizes = std::min(spec.max_replicas, kCachedSizes);
+    fitted.samples_per_second.reserve(sizes);
+    for (uint32_t n = 1; n <= sizes; ++n)
+      fitted.samples_per_second.push_back(fitted.model.SamplesPerSecond(n));
+  }
   return fitted;
 }
 
@@ -168,7 +201,7 @@ JobStatus DecisionEngine::StatusLocked(const JobEntry& entry, const ThroughputMo
   const double rate =
       model != nullptr
           ? model->SamplesPerSecond(RunningReplicas(status))
-          : Fit(entry.spec, clock_->Now()).model.SamplesPerSecond(RunningReplicas(status));
+          : CurrentFit(entry, clock_->Now())->model.SamplesPerSecond(RunningReplicas(status));
   if (rate <= 0) return status;
   const uint64_t total = *entry.spec.total_samples;
   const uint64_t left = total > status.samples_processed ? total - status.samples_processed : 0;
@@ -179,11 +212,11 @@ JobStatus DecisionEngine::StatusLocked(const JobEntry& entry, const ThroughputMo
 JobView DecisionEngine::ViewLocked(const JobEntry& entry) const {
   JobView view;
   view.spec = entry.spec;
-  const Fitted fitted = Fit(entry.spec, clock_->Now());
-  view.status = StatusLocked(entry, &fitted.model);
-  view.curve = CurveOf(entry.spec, fitted);
-  view.curve_model = fitted.model.Describe();
-  view.curve_fit_rms_log_error = fitted.model.rms_log_error();
+  const std::shared_ptr<const Fitted> fitted = CurrentFit(entry, clock_->Now());
+  view.status = StatusLocked(entry, &fitted->model);
+  view.curve = CurveOf(entry.spec, *fitted);
+  view.curve_model = fitted->model.Describe();
+  view.curve_fit_rms_log_error = fitted->model.rms_log_error();
   view.recommendation = board_.Get(entry.spec.job_id);
   view.pods = store_.Pods(entry.spec.job_id);
   return view;
@@ -213,7 +246,7 @@ absl::StatusOr<DecisionEngine::JobEntry*> DecisionEngine::AddJobLocked(JobSpec s
   JobEntry entry;
   entry.spec = spec;
   entry.status.registered_at = clock_->Now();
-  entry.registration = entry.version = ++change_counter_;
+  entry.registration = entry.version = entry.spec_version = ++change_counter_;
   auto it = jobs_.emplace(spec.job_id, std::move(entry)).first;
   return &it->second;
 }
@@ -228,7 +261,7 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
   }
   RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
   it->second.spec = spec;
-  it->second.version = ++change_counter_;
+  it->second.version = it->second.spec_version = ++change_counter_;
   const bool planned = RequestReplanLocked(options_.plan_coalesce);
   JobView view = ViewLocked(it->second);
   view.plan_pending = !planned;
@@ -505,6 +538,12 @@ void DecisionEngine::CommitLocked(const Snapshot& snapshot, PlanResult result, a
     } else {
       entry.memory = planned->second.memory;
     }
+    // The fit stays valid whatever else changed, as long as the spec did not.
+    if (entry.spec_version == planned->second.spec_version) {
+      entry.fitted = planned->second.fitted;
+      entry.stats_revision = planned->second.stats_revision;
+      entry.fitted_spec_version = planned->second.fitted_spec_version;
+    }
     current.push_back(std::move(rec));
   }
   result.recs = std::move(current);
@@ -533,23 +572,28 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
   // priority order (a rising curve up to the wish) and may only cut for
   // capacity.
   struct Prepared {
-    JobSpec spec;  // policy resolved
+    const JobSpec* spec = nullptr;
+    const std::string* policy = nullptr;  // spec's, or the default
     PolicyDecision wish;
-    ThroughputModel model;
+    std::shared_ptr<const Fitted> fitted;
     bool planned_by_cluster = false;
   };
+  // The default prior's curve, by GPUs per replica (see below).
+  absl::flat_hash_map<uint32_t, ThroughputModel> default_priors;
   std::vector<Prepared> prepared;
   std::vector<PlannerJob> planner_jobs;
   prepared.reserve(jobs.size());
   planner_jobs.reserve(jobs.size());
   for (auto& [id, entry] : jobs) {
     Prepared p;
-    p.spec = entry.spec;
-    if (p.spec.policy.empty()) p.spec.policy = options_.default_policy;
-    const Fitted fitted = Fit(p.spec, now);
-    const PolicyOptions policy_options = ResolvePolicyOptions(options_.policy, p.spec.parameters);
+    const JobSpec& spec = entry.spec;
+    p.spec = &spec;
+    p.policy = spec.policy.empty() ? &options_.default_policy : &spec.policy;
+    p.fitted = FitInto(entry, now);
+    const Fitted& fitted = *p.fitted;
+    const PolicyOptions policy_options = ResolvePolicyOptions(options_.policy, spec.parameters);
     PolicyInput policy_input;
-    policy_input.spec = &p.spec;
+    policy_input.spec = &spec;
     policy_input.status = &entry.status;
     policy_input.model = &fitted.model;
     policy_input.observed = fitted.observations;
@@ -558,17 +602,17 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
     policy_input.now = now;
     policy_input.options = policy_options;
     policy_input.capacity_known = capacity_gpus.has_value();
-    p.wish = FindPolicy(p.spec.policy)->Decide(policy_input);
+    p.wish = FindPolicy(*p.policy)->Decide(policy_input);
     entry.memory = p.wish.memory;
-    p.planned_by_cluster = p.spec.policy == kPlannerPolicy;
+    p.planned_by_cluster = *p.policy == kPlannerPolicy;
 
     PlannerJob job;
     job.job_id = id;
-    job.min_replicas = p.spec.min_replicas;
-    job.max_replicas = std::clamp(p.wish.replicas, p.spec.min_replicas, p.spec.max_replicas);
-    job.gpus_per_replica = p.spec.gpus_per_replica;
-    job.priority = p.spec.priority;
-    job.preemptible = p.spec.preemptible;
+    job.min_replicas = spec.min_replicas;
+    job.max_replicas = std::clamp(p.wish.replicas, spec.min_replicas, spec.max_replicas);
+    job.gpus_per_replica = spec.gpus_per_replica;
+    job.priority = spec.priority;
+    job.preemptible = spec.preemptible;
     const bool running = IsRunning(entry.status);
     job.current_replicas = RunningReplicas(entry.status);
     job.suspended = entry.status.suspended;
@@ -584,7 +628,7 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
     }
     job.in_cooldown = running && entry.last_change_at != absl::InfinitePast() &&
                       now - entry.last_change_at < cooldown;
-    job.restart_cost_seconds = p.spec.restart_cost_seconds;
+    job.restart_cost_seconds = spec.restart_cost_seconds;
     job.started_at = running ? entry.started_at : entry.status.registered_at;
     // What the jct objective ranks jobs by: remaining work when the job
     // declared its size, else the service it has had; both in samples, which
@@ -592,12 +636,12 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
     // job without a fitted curve has no rate to do that with: it counts as
     // having had no service (least attained service puts new jobs first).
     if (!fitted.model.empty()) {
-      const uint64_t processed = store_.SamplesProcessed(id);
-      job.samples_per_second_at_min = fitted.model.SamplesPerSecond(job.min_replicas);
+      const uint64_t processed = fitted.samples_processed;
+      job.samples_per_second_at_min = fitted.SamplesPerSecond(job.min_replicas);
       job.attained_samples = static_cast<double>(processed);
-      if (p.spec.total_samples.has_value()) {
+      if (spec.total_samples.has_value()) {
         job.remaining_samples = static_cast<double>(
-            *p.spec.total_samples > processed ? *p.spec.total_samples - processed : 0);
+            *spec.total_samples > processed ? *spec.total_samples - processed : 0);
       }
     }
     if (!running) {
@@ -607,21 +651,29 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
     // A planner job with neither data nor prior: the default prior's curve
     // (relative; the objective uses only ratios T(n)/T(min)), so the planner
     // sizes its start by the median scaling of the measured models.
-    ThroughputModel default_prior;
+    const ThroughputModel* default_prior = nullptr;
     if (p.planned_by_cluster && fitted.model.empty()) {
-      ModelOptions shape = options_.model;
-      shape.gpus_per_replica = std::max<uint32_t>(p.spec.gpus_per_replica, 1);
-      default_prior = ThroughputModel::FromShares(kDefaultPriorShares, shape);
+      const uint32_t gpus_per_replica = std::max<uint32_t>(spec.gpus_per_replica, 1);
+      auto [it, added] = default_priors.try_emplace(gpus_per_replica);
+      if (added) {
+        ModelOptions shape = options_.model;
+        shape.gpus_per_replica = gpus_per_replica;
+        it->second = ThroughputModel::FromShares(kDefaultPriorShares, shape);
+      }
+      default_prior = &it->second;
     }
-    const ThroughputModel& curve = fitted.model.empty() ? default_prior : fitted.model;
+    job.throughput.reserve(job.max_replicas - job.min_replicas + 1);
     for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
       // Planner jobs: predicted samples/s. Others: any rising curve, so the
       // planner grows them toward their wish when GPUs allow.
-      const double predicted = p.planned_by_cluster ? curve.SamplesPerSecond(n) : 0;
+      double predicted = 0;
+      if (p.planned_by_cluster) {
+        predicted = default_prior != nullptr ? default_prior->SamplesPerSecond(n)
+                                             : fitted.SamplesPerSecond(n);
+      }
       job.throughput.push_back(predicted > 0 ? predicted : double(n));
     }
     planner_jobs.push_back(std::move(job));
-    p.model = fitted.model;
     prepared.push_back(std::move(p));
   }
 
@@ -666,21 +718,21 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
     rec.reason = policy_explains ? p.wish.reason : planned.reason;
     // The planner sized a job without data or prior by the default prior's
     // curve; say so, since nothing of the job's own went into it.
-    if (!policy_explains && p.planned_by_cluster && p.model.empty() && planned.replicas > 0) {
+    if (!policy_explains && p.planned_by_cluster && p.fitted->model.empty() && planned.replicas > 0) {
       rec.reason += "; no measurements or prior yet: sized by the default prior (the median "
                     "scaling of six measured models)";
     }
     rec.binding_constraint = policy_explains ? p.wish.binding : planned.binding;
-    rec.current_samples_per_second = p.model.SamplesPerSecond(RunningReplicas(entry.status));
-    rec.predicted_samples_per_second = p.model.SamplesPerSecond(planned.replicas);
+    rec.current_samples_per_second = p.fitted->SamplesPerSecond(RunningReplicas(entry.status));
+    rec.predicted_samples_per_second = p.fitted->SamplesPerSecond(planned.replicas);
     rec.queue_position = planned.queue_position;
     rec.decided_at = now;
-    rec.policy = p.spec.policy;
-    rec.gpus = planned.replicas * p.spec.gpus_per_replica;
+    rec.policy = *p.policy;
+    rec.gpus = planned.replicas * p.spec->gpus_per_replica;
     if (p.planned_by_cluster && planned.replicas > 0) {
       if (planned.replicas < planner_jobs[i - 1].max_replicas)
         rec.value_one_more = planned.value_one_more;
-      if (planned.replicas > p.spec.min_replicas) rec.value_one_fewer = planned.value_one_fewer;
+      if (planned.replicas > p.spec->min_replicas) rec.value_one_fewer = planned.value_one_fewer;
     }
     recs.push_back(std::move(rec));
   }

@@ -207,7 +207,9 @@ struct MetricsStore::PendingSize {
     }
     cell->lifetime.fetch_add(samples, std::memory_order_relaxed);
     MaxRelaxed(cell->last_sample_ns, last_ns);
-    job->accepted.fetch_add(samples, std::memory_order_relaxed);
+    // Last, with release: StatsIfChanged's revision counts a batch only once
+    // all of it is visible (see StatsRevisionLocked).
+    job->accepted.fetch_add(samples, std::memory_order_release);
     *this = PendingSize();
   }
 };

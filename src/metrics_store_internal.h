@@ -95,6 +95,10 @@ struct MetricsStore::SizeCell {
   SizeCell(uint32_t size, int64_t created, int slot_index)
       : world_size(size), created_ns(created), slot(slot_index) {
     std::fill(std::begin(snapshot_ns), std::end(snapshot_ns), metrics_internal::kNever);
+    // The empty state it starts from is its first snapshot, so Tick need
+    // not visit a new size before its first period is up (see Tick).
+    snapshot_ns[0] = created;
+    next_snapshot = 1;
   }
 
   metrics_internal::Histogram Load() const {

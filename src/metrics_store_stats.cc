@@ -6,11 +6,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "metrics_store_internal.h"
 #include "rescale/job_rules.h"
 #include "rescale/metrics_store.h"
@@ -89,12 +91,29 @@ MetricsStore::Progress MetricsStore::ProgressOf(const SizeCell& cell) {
 
 void MetricsStore::Tick(absl::Time now) {
   std::lock_guard<std::mutex> lock(admin_mu_);
-  const JobTable* table = jobs_.load(std::memory_order_relaxed);
   const int64_t now_ns = absl::ToUnixNanos(now);
+  // Nothing to do before the earliest moment the last full pass found
+  // something would be due: the engine ticks before every plan, many a
+  // second while jobs register, and a pass over every job's cells costs
+  // about 1 us each. What Ingest adds since cannot be due sooner: a new size
+  // starts with its empty snapshot taken then, due a period later, and a
+  // new pod was seen then, stale a pod_ttl later; passes come at least that
+  // often (below). (An Ingest whose `now` ran slightly behind this pass's
+  // is at most that much late.)
+  if (now_ns < next_due_ns_) {
+    ReclaimLocked();
+    return;
+  }
+  const JobTable* table = jobs_.load(std::memory_order_relaxed);
   // kSnapshots - 1 periods span the window, so the ring always holds a
   // snapshot from about the window's start.
   const int64_t period_ns = absl::ToInt64Nanoseconds(options_.window / (kSnapshots - 1));
-  const int64_t pod_cutoff = absl::ToUnixNanos(now - options_.pod_ttl);
+  const int64_t ttl_ns = absl::ToInt64Nanoseconds(options_.pod_ttl);
+  const int64_t pod_cutoff = now_ns - ttl_ns;
+  // The earliest time at which a pass would do anything: a snapshot due, a
+  // surviving pod going stale (last_seen only grows, so that is a bound),
+  // or a size or pod added after this pass coming due.
+  int64_t next_due = now_ns + std::min(period_ns, ttl_ns + 1);
   for (const auto& [id, job] : table->jobs) {
     for (int i = 0; i < job->max_sizes; ++i) {
       SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
@@ -104,16 +123,26 @@ void MetricsStore::Tick(absl::Time now) {
         cell->snapshots[cell->next_snapshot] = cell->Load();
         cell->snapshot_ns[cell->next_snapshot] = now_ns;
         cell->next_snapshot = (cell->next_snapshot + 1) % kSnapshots;
+        next_due = std::min(next_due, now_ns + period_ns);
+      } else {
+        next_due = std::min(next_due, cell->snapshot_ns[newest] + period_ns);
       }
     }
     PodTable* pods = job->pods.load(std::memory_order_relaxed);
     bool stale = false;
-    for (size_t i = 0; i < pods->capacity() && !stale; ++i) {
+    for (size_t i = 0; i < pods->capacity(); ++i) {
       PodCell* cell = pods->slots[i].load(std::memory_order_acquire);
-      stale = cell != nullptr && cell->last_seen_ns.load(std::memory_order_relaxed) < pod_cutoff;
+      if (cell == nullptr) continue;
+      const int64_t seen = cell->last_seen_ns.load(std::memory_order_relaxed);
+      if (seen < pod_cutoff) {
+        stale = true;
+      } else {
+        next_due = std::min(next_due, seen + ttl_ns + 1);  // stale once seen < now - ttl
+      }
     }
     if (stale) RebuildPods(*job, now - options_.pod_ttl, pods->capacity());
   }
+  next_due_ns_ = next_due;
   ReclaimLocked();
 }
 
@@ -123,36 +152,73 @@ const MetricsStore::JobState* MetricsStore::FindLocked(std::string_view job_id) 
   return it == table->jobs.end() ? nullptr : it->second;
 }
 
-std::vector<SizeStats> MetricsStore::Stats(std::string_view job_id, absl::Time now) const {
-  std::vector<SizeStats> out;
+MetricsStore::WindowBase MetricsStore::BaseOf(const SizeCell& cell, int64_t window_start) {
+  // Base of the window: the newest snapshot taken at or before its start.
+  // Without one, a cell created inside the window has nothing to subtract;
+  // an older cell (Tick has not kept up) uses its oldest snapshot.
+  int base = -1;
+  for (int k = 0; k < kSnapshots; ++k) {
+    const int64_t t = cell.snapshot_ns[k];
+    if (t != kNever && t <= window_start && (base < 0 || t > cell.snapshot_ns[base])) base = k;
+  }
+  if (base < 0 && cell.created_ns < window_start) {
+    for (int k = 0; k < kSnapshots; ++k) {
+      const int64_t t = cell.snapshot_ns[k];
+      if (t != kNever && (base < 0 || t < cell.snapshot_ns[base])) base = k;
+    }
+  }
+  return {base, base < 0 ? kNever : cell.snapshot_ns[base]};
+}
+
+uint64_t MetricsStore::StatsRevisionLocked(const JobState& job, int64_t window_start) const {
+  // Stats reads the cumulative histograms (they change only with accepted
+  // samples) and each size's window base (it changes as time passes a
+  // snapshot or Tick overwrites one). `accepted` is loaded with acquire and
+  // added last, with release, by each batch's Flush: every batch counted in
+  // the value read here is then visible whole to the Stats that follows, and
+  // a batch not yet counted changes the value when it is.
+  uint64_t revision = absl::HashOf(job.accepted.load(std::memory_order_acquire));
+  for (int i = 0; i < job.max_sizes; ++i) {
+    const SizeCell* cell = job.sizes[i].load(std::memory_order_acquire);
+    if (cell == nullptr) break;
+    const WindowBase base = BaseOf(*cell, window_start);
+    revision = absl::HashOf(revision, cell->world_size, base.index, base.taken_ns);
+  }
+  return revision | 1;  // never 0, the caller's "none yet"
+}
+
+std::optional<std::vector<SizeStats>> MetricsStore::StatsIfChanged(std::string_view job_id,
+                                                                   absl::Time now,
+                                                                   uint64_t& revision) const {
   std::lock_guard<std::mutex> lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
-  if (job == nullptr) return out;
+  if (job == nullptr) {
+    if (revision == 0) return std::nullopt;
+    revision = 0;
+    return std::vector<SizeStats>();
+  }
   const int64_t window_start = absl::ToUnixNanos(now - options_.window);
-  for (int i = 0; i < job->max_sizes; ++i) {
-    const SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
+  const uint64_t current = StatsRevisionLocked(*job, window_start);
+  if (current == revision) return std::nullopt;
+  revision = current;
+  return StatsLocked(*job, window_start);
+}
+
+std::vector<SizeStats> MetricsStore::Stats(std::string_view job_id, absl::Time now) const {
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  const JobState* job = FindLocked(job_id);
+  if (job == nullptr) return {};
+  return StatsLocked(*job, absl::ToUnixNanos(now - options_.window));
+}
+
+std::vector<SizeStats> MetricsStore::StatsLocked(const JobState& job, int64_t window_start) const {
+  std::vector<SizeStats> out;
+  for (int i = 0; i < job.max_sizes; ++i) {
+    const SizeCell* cell = job.sizes[i].load(std::memory_order_acquire);
     if (cell == nullptr) break;
     const Histogram cumulative = cell->Load();
-    // Base of the window: the newest snapshot taken at or before its start.
-    // Without one, a cell created inside the window has nothing to subtract;
-    // an older cell (Tick has not kept up) uses its oldest snapshot.
-    int base = -1;
-    bool subtract = true;
-    for (int k = 0; k < kSnapshots; ++k) {
-      const int64_t t = cell->snapshot_ns[k];
-      if (t != kNever && t <= window_start && (base < 0 || t > cell->snapshot_ns[base])) base = k;
-    }
-    if (base < 0) {
-      if (cell->created_ns >= window_start) {
-        subtract = false;
-      } else {
-        for (int k = 0; k < kSnapshots; ++k) {
-          const int64_t t = cell->snapshot_ns[k];
-          if (t != kNever && (base < 0 || t < cell->snapshot_ns[base])) base = k;
-        }
-        subtract = base >= 0;
-      }
-    }
+    const int base = BaseOf(*cell, window_start).index;
+    const bool subtract = base >= 0;
     const Histogram windowed = subtract ? cumulative.Minus(cell->snapshots[base]) : cumulative;
     RobustSummary summary = Summarize(windowed);
     SizeStats stats;

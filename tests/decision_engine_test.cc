@@ -430,6 +430,51 @@ TEST_CASE("engine feeds ingested samples into the job's curve and samples_accept
   CHECK(rec.predicted_samples_per_second < 140);
 }
 
+// Plans keep each job's fitted curve until its samples, its window or its
+// spec move on (MetricsStore::StatsIfChanged); none of these may go unseen.
+TEST_CASE("engine refits a job's curve when its samples or its spec change, and only then") {
+  ManualClock clock;
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
+  JobSpec spec = Spec("ns/a", 2, 8);
+  spec.prior = {{.replicas = 2, .samples_per_second = 100}};
+  MustRegister(engine, spec);
+  auto predicted_at_2 = [&] {
+    engine.Replan();
+    return MustRecommendation(engine, "ns/a").predicted_samples_per_second;
+  };
+  CHECK(predicted_at_2() == Approx(100).epsilon(0.01));
+  clock.Advance(absl::Seconds(1));
+  CHECK(predicted_at_2() == Approx(100).epsilon(0.01));  // from the kept fit
+
+  // A new prior: refitted.
+  spec.prior = {{.replicas = 2, .samples_per_second = 50}};
+  REQUIRE(engine.UpdateJob(spec).ok());
+  CHECK(predicted_at_2() == Approx(50).epsilon(0.01));
+
+  // Samples at the size: the measurement wins over the prior; more of them
+  // at another step time move it again.
+  auto measure = [&](double step_seconds) {
+    std::vector<StepSample> batch;
+    for (int k = 0; k < 20; ++k) {
+      StepSample s;
+      s.job_id = "ns/a";
+      s.pod = "a-worker-" + std::to_string(k % 2);
+      s.world_size = 2;
+      s.step_seconds = step_seconds;
+      batch.push_back(s);
+    }
+    REQUIRE(engine.Ingest(batch).accepted == 20);
+  };
+  measure(0.5);  // 2 x 32 / 0.5 = 128 samples/s
+  CHECK(predicted_at_2() == Approx(128).epsilon(0.05));
+  CHECK(engine.GetJob("ns/a")->curve[1].samples_per_second == Approx(128).epsilon(0.05));
+  measure(0.25);  // the mean of both: 0.375 s, 171 samples/s
+  CHECK(predicted_at_2() == Approx(2 * 32 / 0.375).epsilon(0.05));
+  CHECK(engine.GetJob("ns/a")->curve[1].samples_per_second ==
+        Approx(2 * 32 / 0.375).epsilon(0.05));
+}
+
 TEST_CASE("engine lists jobs ordered by id and filtered by namespace") {
   ManualClock clock;
   auto engine_owner = MustCreate(StaticMinOptions(), &clock);

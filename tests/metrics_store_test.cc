@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -338,6 +339,88 @@ TEST_CASE("store drops samples older than the window as Tick runs, keeping lifet
   CHECK(recent.lifetime_count == 200);
   CHECK(recent.step_seconds == Approx(2.0));
   CHECK(recent.samples_per_second == Approx(2 * 32 / 2.0));
+}
+
+// Tick passes over every cell only when something is due; sizes and pods
+// added between passes must still age and expire on time.
+TEST_CASE("Tick ages a size and forgets a pod added between its passes on time") {
+  MetricsStoreOptions options;
+  options.window = absl::Minutes(6);  // snapshots every minute
+  options.pod_ttl = absl::Minutes(5);
+  MetricsStore store(options);
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  store.Tick(kNow);  // a pass: nothing due for a minute
+  const std::string early_pod = "job-worker-early";
+  store.Ingest(Repeat(100, 1.0, 2, &early_pod), kNow + absl::Seconds(10));
+  store.Tick(kNow + absl::Seconds(30));  // skipped: nothing due yet
+  const std::string late_pod = "job-worker-late";
+  for (int second = 60; second <= 9 * 60; second += 20) {
+    const absl::Time t = kNow + absl::Seconds(second);
+    if (second == 180) store.Ingest(Repeat(100, 2.0, 2, &late_pod), t);
+    store.Tick(t);
+    if (second == 5 * 60) {
+      // 4 min 50 s after its only sample: still live.
+      CHECK(store.Pods(kJob).size() == 2);
+    }
+    if (second == 5 * 60 + 20) {
+      // 5 min 10 s: forgotten.
+      REQUIRE(store.Pods(kJob).size() == 1);
+      CHECK(store.Pods(kJob)[0].pod == late_pod);
+    }
+  }
+  // At 9 min the window (6 min) holds the samples of minute 3, not those
+  // of second 10, which the snapshots ring put out of it.
+  const SizeStats recent = store.Stats(kJob, kNow + absl::Minutes(9)).at(0);
+  CHECK(recent.from_window);
+  CHECK(recent.sample_count == 100);
+  CHECK(recent.lifetime_count == 200);
+  CHECK(recent.step_seconds == Approx(2.0));
+}
+
+TEST_CASE("StatsIfChanged answers only when samples arrived or the window moved") {
+  MetricsStoreOptions options;
+  options.window = absl::Minutes(6);  // snapshots every minute
+  MetricsStore store(options);
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  uint64_t revision = 0;
+  // An unknown job, and a known one without samples, read as empty.
+  uint64_t unknown = 0;
+  CHECK_FALSE(store.StatsIfChanged("ns/other", kNow, unknown).has_value());
+  std::optional<std::vector<SizeStats>> stats = store.StatsIfChanged(kJob, kNow, revision);
+  REQUIRE(stats.has_value());
+  CHECK(stats->empty());
+  CHECK(revision != 0);
+  CHECK_FALSE(store.StatsIfChanged(kJob, kNow, revision).has_value());
+
+  store.Ingest(Repeat(100, 1.0), kNow);
+  stats = store.StatsIfChanged(kJob, kNow, revision);
+  REQUIRE(stats.has_value());
+  CHECK(stats->at(0).sample_count == 100);
+  // Nothing new, later within the window: the same statistics.
+  CHECK_FALSE(store.StatsIfChanged(kJob, kNow + absl::Seconds(30), revision).has_value());
+  // A rejected sample changes nothing.
+  StepSample bad = Sample(2, -1.0);
+  store.Ingest(std::span<const StepSample>(&bad, 1), kNow);
+  CHECK_FALSE(store.StatsIfChanged(kJob, kNow + absl::Seconds(30), revision).has_value());
+
+  // Tick's snapshots, once the window's start passes one, move the window:
+  // the samples age out, without a new sample.
+  for (int minute = 0; minute <= 7; ++minute) store.Tick(kNow + absl::Minutes(minute));
+  const absl::Time later = kNow + absl::Minutes(7);
+  stats = store.StatsIfChanged(kJob, later, revision);
+  REQUIRE(stats.has_value());
+  CHECK_FALSE(stats->at(0).from_window);
+  CHECK(stats->at(0).lifetime_count == 100);
+  CHECK_FALSE(store.StatsIfChanged(kJob, later, revision).has_value());
+  // What Stats says at the same time, in full.
+  CHECK(store.Stats(kJob, later).at(0).sample_count == stats->at(0).sample_count);
+
+  // A forgotten job reads as empty once, then as unchanged.
+  store.RemoveJob(kJob);
+  stats = store.StatsIfChanged(kJob, later, revision);
+  REQUIRE(stats.has_value());
+  CHECK(stats->empty());
+  CHECK_FALSE(store.StatsIfChanged(kJob, later, revision).has_value());
 }
 
 TEST_CASE("store falls back to lifetime statistics for a size with no samples in the window") {

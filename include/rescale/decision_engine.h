@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -170,6 +171,20 @@ class DecisionEngine {
   void StopTimer();
 
  private:
+  struct Fitted {
+    std::vector<Observation> observations;
+    ThroughputModel model;
+    // model.SamplesPerSecond(n) at index n - 1, n up to the spec's
+    // max_replicas (at most kCachedSizes): what every plan asks of it.
+    std::vector<double> samples_per_second;
+    // The store's progress of the job with these statistics.
+    uint64_t samples_processed = 0;
+    double SamplesPerSecond(uint32_t n) const {
+      return n >= 1 && n <= samples_per_second.size() ? samples_per_second[n - 1]
+                                                      : model.SamplesPerSecond(n);
+    }
+  };
+  static constexpr uint32_t kCachedSizes = 256;
   struct JobEntry {
     JobSpec spec;
     JobStatus status;
@@ -190,6 +205,14 @@ class DecisionEngine {
     // on a snapshot can tell whether the entry moved on (see Replan).
     uint64_t registration = 0;
     uint64_t version = 0;
+    // The curve fitted to the store's statistics at `stats_revision` (see
+    // MetricsStore::StatsIfChanged) with the spec of `fitted_spec_version`:
+    // shared with snapshots, and refitted only when either moved on, so a
+    // plan refits only the jobs whose samples, window or spec changed.
+    uint64_t spec_version = 0;
+    std::shared_ptr<const Fitted> fitted;
+    uint64_t stats_revision = 0;
+    uint64_t fitted_spec_version = 0;
   };
   using JobMap = absl::btree_map<std::string, JobEntry>;
   // What a plan computes from the jobs, before it is published.
@@ -206,11 +229,6 @@ class DecisionEngine {
     std::optional<uint32_t> capacity_gpus;
     uint64_t sequence = 0;
   };
-  struct Fitted {
-    std::vector<Observation> observations;
-    ThroughputModel model;
-  };
-
   DecisionEngine(EngineOptions options, Clock* clock);
 
   absl::StatusOr<JobSpec> Normalize(JobSpec spec) const;
@@ -219,7 +237,13 @@ class DecisionEngine {
   // Registers the unknown jobs of `samples`, ingests their samples again and
   // replans once for all of them.
   void AutoRegister(std::span<const StepSample> samples, IngestResult& result);
-  Fitted Fit(const JobSpec& spec, absl::Time now) const;
+  Fitted Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now) const;
+  // The entry's fit, refitted into the entry when its statistics or spec
+  // moved on since.
+  std::shared_ptr<const Fitted> FitInto(JobEntry& entry, absl::Time now) const;
+  // The entry's fit when still current, else a fresh one (the entry is
+  // left as it is: plans keep the cache).
+  std::shared_ptr<const Fitted> CurrentFit(const JobEntry& entry, absl::Time now) const;
   // The model's curve for n in [1, max_replicas] (at most 256 points).
   static std::vector<CurvePoint> CurveOf(const JobSpec& spec, const Fitted& fitted);
   // The entry's status with the store's counts and the job's progress: samples processed and

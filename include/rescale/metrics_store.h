@@ -51,11 +51,11 @@
 //    half-applied across counters — harmless for a statistic and exact again
 //    as soon as the batch's RMWs are done. Exactly-once accounting holds per
 //    counter: every accepted sample is added to its job's `accepted` once.
-//    One exception: a histogram bin's count is added with release after the
+//    Two exceptions: a histogram bin's count is added with release after the
 //    batch's sums, and read with acquire before them, so a reader's sums are
 //    never behind its counts (release sequences: later RMWs of the count by
 //    other writers keep the edge), and a size with samples never reads as a
-//    zero step time or throughput.
+//    zero step time or throughput; and the job's `accepted` (below).
 //  * De-duplication: each PodCell holds a mark, the world size of the pod's
 //    current run and one past the highest `step` accepted in it, moved by a
 //    relaxed CAS loop (a fetch-max within a run, a reset when the world size
@@ -73,6 +73,9 @@
 //    (counters) and a pod's unstepped-size bits (fetch_or) are relaxed:
 //    each is individually exact, nothing is published through them
 //    (argument beside CountUnsteppedPod).
+//  * A job's `accepted` counter is added last in a batch's flush, with
+//    release, and loaded with acquire by StatsIfChanged: a revision that
+//    counts a batch sees all of it (argument beside StatsRevisionLocked).
 //  * The limits in JobState (max_replicas, local_batch_size) are relaxed
 //    atomics: a sample racing with UpdateJob is validated against the old or
 //    the new limit, either of which was valid at some instant.
@@ -84,6 +87,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -186,6 +190,13 @@ class MetricsStore {
 
   // Per-size statistics of a job, ordered by world size. Empty if unknown.
   std::vector<SizeStats> Stats(std::string_view job_id, absl::Time now) const;
+  // Stats(job_id, now) when it may differ from what it was when `revision`
+  // was set here (0 = never), setting `revision` to the current one; nullopt
+  // when it cannot differ: no sample was accepted for the job since and its
+  // window has the same bases. Lets a caller keep what it derives from the
+  // statistics (the engine's fitted curves) until they move.
+  std::optional<std::vector<SizeStats>> StatsIfChanged(std::string_view job_id, absl::Time now,
+                                                       uint64_t& revision) const;
   // The job's live pods, ordered by name, with stragglers flagged.
   std::vector<PodStats> Pods(std::string_view job_id) const;
   // Samples accepted for the job since AddJob (0 if unknown).
@@ -215,6 +226,17 @@ class MetricsStore {
     uint64_t steps = 0;
     uint64_t samples = 0;
   };
+  // The snapshot a windowed statistic subtracts (index -1: none) and when
+  // it was taken.
+  struct WindowBase {
+    int index = -1;
+    int64_t taken_ns = 0;
+  };
+  static WindowBase BaseOf(const SizeCell& cell, int64_t window_start);
+  std::vector<SizeStats> StatsLocked(const JobState& job, int64_t window_start) const
+      ABSL_SHARED_LOCKS_REQUIRED(admin_mu_);
+  uint64_t StatsRevisionLocked(const JobState& job, int64_t window_start) const
+      ABSL_SHARED_LOCKS_REQUIRED(admin_mu_);
   static Progress ProgressOf(const SizeCell& cell);
   void FreeRetired(Retired& retired);
 
@@ -243,6 +265,8 @@ class MetricsStore {
 
   mutable std::mutex admin_mu_;
   std::vector<Retired> retired_ ABSL_GUARDED_BY(admin_mu_);
+  // The earliest time a pass of Tick has work again (see Tick).
+  int64_t next_due_ns_ ABSL_GUARDED_BY(admin_mu_) = 0;
   // `accepted` of jobs freed after removal, so TotalAccepted stays exact.
   std::atomic<uint64_t> removed_accepted_{0};
 };
