@@ -24,6 +24,22 @@ Action ActionFor(const JobStatus& status, uint32_t replicas) {
   return Action::kHold;
 }
 
+// Hands the board's staged events to its watchers when it goes out of
+// scope. Declared before a lock_guard of mu_, it runs after that lock is
+// released: plans and removals only stage their events under mu_ (cheap,
+// whatever the number of watchers), and the fan-out and the watchers' ready
+// callbacks, which start gRPC writes, run without any lock of the engine's.
+class DeliverOnExit {
+ public:
+  explicit DeliverOnExit(RecommendationBoard& board) : board_(board) {}
+  ~DeliverOnExit() { board_.Deliver(); }
+  DeliverOnExit(const DeliverOnExit&) = delete;
+  DeliverOnExit& operator=(const DeliverOnExit&) = delete;
+
+ private:
+  RecommendationBoard& board_;
+};
+
 }  // namespace
 
 absl::Status DecisionEngine::ValidateOptions(const EngineOptions& options) {
@@ -189,7 +205,7 @@ std::vector<CurvePoint> DecisionEngine::CurveOf(const JobSpec& spec, const Fitte
   }
   return curve;
 }
-JobStatus DecisionEngine::StatusLocked(const JobEntry& entry, const ThroughputModel* model) const {
+JobStatus DecisionEngine::StatusOf(const JobEntry& entry, const ThroughputModel* model) const {
   JobStatus status = entry.status;
   status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
   status.samples_processed = store_.SamplesProcessed(entry.spec.job_id);
@@ -209,11 +225,11 @@ JobStatus DecisionEngine::StatusLocked(const JobEntry& entry, const ThroughputMo
   return status;
 }
 
-JobView DecisionEngine::ViewLocked(const JobEntry& entry) const {
+JobView DecisionEngine::ViewOf(const JobEntry& entry) const {
   JobView view;
   view.spec = entry.spec;
   const std::shared_ptr<const Fitted> fitted = CurrentFit(entry, clock_->Now());
-  view.status = StatusLocked(entry, &fitted->model);
+  view.status = StatusOf(entry, &fitted->model);
   view.curve = CurveOf(entry.spec, *fitted);
   view.curve_model = fitted->model.Describe();
   view.curve_fit_rms_log_error = fitted->model.rms_log_error();
@@ -224,10 +240,17 @@ JobView DecisionEngine::ViewLocked(const JobEntry& entry) const {
 
 absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(JobEntry * entry, AddJobLocked(std::move(spec)));
-  const bool planned = RequestReplanLocked(options_.plan_coalesce);
-  JobView view = ViewLocked(*entry);
+  JobEntry registered;
+  bool planned;
+  {
+    const DeliverOnExit deliver(board_);  // after the lock below is released
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(JobEntry * entry, AddJobLocked(std::move(spec)));
+    planned = RequestReplanLocked(options_.plan_coalesce);
+    registered = *entry;
+  }
+  // The reply is built from the copy, without the lock.
+  JobView view = ViewOf(registered);
   view.plan_pending = !planned;
   return view;
 }
@@ -253,48 +276,66 @@ absl::StatusOr<DecisionEngine::JobEntry*> DecisionEngine::AddJobLocked(JobSpec s
 
 absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(spec.job_id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrFormat("job \"%s\" is not registered; use RegisterJob to add it", spec.job_id));
+  JobEntry updated;
+  bool planned;
+  {
+    const DeliverOnExit deliver(board_);  // after the lock below is released
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(spec.job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrFormat(
+          "job \"%s\" is not registered; use RegisterJob to add it", spec.job_id));
+    }
+    RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
+    it->second.spec = spec;
+    it->second.version = it->second.spec_version = ++change_counter_;
+    planned = RequestReplanLocked(options_.plan_coalesce);
+    updated = it->second;
   }
-  RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
-  it->second.spec = spec;
-  it->second.version = it->second.spec_version = ++change_counter_;
-  const bool planned = RequestReplanLocked(options_.plan_coalesce);
-  JobView view = ViewLocked(it->second);
+  JobView view = ViewOf(updated);
   view.plan_pending = !planned;
   return view;
 }
 
 absl::StatusOr<JobView> DecisionEngine::GetJob(const std::string& job_id) const {
   RETURN_IF_ERROR(ValidateJobId(job_id));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
+  JobEntry entry;
+  {
+    // Only a copy under the lock: the view (fit, curve, pods) is built
+    // without it, so a read holds the lock for about a microsecond.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
+    }
+    entry = it->second;
   }
-  return ViewLocked(it->second);
+  return ViewOf(entry);
 }
 
 std::vector<JobView> DecisionEngine::ListJobs(const std::string& namespace_filter) const {
-  std::vector<JobView> out;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, entry] : jobs_) {
-    if (InNamespace(id, namespace_filter)) out.push_back(ViewLocked(entry));
+  std::vector<JobEntry> entries;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, entry] : jobs_) {
+      if (InNamespace(id, namespace_filter)) entries.push_back(entry);
+    }
   }
+  std::vector<JobView> out;
+  out.reserve(entries.size());
+  for (const JobEntry& entry : entries) out.push_back(ViewOf(entry));
   return out;
 }
 
 absl::Status DecisionEngine::DeregisterJob(const std::string& job_id) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
+  const DeliverOnExit deliver(board_);  // after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
   if (jobs_.erase(job_id) == 0) {
     return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
   }
   store_.RemoveJob(job_id);
-  board_.Remove(job_id);
+  board_.StageRemove(job_id);
   RequestReplanLocked(options_.plan_coalesce);
   return absl::OkStatus();
 }
@@ -363,6 +404,7 @@ void DecisionEngine::AutoRegister(std::span<const StepSample> samples, IngestRes
   if (merged.limit_reason.empty()) merged.limit_reason = second.limit_reason;
   result = std::move(merged);
   // One plan for every job this batch registered, with their samples in.
+  const DeliverOnExit deliver(board_);  // after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
   RequestReplanLocked(options_.plan_coalesce);
 }
@@ -371,6 +413,7 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
                                                         uint32_t replicas, bool suspended,
                                                         uint64_t generation) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
+  const DeliverOnExit deliver(board_);  // after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -416,7 +459,7 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
   entry.status.last_applied_at = clock_->Now();
   entry.version = ++change_counter_;
   RequestReplanLocked(options_.applied_debounce);
-  return StatusLocked(entry, /*model=*/nullptr);
+  return StatusOf(entry, /*model=*/nullptr);
 }
 
 absl::StatusOr<Recommendation> DecisionEngine::GetRecommendation(const std::string& job_id) const {
@@ -441,6 +484,7 @@ std::vector<Recommendation> DecisionEngine::ListRecommendations(
 }
 
 ClusterView DecisionEngine::SetCapacity(uint32_t total_gpus) {
+  const DeliverOnExit deliver(board_);  // after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
   capacity_gpus_ = total_gpus;
   const bool planned = RequestReplanLocked(options_.plan_coalesce);
@@ -500,6 +544,7 @@ void DecisionEngine::Replan() {
   const absl::Time now = clock_->Now();
   store_.Tick(now);
   PlanResult result = ComputePlan(snapshot.jobs, snapshot.capacity_gpus, now);
+  const DeliverOnExit deliver(board_);  // after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
   CommitLocked(snapshot, std::move(result), now);
 }
@@ -555,7 +600,7 @@ void DecisionEngine::ApplyPlanLocked(PlanResult result, absl::Time now) {
   last_plan_upper_bound_ = result.upper_bound;
   last_plan_gap_ = result.gap;
   last_plan_exact_ = result.exact;
-  board_.Publish(std::move(result.recs));
+  board_.Stage(std::move(result.recs));
   planned_at_ = now;
   ++plans_run_;
 }
@@ -747,8 +792,12 @@ bool DecisionEngine::RequestReplanLocked(absl::Duration window) {
   }
   {
     std::lock_guard<std::mutex> lock(timer_mu_);
-    // One replan covers the whole burst, due when the earliest window ends.
-    const absl::Time due = clock_->Now() + window;
+    // One replan covers the whole burst, due when the earliest window ends,
+    // and no sooner after the last plan than that plan took: a steady
+    // stream of changes (an adapter registering 10,000 jobs) then gets a
+    // plan as often as one can be computed with at most half the time spent
+    // planning, leaving the rest of the machine to the calls themselves.
+    const absl::Time due = std::max(clock_->Now() + window, last_plan_end_ + last_plan_took_);
     if (replan_requested_ && replan_due_ <= due) return false;
     replan_requested_ = true;
     replan_due_ = due;
@@ -815,8 +864,12 @@ void DecisionEngine::RunTimer(absl::Time next_tick) {
     // This replan covers any request made so far; later ones start anew.
     replan_requested_ = false;
     lock.unlock();
+    const absl::Time started = clock_->Now();
     Replan();
+    const absl::Time ended = clock_->Now();
     lock.lock();
+    last_plan_end_ = ended;
+    last_plan_took_ = ended - started;
   }
 }
 
@@ -832,6 +885,7 @@ void DecisionEngine::StopTimer() {
   // inline from now on, and those still waiting for their window are
   // planned here. mu_ before timer_mu_, as in RequestReplanLocked, so no
   // change can slip a request in between.
+  const DeliverOnExit deliver(board_);  // after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
   timer_running_ = false;
   bool pending;

@@ -14,7 +14,7 @@ Subscription::Poll Subscription::Next(RecommendationEvent* event) {
   if (!order_.empty()) {
     auto first = order_.begin();
     auto it = pending_.find(first->second);
-    *event = std::move(it->second.event);
+    *event = *it->second.event;
     pending_.erase(it);
     order_.erase(first);
     return Poll::kEvent;
@@ -34,43 +34,39 @@ void Subscription::SetReadyCallback(std::function<void()> callback) {
   ready_callback_ = std::move(callback);
 }
 
-void Subscription::Push(RecommendationEvent event) {
-  std::function<void()> notify;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;
-    const std::string key = event.type == RecommendationEvent::Type::kSynced
-                                ? std::string()
-                                : event.recommendation.job_id;
-    auto it = pending_.find(key);
-    if (it == pending_.end()) {
-      const uint64_t sequence = next_sequence_++;
-      order_.emplace(sequence, key);
-      pending_.emplace(key, Pending{std::move(event), sequence});
-    } else if (it->second.event.type == RecommendationEvent::Type::kAdded &&
-               event.type == RecommendationEvent::Type::kDeleted) {
-      // The reader never saw the job: it needs neither event, and its place
-      // in the delivery order goes too, so a job added and deleted again and
-      // again while the reader stalls costs nothing.
-      order_.erase(it->second.sequence);
-      pending_.erase(it);
-      return;
-    } else {
-      // Coalesce: the reader has not seen the older event, so it only needs
-      // the newest state, delivered at the older event's place. An ADDED it
-      // never saw stays ADDED.
-      if (it->second.event.type == RecommendationEvent::Type::kAdded &&
-          event.type == RecommendationEvent::Type::kModified) {
-        event.type = RecommendationEvent::Type::kAdded;
-      }
-      it->second.event = std::move(event);
-    }
-    if (reader_waiting_) {
-      reader_waiting_ = false;
-      notify = ready_callback_;
-    }
+std::function<void()> Subscription::Push(std::shared_ptr<const RecommendationEvent> event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return nullptr;
+  const std::string& key = event->type == RecommendationEvent::Type::kSynced
+                               ? std::string()
+                               : event->recommendation.job_id;
+  auto it = pending_.find(key);
+  if (it == pending_.end()) {
+    const uint64_t sequence = next_sequence_++;
+    order_.emplace(sequence, key);
+    pending_.emplace(key, Pending{std::move(event), sequence});
+  } else if (it->second.event->type == RecommendationEvent::Type::kAdded &&
+             event->type == RecommendationEvent::Type::kDeleted) {
+    // The reader never saw the job: it needs neither event, and its place
+    // in the delivery order goes too, so a job added and deleted again and
+    // again while the reader stalls costs nothing.
+    order_.erase(it->second.sequence);
+    pending_.erase(it);
+    return nullptr;
+  } else if (it->second.event->type == RecommendationEvent::Type::kAdded &&
+             event->type == RecommendationEvent::Type::kModified) {
+    // Coalesce: the reader has not seen the older event, so it only needs
+    // the newest state, delivered at the older event's place. An ADDED it
+    // never saw stays ADDED (a copy: the event is shared with other readers).
+    auto added = std::make_shared<RecommendationEvent>(*event);
+    added->type = RecommendationEvent::Type::kAdded;
+    it->second.event = std::move(added);
+  } else {
+    it->second.event = std::move(event);
   }
-  if (notify) notify();
+  if (!reader_waiting_) return nullptr;
+  reader_waiting_ = false;
+  return ready_callback_;
 }
 
 void Subscription::Close() {
@@ -90,6 +86,17 @@ void Subscription::Close() {
 // ---- RecommendationBoard ----------------------------------------------------
 
 std::vector<Recommendation> RecommendationBoard::Publish(std::vector<Recommendation> decisions) {
+  std::vector<Recommendation> stored = Stage(std::move(decisions));
+  Deliver();
+  return stored;
+}
+
+void RecommendationBoard::Remove(const std::string& job_id) {
+  StageRemove(job_id);
+  Deliver();
+}
+
+std::vector<Recommendation> RecommendationBoard::Stage(std::vector<Recommendation> decisions) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Recommendation> stored;
   stored.reserve(decisions.size());
@@ -104,26 +111,56 @@ std::vector<Recommendation> RecommendationBoard::Publish(std::vector<Recommendat
       }
       rec.generation = base + 1;
       it = current_.emplace(rec.job_id, rec).first;
-      Broadcast({RecommendationEvent::Type::kAdded, rec});
+      StageEvent({RecommendationEvent::Type::kAdded, rec});
     } else {
       const Recommendation& old = it->second;
       rec.generation = old.SameTarget(rec) ? old.generation : old.generation + 1;
       const bool visible_change = !old.SameVisibleDecision(rec);
       it->second = rec;
-      if (visible_change) Broadcast({RecommendationEvent::Type::kModified, rec});
+      if (visible_change) StageEvent({RecommendationEvent::Type::kModified, rec});
     }
     stored.push_back(it->second);
   }
   return stored;
 }
 
-void RecommendationBoard::Remove(const std::string& job_id) {
+void RecommendationBoard::StageRemove(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = current_.find(job_id);
   if (it == current_.end()) return;
   retired_generations_[job_id] = it->second.generation;
-  Broadcast({RecommendationEvent::Type::kDeleted, it->second});
+  StageEvent({RecommendationEvent::Type::kDeleted, it->second});
   current_.erase(it);
+}
+
+void RecommendationBoard::StageEvent(RecommendationEvent event) {
+  staged_.push_back(std::make_shared<const RecommendationEvent>(std::move(event)));
+}
+
+void RecommendationBoard::Deliver() {
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard<std::mutex> fanout(fanout_mu_);
+    std::vector<std::shared_ptr<const RecommendationEvent>> events;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events.swap(staged_);
+    }
+    if (events.empty()) return;
+    FanOutLocked(events, ready);
+  }
+  for (const auto& callback : ready) callback();
+}
+
+void RecommendationBoard::FanOutLocked(
+    const std::vector<std::shared_ptr<const RecommendationEvent>>& events,
+    std::vector<std::function<void()>>& ready) {
+  for (const auto& sub : subscriptions_) {
+    for (const auto& event : events) {
+      if (!InNamespace(event->recommendation.job_id, sub->namespace_filter())) continue;
+      if (std::function<void()> callback = sub->Push(event)) ready.push_back(std::move(callback));
+    }
+  }
 }
 
 std::optional<Recommendation> RecommendationBoard::Get(const std::string& job_id) const {
@@ -148,30 +185,45 @@ std::vector<Recommendation> RecommendationBoard::List(const std::string& namespa
 
 absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
     std::string namespace_filter) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return absl::UnavailableError("the server is shutting down");
-  if (static_cast<int>(subscriptions_.size()) >= max_subscriptions_) {
-    return absl::ResourceExhaustedError("too many concurrent watchers: the limit is " +
-                                        std::to_string(max_subscriptions_) + " (--max_watchers)");
-  }
   std::shared_ptr<Subscription> sub(new Subscription(std::move(namespace_filter)));
-  std::vector<const Recommendation*> initial;
-  for (const auto& [id, rec] : current_) {
-    if (InNamespace(id, sub->namespace_filter())) initial.push_back(&rec);
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard<std::mutex> fanout(fanout_mu_);
+    std::vector<std::shared_ptr<const RecommendationEvent>> events;
+    std::vector<Recommendation> initial;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return absl::UnavailableError("the server is shutting down");
+      if (static_cast<int>(subscriptions_.size()) >= max_subscriptions_) {
+        return absl::ResourceExhaustedError("too many concurrent watchers: the limit is " +
+                                            std::to_string(max_subscriptions_) +
+                                            " (--max_watchers)");
+      }
+      // The staged events go to the existing watchers first; the new one
+      // starts from the state that already includes them.
+      events.swap(staged_);
+      for (const auto& [id, rec] : current_) {
+        if (InNamespace(id, sub->namespace_filter())) initial.push_back(rec);
+      }
+    }
+    FanOutLocked(events, ready);
+    std::sort(initial.begin(), initial.end(),
+              [](const Recommendation& a, const Recommendation& b) { return a.job_id < b.job_id; });
+    for (Recommendation& rec : initial) {
+      sub->Push(std::make_shared<const RecommendationEvent>(
+          RecommendationEvent{RecommendationEvent::Type::kAdded, std::move(rec)}));
+    }
+    sub->Push(std::make_shared<const RecommendationEvent>(
+        RecommendationEvent{RecommendationEvent::Type::kSynced, {}}));
+    subscriptions_.push_back(sub);
   }
-  std::sort(initial.begin(), initial.end(),
-            [](const Recommendation* a, const Recommendation* b) { return a->job_id < b->job_id; });
-  for (const Recommendation* rec : initial) {
-    sub->Push({RecommendationEvent::Type::kAdded, *rec});
-  }
-  sub->Push({RecommendationEvent::Type::kSynced, {}});
-  subscriptions_.push_back(sub);
+  for (const auto& callback : ready) callback();
   return sub;
 }
 
 void RecommendationBoard::Unsubscribe(const std::shared_ptr<Subscription>& subscription) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> fanout(fanout_mu_);
     subscriptions_.erase(std::remove(subscriptions_.begin(), subscriptions_.end(), subscription),
                          subscriptions_.end());
   }
@@ -181,22 +233,20 @@ void RecommendationBoard::Unsubscribe(const std::shared_ptr<Subscription>& subsc
 void RecommendationBoard::CloseAll() {
   std::vector<std::shared_ptr<Subscription>> subs;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
+    std::lock_guard<std::mutex> fanout(fanout_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      staged_.clear();
+    }
     subs.swap(subscriptions_);
   }
   for (auto& sub : subs) sub->Close();
 }
 
 int RecommendationBoard::subscription_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(fanout_mu_);
   return static_cast<int>(subscriptions_.size());
-}
-
-void RecommendationBoard::Broadcast(const RecommendationEvent& event) {
-  for (const auto& sub : subscriptions_) {
-    if (InNamespace(event.recommendation.job_id, sub->namespace_filter())) sub->Push(event);
-  }
 }
 
 }  // namespace rescale

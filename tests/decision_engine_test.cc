@@ -381,6 +381,43 @@ TEST_CASE("engine forgets a deregistered job and tells watchers DELETED") {
   CHECK(view.recommendation->generation == 2);
 }
 
+// The watch reactor starts a gRPC write from the ready callback: it must run
+// with no lock of the engine's (or the board's) held. The callback here reads
+// the engine, which would deadlock if it did.
+TEST_CASE("watchers' ready callbacks run after the engine's lock is released, for every change") {
+  ManualClock clock;
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
+  absl::StatusOr<std::shared_ptr<Subscription>> sub = engine.Watch();
+  REQUIRE(sub.ok());
+  std::vector<size_t> jobs_seen;
+  RecommendationEvent event;
+  auto drain_and_arm = [&] {
+    while ((*sub)->Next(&event) == Subscription::Poll::kEvent) {
+    }
+  };
+  (*sub)->SetReadyCallback([&] {
+    jobs_seen.push_back(engine.GetCluster().allocations.size() + engine.ListJobs().size());
+  });
+  drain_and_arm();
+  MustRegister(engine, Spec("ns/a"));  // inline plan: ADDED
+  REQUIRE(jobs_seen.size() == 1);
+  CHECK(jobs_seen.back() == 2);
+  drain_and_arm();
+  REQUIRE(engine.ReportApplied("ns/a", 2, false, 1).ok());
+  JobSpec bigger = Spec("ns/a", 3, 8);
+  REQUIRE(engine.UpdateJob(bigger).ok());  // MODIFIED: 3 replicas
+  REQUIRE(jobs_seen.size() == 2);
+  drain_and_arm();
+  engine.SetCapacity(2);  // too few for its gang of 3: suspended
+  REQUIRE(jobs_seen.size() == 3);
+  CHECK(jobs_seen.back() == 1);
+  drain_and_arm();
+  REQUIRE(engine.DeregisterJob("ns/a").ok());  // DELETED
+  REQUIRE(jobs_seen.size() == 4);
+  CHECK(jobs_seen.back() == 0);
+}
+
 TEST_CASE("engine feeds ingested samples into the job's curve and samples_accepted") {
   ManualClock clock;
   auto engine_owner = MustCreate(StaticMinOptions(), &clock);

@@ -333,6 +333,50 @@ TEST_CASE("ready callback fires exactly once after Next returned kEmpty and an e
   CHECK(calls == 2);
 }
 
+TEST_CASE("staged events wait for Deliver; ready callbacks run without the board's locks") {
+  RecommendationBoard board;
+  auto sub = MustSubscribe(board);
+  Poll last;
+  Drain(*sub, &last);  // SYNCED; the callback is armed
+  REQUIRE(last == Poll::kEmpty);
+  std::vector<uint64_t> seen_in_callback;
+  sub->SetReadyCallback([&] {
+    // Reads the board: with a lock of the board's held here, this would
+    // deadlock. Readers see the staged state already.
+    seen_in_callback.push_back(board.Get("ns/a").value().generation);
+    seen_in_callback.push_back(static_cast<uint64_t>(board.subscription_count()));
+  });
+
+  board.Stage({Rec("ns/a", 1)});
+  CHECK(board.Get("ns/a").has_value());  // readers see it at once
+  CHECK(sub->queued() == 0);             // watchers once delivered
+  CHECK(seen_in_callback.empty());
+  board.Stage({Rec("ns/a", 2)});
+  board.StageRemove("ns/b");  // unknown: nothing staged
+  board.Deliver();
+  CHECK(seen_in_callback == std::vector<uint64_t>{2, 1});
+  // Both stagings arrive, coalesced to the newest state of the job.
+  std::vector<RecommendationEvent> events = Drain(*sub, &last);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].type == Type::kAdded);
+  CHECK(events[0].recommendation.replicas == 2);
+  CHECK(events[0].recommendation.generation == 2);
+
+  // A watcher subscribing while events are staged starts from the state that
+  // includes them, and does not get them again; the existing one does.
+  board.Stage({Rec("ns/a", 3)});
+  auto late = MustSubscribe(board);
+  events = Drain(*late);
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].recommendation.replicas == 3);
+  CHECK(events[1].type == Type::kSynced);
+  board.Deliver();
+  CHECK(Drain(*late).empty());
+  events = Drain(*sub);
+  REQUIRE(events.size() == 1);
+  CHECK(events[0].recommendation.replicas == 3);
+}
+
 TEST_CASE("ready callback fires on close when the reader is waiting") {
   RecommendationBoard board;
   auto sub = MustSubscribe(board);

@@ -77,6 +77,9 @@ struct EngineOptions {
   // plan_coalesce (>= 0) after the first of a burst, and their replies
   // return at once, before that plan, marked plan_pending (JobView,
   // ClusterView); WatchRecommendations shows the plan when it is published.
+  // A burst that keeps coming is planned no more often than plans can run
+  // with half the time left between them (a plan that took 60 ms is
+  // followed by the next no sooner than 60 ms after it).
   // Registering N jobs one by one then costs N small steps and a plan per
   // window instead of N plans of up to N jobs. 0 = each change plans inline
   // and its reply carries the new plan.
@@ -248,10 +251,12 @@ class DecisionEngine {
   static std::vector<CurvePoint> CurveOf(const JobSpec& spec, const Fitted& fitted);
   // The entry's status with the store's counts and the job's progress: samples processed and
   // the time the rest takes at the running size, from `model` (null: fitted here, and only
-  // when the estimate needs it).
-  JobStatus StatusLocked(const JobEntry& entry, const ThroughputModel* model) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  JobView ViewLocked(const JobEntry& entry) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // when the estimate needs it). Needs no lock of the engine's: `entry` is
+  // the caller's (a copy, or held under mu_) and the store is thread-safe.
+  JobStatus StatusOf(const JobEntry& entry, const ThroughputModel* model) const;
+  // The job's view: spec, status, fitted curve, pods, recommendation. Like
+  // StatusOf; readers copy the entry under mu_ and build this without it.
+  JobView ViewOf(const JobEntry& entry) const;
   // Plans inline, the caller holding mu_ throughout.
   void ReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fits, runs the policies and the planner on `jobs` (writing their policy
@@ -300,6 +305,11 @@ class DecisionEngine {
   // When the pending replan is due on the injected clock: the earliest
   // window end among the requests it covers.
   absl::Time replan_due_ ABSL_GUARDED_BY(timer_mu_);
+  // When the timer's last plan ended and how long it took, on the injected
+  // clock: a requested plan waits at least as long after it (see
+  // RequestReplanLocked).
+  absl::Time last_plan_end_ ABSL_GUARDED_BY(timer_mu_) = absl::InfinitePast();
+  absl::Duration last_plan_took_ ABSL_GUARDED_BY(timer_mu_);
   // Whether requests may defer to the timer thread: set while it runs.
   // Read and written under mu_.
   bool timer_running_ ABSL_GUARDED_BY(mu_) = false;

@@ -8,10 +8,18 @@
 // state replaces older), so a slow reader costs memory bounded by the number
 // of jobs and always converges on the newest state, never on a stale one.
 //
-// Thread safety: all methods are thread-safe. Lock order: board -> (reader's
-// own lock) -> subscription. A ready callback runs without the subscription's
-// lock (so it may call Next); when a publish triggers it, it runs with the
-// board's lock held, so it must not call into the board.
+// Fan-out: Stage and StageRemove record decisions and queue their events
+// under the board's state lock only (the engine calls them under its own
+// lock, so they must stay O(changes), whatever the number of watchers);
+// Deliver hands the queued events to every subscription and then runs the
+// ready callbacks, holding no lock of the board's while a callback runs, so
+// a callback may start a gRPC write. Publish and Remove do both.
+//
+// Thread safety: all methods are thread-safe. Lock order: fanout_mu_ ->
+// mu_, and fanout_mu_ -> subscription. A ready callback runs without any
+// lock of the board's or the subscription's (so it may call Next); it must
+// not call Deliver, Subscribe or Unsubscribe while holding a lock that a
+// caller of those holds.
 #ifndef RESCALE_RECOMMENDATION_BOARD_H_
 #define RESCALE_RECOMMENDATION_BOARD_H_
 
@@ -61,11 +69,13 @@ class Subscription {
   explicit Subscription(std::string namespace_filter)
       : namespace_filter_(std::move(namespace_filter)) {}
 
-  void Push(RecommendationEvent event);
+  // Queues `event` (shared by every subscription it goes to); returns the
+  // ready callback to run, without any lock, when the reader was waiting.
+  std::function<void()> Push(std::shared_ptr<const RecommendationEvent> event);
   void Close();
 
   struct Pending {
-    RecommendationEvent event;
+    std::shared_ptr<const RecommendationEvent> event;
     uint64_t sequence;  // its key in order_
   };
 
@@ -90,11 +100,20 @@ class RecommendationBoard {
   // Records the newest decision for each job in `decisions`. Fills in the
   // generation (bumped only when the target changed). Watchers get ADDED for
   // new jobs and MODIFIED when the visible decision changed. Returns the
-  // recommendations as stored.
+  // recommendations as stored. Stage + Deliver.
   std::vector<Recommendation> Publish(std::vector<Recommendation> decisions);
-
   // Drops a job; watchers get DELETED with its last recommendation.
+  // StageRemove + Deliver.
   void Remove(const std::string& job_id);
+
+  // Publish and Remove without the fan-out: the events wait for Deliver.
+  // Readers (Get, List) see the change at once; watchers once delivered.
+  std::vector<Recommendation> Stage(std::vector<Recommendation> decisions);
+  void StageRemove(const std::string& job_id);
+  // Hands every staged event to the subscriptions, in staging order, then
+  // runs the ready callbacks of the readers that were waiting, without any
+  // lock of the board's held.
+  void Deliver();
 
   std::optional<Recommendation> Get(const std::string& job_id) const;
   // Ordered by job_id; `namespace_filter` empty = all.
@@ -109,15 +128,24 @@ class RecommendationBoard {
   int subscription_count() const;
 
  private:
-  void Broadcast(const RecommendationEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StageEvent(RecommendationEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes `events` to the subscriptions, collecting ready callbacks.
+  void FanOutLocked(const std::vector<std::shared_ptr<const RecommendationEvent>>& events,
+                    std::vector<std::function<void()>>& ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(fanout_mu_);
 
   const int max_subscriptions_;
+  // Serialises fan-outs, so subscriptions get events in staging order, and
+  // guards the list of subscriptions. Taken before mu_.
+  mutable std::mutex fanout_mu_;
+  std::vector<std::shared_ptr<Subscription>> subscriptions_ ABSL_GUARDED_BY(fanout_mu_);
+  // The decisions, and the events staged but not yet delivered.
   mutable std::mutex mu_;
+  std::vector<std::shared_ptr<const RecommendationEvent>> staged_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Recommendation> current_ ABSL_GUARDED_BY(mu_);
   // Generation of deregistered jobs is kept so a re-registered job never
   // reuses a generation a controller has already applied.
   absl::flat_hash_map<std::string, uint64_t> retired_generations_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<Subscription>> subscriptions_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
