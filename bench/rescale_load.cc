@@ -20,18 +20,12 @@
 //   accepted N in T s: R samples/s; decode D samples/s; ratio X; lost L
 // and the exit status is non-zero if any sample sent was not accepted.
 //
-// Control-plane mode, --jobs N: registers N jobs one by one as
-// rescale-adapter does after it starts (bench/cp-0 ... bench/cp-N-1, min 1,
-// max 16), each then getting samples at three sizes (ReportSamples, two
-// pods) and a ReportApplied, while a second connection calls GetJob on
-// registered jobs without pause. Then, for --read_seconds, capacity changes
-// every 100 ms keep plans of all N jobs running while GetJob goes on, and
-// one ListRecommendations of all N is timed. It reports the time to
-// register all, RegisterJob p50 over the last 10% and p99 over all, GetJob
-// p99 and maximum (during registration and while the plans run),
-// ListRecommendations, and the server's resident memory (VmRSS, with
-// --server_pid) per job:
+// Control-plane mode, --jobs N (bench/load_control_plane.cc says what it
+// does and reports): an adapter registering N jobs one by one while the
+// jobs' agents report samples, reads while plans of all N run, and with
+// --watchers W how fast W watch streams converge on a plan changing all:
 //   rescale-load --jobs 10000 --server_pid $(pgrep rescaled)
+//   rescale-load --jobs 100 --watchers 1000
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -53,6 +47,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "bench/load_control_plane.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "rescaled address");
@@ -70,6 +65,10 @@ ABSL_FLAG(int, jobs, 0,
           "plane (0 = ingest mode)");
 ABSL_FLAG(double, read_seconds, 5,
           "control-plane mode: how long GetJob is timed while plans of all jobs run");
+ABSL_FLAG(double, read_rate, 500, "control-plane mode: GetJob calls per second");
+ABSL_FLAG(int, watchers, 0,
+          "control-plane mode: WatchRecommendations streams timed converging on a plan that "
+          "changes every job (0 = none)");
 
 namespace {
 
@@ -198,189 +197,6 @@ double DecodeRate(const std::string& bytes, int batch_size, double seconds) {
   return parsed / std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Resident memory of another process in bytes, from /proc/PID/status; -1
-// if unreadable.
-double ResidentBytes(int pid) {
-  if (pid <= 0) return -1;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) * 1024;  // kB
-  }
-  return -1;
-}
-
-// Latencies in milliseconds; quantile q of them (0 when empty).
-double Quantile(std::vector<double> ms, double q) {
-  if (ms.empty()) return 0;
-  std::sort(ms.begin(), ms.end());
-  const size_t index = std::min(ms.size() - 1, static_cast<size_t>(q * (ms.size() - 1) + 0.5));
-  return ms[index];
-}
-
-double MillisecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-// Calls GetJob on the jobs registered so far, one after another, on its own
-// connection, until `stop`; keeps each call's latency in the phase `phase`
-// names (0 = during registration, 1 = while plans run).
-struct Reader {
-  std::atomic<bool> stop{false};
-  std::atomic<int> registered{0};
-  std::atomic<int> phase{0};
-  std::vector<double> latencies[2];
-  uint64_t errors = 0;
-
-  void Run(const std::string& server) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto channel = grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args);
-    auto jobs = v1::JobService::NewStub(channel);
-    uint64_t next = 0;
-    while (!stop.load(std::memory_order_relaxed)) {
-      const int known = registered.load(std::memory_order_acquire);
-      if (known == 0) {
-        std::this_thread::yield();
-        continue;
-      }
-      const int current_phase = phase.load(std::memory_order_relaxed);
-      grpc::ClientContext context;
-      v1::GetJobRequest request;
-      request.set_job_id("bench/cp-" + std::to_string(next++ % known));
-      v1::Job response;
-      const auto start = Clock::now();
-      grpc::Status status = jobs->GetJob(&context, request, &response);
-      latencies[current_phase].push_back(MillisecondsSince(start));
-      errors += !status.ok();
-    }
-  }
-};
-
-int RunControlPlane(const std::string& server, int job_count) {
-  auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
-  auto jobs = v1::JobService::NewStub(channel);
-  auto metrics = v1::MetricsService::NewStub(channel);
-  auto recs = v1::RecommendationService::NewStub(channel);
-  auto cluster = v1::ClusterService::NewStub(channel);
-  const int pid = absl::GetFlag(FLAGS_server_pid);
-  const double rss_before = ResidentBytes(pid);
-
-  Reader reader;
-  std::thread reader_thread([&] { reader.Run(server); });
-  std::vector<double> register_ms;
-  register_ms.reserve(job_count);
-  uint64_t failures = 0;
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-  const auto start = Clock::now();
-  for (int i = 0; i < job_count; ++i) {
-    const std::string id = "bench/cp-" + std::to_string(i);
-    grpc::ClientContext context;
-    v1::RegisterJobRequest request;
-    request.mutable_spec()->set_job_id(id);
-    request.mutable_spec()->set_min_replicas(1);
-    request.mutable_spec()->set_max_replicas(16);
-    request.mutable_spec()->set_local_batch_size(32);
-    v1::Job response;
-    const auto call_start = Clock::now();
-    grpc::Status status = jobs->RegisterJob(&context, request, &response);
-    register_ms.push_back(MillisecondsSince(call_start));
-    if (!status.ok() && status.error_code() != grpc::StatusCode::ALREADY_EXISTS) {
-      if (failures++ == 0) std::cerr << "rescale-load: RegisterJob " << id << ": "
-                                     << status.error_message() << "\n";
-      continue;
-    }
-    reader.registered.store(i + 1, std::memory_order_release);
-    // Samples at three sizes from two pods, as agents report them, then
-    // what the cluster runs (applied out of band: generation 0).
-    for (uint32_t n : {1u, 2u, 4u}) {
-      for (int pod = 0; pod < 2; ++pod) {
-        grpc::ClientContext sample_context;
-        v1::SampleBatch batch;
-        batch.set_job_id(id);
-        batch.set_pod(id + "-worker-" + std::to_string(pod));
-        batch.set_world_size(n);
-        for (int k = 0; k < 10; ++k) {
-          v1::StepSample* sample = batch.add_samples();
-          sample->set_step_seconds(0.2 + 0.02 * (n - 1) + 0.001 * k);
-          sample->set_timestamp_unix_nanos(now_ns - int64_t{10 - k} * 1'000'000);
-        }
-        v1::IngestSummary summary;
-        failures += !metrics->ReportSamples(&sample_context, batch, &summary).ok();
-      }
-    }
-    grpc::ClientContext applied_context;
-    v1::ReportAppliedRequest applied;
-    applied.set_job_id(id);
-    applied.set_replicas(4);
-    v1::ReportAppliedResponse applied_response;
-    failures += !recs->ReportApplied(&applied_context, applied, &applied_response).ok();
-  }
-  const double register_seconds = MillisecondsSince(start) / 1000;
-
-  // Plans of every job, kept coming by capacity changes, while GetJob runs.
-  reader.phase.store(1, std::memory_order_relaxed);
-  const auto read_until =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(absl::GetFlag(FLAGS_read_seconds)));
-  double list_ms = -1;
-  size_t listed = 0;
-  for (int round = 0; Clock::now() < read_until; ++round) {
-    grpc::ClientContext context;
-    v1::SetCapacityRequest request;
-    request.set_total_gpus(static_cast<uint32_t>(job_count * 8 + round % 2));
-    v1::Cluster response;
-    failures += !cluster->SetCapacity(&context, request, &response).ok();
-    if (round == 2 || (listed == 0 && Clock::now() + std::chrono::milliseconds(150) >= read_until)) {
-      grpc::ClientContext list_context;
-      v1::ListRecommendationsRequest list;
-      v1::ListRecommendationsResponse list_response;
-      const auto list_start = Clock::now();
-      failures += !recs->ListRecommendations(&list_context, list, &list_response).ok();
-      list_ms = MillisecondsSince(list_start);
-      listed = list_response.recommendations_size();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  reader.stop.store(true);
-  reader_thread.join();
-  const double rss_after = ResidentBytes(pid);
-
-  const std::vector<double> last_tenth(register_ms.end() - register_ms.size() / 10,
-                                       register_ms.end());
-  std::cout << absl::StrFormat("jobs %d: registered in %.1f s; RegisterJob p50 (last 10%%) %.2f ms, "
-                               "p99 %.2f ms, max %.1f ms\n",
-                               job_count, register_seconds, Quantile(last_tenth, 0.5),
-                               Quantile(register_ms, 0.99), Quantile(register_ms, 1.0));
-  for (int phase = 0; phase < 2; ++phase) {
-    std::cout << absl::StrFormat("GetJob %s: %d calls, p50 %.2f ms, p99 %.2f ms, max %.1f ms\n",
-                                 phase == 0 ? "during registration" : "while plans run",
-                                 reader.latencies[phase].size(),
-                                 Quantile(reader.latencies[phase], 0.5),
-                                 Quantile(reader.latencies[phase], 0.99),
-                                 Quantile(reader.latencies[phase], 1.0));
-  }
-  std::cout << absl::StrFormat("ListRecommendations of %d: %.1f ms\n", listed, list_ms);
-  if (rss_after >= 0) {
-    std::cout << absl::StrFormat("server resident memory %.0f MiB (%.0f MiB before; %.1f KiB per "
-                                 "job)\n",
-                                 rss_after / (1 << 20), rss_before / (1 << 20),
-                                 rss_after / 1024 / job_count);
-  }
-  std::cout << absl::StrFormat(
-      "| %d | %.1f s | %.2f ms | %.2f ms | %.1f ms | %.0f MiB |\n", job_count, register_seconds,
-      Quantile(last_tenth, 0.5), Quantile(register_ms, 0.99),
-      std::max(Quantile(reader.latencies[0], 1.0), Quantile(reader.latencies[1], 1.0)),
-      rss_after / (1 << 20));
-  if (failures + reader.errors > 0) {
-    std::cerr << "rescale-load: " << failures + reader.errors << " calls failed\n";
-    return 1;
-  }
-  return 0;
-}
-
 absl::StatusOr<uint64_t> ServerAccepted(v1::JobService::Stub& jobs, const std::string& job) {
   grpc::ClientContext context;
   v1::GetJobRequest request;
@@ -399,7 +215,14 @@ int main(int argc, char** argv) {
       "rescaled and reports samples/s accepted against the protobuf decode ceiling");
   absl::ParseCommandLine(argc, argv);
   const std::string server = absl::GetFlag(FLAGS_server);
-  if (absl::GetFlag(FLAGS_jobs) > 0) return RunControlPlane(server, absl::GetFlag(FLAGS_jobs));
+  if (absl::GetFlag(FLAGS_jobs) > 0) {
+    return rescale::load::RunControlPlane({.server = server,
+                                           .jobs = absl::GetFlag(FLAGS_jobs),
+                                           .read_seconds = absl::GetFlag(FLAGS_read_seconds),
+                                           .read_rate = absl::GetFlag(FLAGS_read_rate),
+                                           .server_pid = absl::GetFlag(FLAGS_server_pid),
+                                           .watchers = absl::GetFlag(FLAGS_watchers)});
+  }
   const std::string job = absl::GetFlag(FLAGS_job);
   const int streams = absl::GetFlag(FLAGS_streams);
   const int batch_size = absl::GetFlag(FLAGS_batch);
