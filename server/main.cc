@@ -73,6 +73,9 @@ ABSL_FLAG(absl::Duration, plan_coalesce, kEngine.plan_coalesce,
           "RegisterJob, UpdateJob, DeregisterJob and SetCapacity calls arriving together are "
           "planned once, this long after the first; their replies return before that plan "
           "(plan_pending). 0 = each plans before it replies");
+ABSL_FLAG(int, plan_thread_nice, kEngine.plan_thread_nice,
+          "nice value of the thread that plans (0-19): plans yield the CPU to calls when the "
+          "machine is busy; 0 = the process's own priority");
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM server certificate chain; enables TLS with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
   engine.plan_interval = absl::GetFlag(FLAGS_plan_interval);
   engine.applied_debounce = absl::GetFlag(FLAGS_applied_debounce);
   engine.plan_coalesce = absl::GetFlag(FLAGS_plan_coalesce);
+  engine.plan_thread_nice = absl::GetFlag(FLAGS_plan_thread_nice);
   const int64_t capacity = absl::GetFlag(FLAGS_capacity_gpus);
   if (capacity < -1 || capacity > UINT32_MAX) {
     std::cerr << "rescaled: --capacity_gpus must be -1 (unknown) or a GPU count up to "

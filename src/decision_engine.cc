@@ -1,10 +1,16 @@
 // DecisionEngine (see rescale/decision_engine.h).
 #include "rescale/decision_engine.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rescale/job_rules.h"
@@ -79,6 +85,10 @@ absl::Status DecisionEngine::ValidateOptions(const EngineOptions& options) {
   RETURN_IF_ERROR(positive("plan_interval", options.plan_interval));
   RETURN_IF_ERROR(not_negative("applied_debounce", options.applied_debounce));
   RETURN_IF_ERROR(not_negative("plan_coalesce", options.plan_coalesce));
+  if (options.plan_thread_nice < 0 || options.plan_thread_nice > 19) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "plan_thread_nice must be between 0 and 19, got %d", options.plan_thread_nice));
+  }
   RETURN_IF_ERROR(positive("window", options.store.window));
   RETURN_IF_ERROR(positive("pod_ttl", options.store.pod_ttl));
   RETURN_IF_ERROR(positive("horizon", options.policy.horizon));
@@ -271,7 +281,33 @@ absl::StatusOr<DecisionEngine::JobEntry*> DecisionEngine::AddJobLocked(JobSpec s
   entry.status.registered_at = clock_->Now();
   entry.registration = entry.version = entry.spec_version = ++change_counter_;
   auto it = jobs_.emplace(spec.job_id, std::move(entry)).first;
+  PublishEntryLocked(it->second);
   return &it->second;
+}
+
+DecisionEngine::ReadShard& DecisionEngine::ReadShardOf(std::string_view job_id) const {
+  return read_shards_[absl::HashOf(job_id) % kReadShards];
+}
+
+void DecisionEngine::PublishEntryLocked(const JobEntry& entry) {
+  auto published = std::make_shared<const JobEntry>(entry);
+  ReadShard& shard = ReadShardOf(entry.spec.job_id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  shard.jobs[entry.spec.job_id] = std::move(published);
+}
+
+void DecisionEngine::UnpublishEntryLocked(const std::string& job_id) {
+  ReadShard& shard = ReadShardOf(job_id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  shard.jobs.erase(job_id);
+}
+
+std::shared_ptr<const DecisionEngine::JobEntry> DecisionEngine::FindPublished(
+    const std::string& job_id) const {
+  ReadShard& shard = ReadShardOf(job_id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.jobs.find(job_id);
+  return it == shard.jobs.end() ? nullptr : it->second;
 }
 
 absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
@@ -289,6 +325,7 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
     RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
     it->second.spec = spec;
     it->second.version = it->second.spec_version = ++change_counter_;
+    PublishEntryLocked(it->second);
     planned = RequestReplanLocked(options_.plan_coalesce);
     updated = it->second;
   }
@@ -299,32 +336,35 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
 
 absl::StatusOr<JobView> DecisionEngine::GetJob(const std::string& job_id) const {
   RETURN_IF_ERROR(ValidateJobId(job_id));
-  JobEntry entry;
-  {
-    // Only a copy under the lock: the view (fit, curve, pods) is built
-    // without it, so a read holds the lock for about a microsecond.
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
-    }
-    entry = it->second;
+  // From the published copy: no lock of the engine's, so a read never
+  // waits for a plan's snapshot or commit.
+  const std::shared_ptr<const JobEntry> entry = FindPublished(job_id);
+  if (entry == nullptr) {
+    return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
   }
-  return ViewOf(entry);
+  return ViewOf(*entry);
 }
 
 std::vector<JobView> DecisionEngine::ListJobs(const std::string& namespace_filter) const {
-  std::vector<JobEntry> entries;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, entry] : jobs_) {
+  std::vector<std::shared_ptr<const JobEntry>> entries = PublishedEntries(namespace_filter);
+  std::vector<JobView> out;
+  out.reserve(entries.size());
+  for (const auto& entry : entries) out.push_back(ViewOf(*entry));
+  return out;
+}
+
+std::vector<std::shared_ptr<const DecisionEngine::JobEntry>> DecisionEngine::PublishedEntries(
+    const std::string& namespace_filter) const {
+  std::vector<std::shared_ptr<const JobEntry>> entries;
+  for (ReadShard& shard : read_shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (const auto& [id, entry] : shard.jobs) {
       if (InNamespace(id, namespace_filter)) entries.push_back(entry);
     }
   }
-  std::vector<JobView> out;
-  out.reserve(entries.size());
-  for (const JobEntry& entry : entries) out.push_back(ViewOf(entry));
-  return out;
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a->spec.job_id < b->spec.job_id; });
+  return entries;
 }
 
 absl::Status DecisionEngine::DeregisterJob(const std::string& job_id) {
@@ -334,6 +374,7 @@ absl::Status DecisionEngine::DeregisterJob(const std::string& job_id) {
   if (jobs_.erase(job_id) == 0) {
     return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
   }
+  UnpublishEntryLocked(job_id);
   store_.RemoveJob(job_id);
   board_.StageRemove(job_id);
   RequestReplanLocked(options_.plan_coalesce);
@@ -413,8 +454,19 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
                                                         uint32_t replicas, bool suspended,
                                                         uint64_t generation) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
-  const DeliverOnExit deliver(board_);  // after the lock below is released
-  std::lock_guard<std::mutex> lock(mu_);
+  JobEntry applied;
+  {
+    const DeliverOnExit deliver(board_);  // after the lock below is released
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSIGN_OR_RETURN(applied, ApplyLocked(job_id, replicas, suspended, generation));
+  }
+  return StatusOf(applied, /*model=*/nullptr);
+}
+
+absl::StatusOr<DecisionEngine::JobEntry> DecisionEngine::ApplyLocked(const std::string& job_id,
+                                                                     uint32_t replicas,
+                                                                     bool suspended,
+                                                                     uint64_t generation) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
@@ -458,8 +510,9 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
   }
   entry.status.last_applied_at = clock_->Now();
   entry.version = ++change_counter_;
+  PublishEntryLocked(entry);
   RequestReplanLocked(options_.applied_debounce);
-  return StatusOf(entry, /*model=*/nullptr);
+  return entry;
 }
 
 absl::StatusOr<Recommendation> DecisionEngine::GetRecommendation(const std::string& job_id) const {
@@ -468,8 +521,7 @@ absl::StatusOr<Recommendation> DecisionEngine::GetRecommendation(const std::stri
   if (rec) return *rec;
   // Registered but not planned yet (a coalesced plan is pending): a retry,
   // or WatchRecommendations, gets it within the window.
-  std::lock_guard<std::mutex> lock(mu_);
-  if (jobs_.contains(job_id)) {
+  if (FindPublished(job_id) != nullptr) {
     return absl::UnavailableError(absl::StrFormat(
         "job \"%s\" has no recommendation yet: the plan that includes it is pending; retry "
         "or watch WatchRecommendations",
@@ -484,21 +536,31 @@ std::vector<Recommendation> DecisionEngine::ListRecommendations(
 }
 
 ClusterView DecisionEngine::SetCapacity(uint32_t total_gpus) {
-  const DeliverOnExit deliver(board_);  // after the lock below is released
-  std::lock_guard<std::mutex> lock(mu_);
-  capacity_gpus_ = total_gpus;
-  const bool planned = RequestReplanLocked(options_.plan_coalesce);
-  ClusterView view = ClusterLocked();
+  ClusterView view;
+  bool planned;
+  {
+    const DeliverOnExit deliver(board_);  // after the lock below is released
+    std::lock_guard<std::mutex> lock(mu_);
+    capacity_gpus_ = total_gpus;
+    planned = RequestReplanLocked(options_.plan_coalesce);
+    view = PlanSummaryLocked();
+  }
+  AddAllocations(view);
   view.plan_pending = !planned;
   return view;
 }
 
 ClusterView DecisionEngine::GetCluster() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return ClusterLocked();
+  ClusterView view;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    view = PlanSummaryLocked();
+  }
+  AddAllocations(view);
+  return view;
 }
 
-ClusterView DecisionEngine::ClusterLocked() const {
+ClusterView DecisionEngine::PlanSummaryLocked() const {
   ClusterView view;
   view.total_gpus = capacity_gpus_;
   view.planned_at = planned_at_;
@@ -507,17 +569,22 @@ ClusterView DecisionEngine::ClusterLocked() const {
   view.optimality_gap = last_plan_gap_;
   view.plans_run = plans_run_;
   view.plan_exact = last_plan_exact_;
+  return view;
+}
+
+void DecisionEngine::AddAllocations(ClusterView& view) const {
+  // Without the engine's lock: the board's list is one plan's whole, and
+  // the priorities come from the published entries.
   for (const Recommendation& rec : board_.List()) {
-    auto it = jobs_.find(rec.job_id);
-    if (it == jobs_.end()) continue;
+    const std::shared_ptr<const JobEntry> entry = FindPublished(rec.job_id);
+    if (entry == nullptr) continue;  // deregistered meanwhile
     if (rec.replicas == 0) {
       ++view.waiting_jobs;
       continue;
     }
     view.allocated_gpus += rec.gpus;
-    view.allocations.push_back({rec.job_id, rec.replicas, rec.gpus, it->second.spec.priority});
+    view.allocations.push_back({rec.job_id, rec.replicas, rec.gpus, entry->spec.priority});
   }
-  return view;
 }
 
 // Planning in three steps, so that only the first and the last hold mu_.
@@ -841,6 +908,18 @@ void DecisionEngine::StartTimer() {
 }
 
 void DecisionEngine::RunTimer(absl::Time next_tick) {
+#ifdef __linux__
+  // Plans are background work; the calls are what users wait for. On a
+  // busy machine the scheduler gives this thread a small share beside the
+  // RPC threads (nice is per thread on Linux), so a plan of 10,000 jobs
+  // does not stretch GetJob or RegisterJob latency; on an idle one it runs
+  // at full speed.
+  if (options_.plan_thread_nice != 0 &&
+      setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), options_.plan_thread_nice) != 0) {
+    spdlog::warn("could not lower the plan thread's priority (nice {}): {}",
+                 options_.plan_thread_nice, std::strerror(errno));
+  }
+#endif
   const absl::Duration interval = options_.plan_interval;
   std::unique_lock<std::mutex> lock(timer_mu_);
   while (!timer_stop_) {

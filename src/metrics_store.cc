@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "absl/hash/hash.h"
 #include "metrics_store_internal.h"
 
 namespace rescale {
@@ -36,13 +37,17 @@ size_t PodCapacityFor(int pod_limit) { return NextPow2(2 * static_cast<size_t>(p
 }  // namespace
 
 MetricsStore::MetricsStore(MetricsStoreOptions options)
-    : options_(options), epochs_(EpochDomain::Global()), jobs_(new JobTable()) {}
+    : options_(options), epochs_(EpochDomain::Global()) {
+  for (auto& shard : jobs_) shard.store(new JobTable(), std::memory_order_relaxed);
+}
 
 MetricsStore::~MetricsStore() {
   // Precondition: no concurrent calls, so everything can go at once.
-  const JobTable* table = jobs_.load(std::memory_order_relaxed);
-  for (const auto& [id, job] : table->jobs) delete job;
-  delete table;
+  for (auto& shard : jobs_) {
+    const JobTable* table = shard.load(std::memory_order_relaxed);
+    for (const auto& [id, job] : table->jobs) delete job;
+    delete table;
+  }
   std::lock_guard<std::mutex> lock(admin_mu_);
   for (Retired& r : retired_) FreeRetired(r);
 }
@@ -50,7 +55,8 @@ MetricsStore::~MetricsStore() {
 absl::Status MetricsStore::AddJob(std::string_view job_id, uint32_t max_replicas,
                                   uint32_t local_batch_size) {
   std::lock_guard<std::mutex> lock(admin_mu_);
-  const JobTable* current = jobs_.load(std::memory_order_relaxed);  // only we replace it
+  const size_t shard = TableShardOf(job_id);
+  const JobTable* current = jobs_[shard].load(std::memory_order_relaxed);  // only we replace it
   if (auto it = current->jobs.find(Key(job_id)); it != current->jobs.end()) {
     JobState& job = *it->second;
     job.max_replicas.store(max_replicas, std::memory_order_relaxed);
@@ -63,7 +69,7 @@ absl::Status MetricsStore::AddJob(std::string_view job_id, uint32_t max_replicas
     }
     return absl::OkStatus();
   }
-  if (static_cast<int>(current->jobs.size()) >= options_.max_jobs) {
+  if (job_count_ >= options_.max_jobs) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the metrics store holds %d jobs, its limit (--max_jobs)", options_.max_jobs));
   }
@@ -72,20 +78,23 @@ absl::Status MetricsStore::AddJob(std::string_view job_id, uint32_t max_replicas
   next->jobs.emplace(std::string(job_id), new JobState(job_id, max_replicas, local_batch_size,
                                                        options_.max_sizes_per_job,
                                                        PodCapacityFor(pod_limit), pod_limit));
-  PublishTable(std::move(next));
+  PublishTable(shard, std::move(next));
+  ++job_count_;
   ReclaimLocked();
   return absl::OkStatus();
 }
 
 void MetricsStore::RemoveJob(std::string_view job_id) {
   std::lock_guard<std::mutex> lock(admin_mu_);
-  const JobTable* current = jobs_.load(std::memory_order_relaxed);
+  const size_t shard = TableShardOf(job_id);
+  const JobTable* current = jobs_[shard].load(std::memory_order_relaxed);
   auto it = current->jobs.find(Key(job_id));
   if (it == current->jobs.end()) return;
   JobState* job = it->second;
   auto next = std::make_unique<JobTable>(*current);
   next->jobs.erase(Key(job_id));
-  PublishTable(std::move(next));
+  PublishTable(shard, std::move(next));
+  --job_count_;
   Retired retired;
   retired.epoch = epochs_.Advance();
   retired.job.reset(job);
@@ -93,8 +102,12 @@ void MetricsStore::RemoveJob(std::string_view job_id) {
   ReclaimLocked();
 }
 
-void MetricsStore::PublishTable(std::unique_ptr<JobTable> table) {
-  const JobTable* old = jobs_.exchange(table.release(), std::memory_order_seq_cst);
+size_t MetricsStore::TableShardOf(std::string_view job_id) {
+  return absl::HashOf(Key(job_id)) % kTableShards;
+}
+
+void MetricsStore::PublishTable(size_t shard, std::unique_ptr<JobTable> table) {
+  const JobTable* old = jobs_[shard].exchange(table.release(), std::memory_order_seq_cst);
   Retired retired;
   retired.epoch = epochs_.Advance();
   retired.table.reset(old);

@@ -331,7 +331,6 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
   IngestResult result;
   if (samples.empty()) return result;
   EpochDomain::Guard guard(epochs_);
-  const JobTable* table = jobs_.load(std::memory_order_seq_cst);
 
   const int64_t now_ns = absl::ToUnixNanos(now);
   const int64_t oldest_ns = absl::ToUnixNanos(now - options_.max_sample_age);
@@ -357,6 +356,9 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
       pod_pending.Flush();
       pod_key = {};
       job_key = s.job_id;
+      // Loaded inside the epoch guard, as the argument beside EpochDomain
+      // asks: the shard's table (and the JobState it finds) outlive the batch.
+      const JobTable* table = jobs_[TableShardOf(s.job_id)].load(std::memory_order_seq_cst);
       auto it = table->jobs.find(Key(s.job_id));
       job = it == table->jobs.end() ? nullptr : it->second;
       job_looked_up = true;

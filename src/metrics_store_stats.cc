@@ -104,7 +104,6 @@ void MetricsStore::Tick(absl::Time now) {
     ReclaimLocked();
     return;
   }
-  const JobTable* table = jobs_.load(std::memory_order_relaxed);
   // kSnapshots - 1 periods span the window, so the ring always holds a
   // snapshot from about the window's start.
   const int64_t period_ns = absl::ToInt64Nanoseconds(options_.window / (kSnapshots - 1));
@@ -114,40 +113,43 @@ void MetricsStore::Tick(absl::Time now) {
   // surviving pod going stale (last_seen only grows, so that is a bound),
   // or a size or pod added after this pass coming due.
   int64_t next_due = now_ns + std::min(period_ns, ttl_ns + 1);
-  for (const auto& [id, job] : table->jobs) {
-    for (int i = 0; i < job->max_sizes; ++i) {
-      SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
-      if (cell == nullptr) break;
-      const int newest = (cell->next_snapshot + kSnapshots - 1) % kSnapshots;
-      if (cell->snapshot_ns[newest] == kNever || now_ns - cell->snapshot_ns[newest] >= period_ns) {
-        cell->snapshots[cell->next_snapshot] = cell->Load();
-        cell->snapshot_ns[cell->next_snapshot] = now_ns;
-        cell->next_snapshot = (cell->next_snapshot + 1) % kSnapshots;
-        next_due = std::min(next_due, now_ns + period_ns);
-      } else {
-        next_due = std::min(next_due, cell->snapshot_ns[newest] + period_ns);
+  for (const auto& shard : jobs_) {
+    for (const auto& [id, job] : shard.load(std::memory_order_relaxed)->jobs) {
+      for (int i = 0; i < job->max_sizes; ++i) {
+        SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
+        if (cell == nullptr) break;
+        const int newest = (cell->next_snapshot + kSnapshots - 1) % kSnapshots;
+        if (cell->snapshot_ns[newest] == kNever || now_ns - cell->snapshot_ns[newest] >= period_ns) {
+          cell->snapshots[cell->next_snapshot] = cell->Load();
+          cell->snapshot_ns[cell->next_snapshot] = now_ns;
+          cell->next_snapshot = (cell->next_snapshot + 1) % kSnapshots;
+          next_due = std::min(next_due, now_ns + period_ns);
+        } else {
+          next_due = std::min(next_due, cell->snapshot_ns[newest] + period_ns);
+        }
       }
-    }
-    PodTable* pods = job->pods.load(std::memory_order_relaxed);
-    bool stale = false;
-    for (size_t i = 0; i < pods->capacity(); ++i) {
-      PodCell* cell = pods->slots[i].load(std::memory_order_acquire);
-      if (cell == nullptr) continue;
-      const int64_t seen = cell->last_seen_ns.load(std::memory_order_relaxed);
-      if (seen < pod_cutoff) {
-        stale = true;
-      } else {
-        next_due = std::min(next_due, seen + ttl_ns + 1);  // stale once seen < now - ttl
+      PodTable* pods = job->pods.load(std::memory_order_relaxed);
+      bool stale = false;
+      for (size_t i = 0; i < pods->capacity(); ++i) {
+        PodCell* cell = pods->slots[i].load(std::memory_order_acquire);
+        if (cell == nullptr) continue;
+        const int64_t seen = cell->last_seen_ns.load(std::memory_order_relaxed);
+        if (seen < pod_cutoff) {
+          stale = true;
+        } else {
+          next_due = std::min(next_due, seen + ttl_ns + 1);  // stale once seen < now - ttl
+        }
       }
+      if (stale) RebuildPods(*job, now - options_.pod_ttl, pods->capacity());
     }
-    if (stale) RebuildPods(*job, now - options_.pod_ttl, pods->capacity());
   }
   next_due_ns_ = next_due;
   ReclaimLocked();
 }
 
 const MetricsStore::JobState* MetricsStore::FindLocked(std::string_view job_id) const {
-  const JobTable* table = jobs_.load(std::memory_order_relaxed);  // stable under admin_mu_
+  // Stable under admin_mu_.
+  const JobTable* table = jobs_[TableShardOf(job_id)].load(std::memory_order_relaxed);
   auto it = table->jobs.find(Key(job_id));
   return it == table->jobs.end() ? nullptr : it->second;
 }
@@ -308,8 +310,10 @@ uint64_t MetricsStore::SamplesProcessed(std::string_view job_id) const {
 uint64_t MetricsStore::TotalAccepted() const {
   std::lock_guard<std::mutex> lock(admin_mu_);
   uint64_t total = removed_accepted_.load(std::memory_order_relaxed);
-  for (const auto& [id, job] : jobs_.load(std::memory_order_relaxed)->jobs) {
-    total += job->accepted.load(std::memory_order_relaxed);
+  for (const auto& shard : jobs_) {
+    for (const auto& [id, job] : shard.load(std::memory_order_relaxed)->jobs) {
+      total += job->accepted.load(std::memory_order_relaxed);
+    }
   }
   for (const Retired& r : retired_) {
     if (r.job != nullptr) total += r.job->accepted.load(std::memory_order_relaxed);
@@ -319,7 +323,7 @@ uint64_t MetricsStore::TotalAccepted() const {
 
 int MetricsStore::job_count() const {
   std::lock_guard<std::mutex> lock(admin_mu_);
-  return static_cast<int>(jobs_.load(std::memory_order_relaxed)->jobs.size());
+  return job_count_;
 }
 
 }  // namespace rescale

@@ -2,6 +2,10 @@
 #include "rescale/recommendation_board.h"
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
+
+#include "absl/hash/hash.h"
 
 #include "rescale/job_rules.h"
 
@@ -86,7 +90,8 @@ void Subscription::Close() {
 // ---- RecommendationBoard ----------------------------------------------------
 
 std::vector<Recommendation> RecommendationBoard::Publish(std::vector<Recommendation> decisions) {
-  std::vector<Recommendation> stored = Stage(std::move(decisions));
+  std::vector<Recommendation> stored;
+  StageInto(std::move(decisions), &stored);
   Deliver();
   return stored;
 }
@@ -96,44 +101,83 @@ void RecommendationBoard::Remove(const std::string& job_id) {
   Deliver();
 }
 
-std::vector<Recommendation> RecommendationBoard::Stage(std::vector<Recommendation> decisions) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Recommendation> stored;
-  stored.reserve(decisions.size());
-  for (Recommendation& rec : decisions) {
-    auto it = current_.find(rec.job_id);
-    if (it == current_.end()) {
-      uint64_t base = 0;
-      if (auto retired = retired_generations_.find(rec.job_id);
-          retired != retired_generations_.end()) {
-        base = retired->second;
-        retired_generations_.erase(retired);
-      }
-      rec.generation = base + 1;
-      it = current_.emplace(rec.job_id, rec).first;
-      StageEvent({RecommendationEvent::Type::kAdded, rec});
-    } else {
-      const Recommendation& old = it->second;
-      rec.generation = old.SameTarget(rec) ? old.generation : old.generation + 1;
-      const bool visible_change = !old.SameVisibleDecision(rec);
-      it->second = rec;
-      if (visible_change) StageEvent({RecommendationEvent::Type::kModified, rec});
-    }
-    stored.push_back(it->second);
+void RecommendationBoard::Stage(std::vector<Recommendation> decisions) {
+  StageInto(std::move(decisions), nullptr);
+}
+
+RecommendationBoard::Shard& RecommendationBoard::ShardOf(std::string_view job_id) {
+  return shards_[absl::HashOf(job_id) % kShards];
+}
+const RecommendationBoard::Shard& RecommendationBoard::ShardOf(std::string_view job_id) const {
+  return shards_[absl::HashOf(job_id) % kShards];
+}
+
+void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
+                                    std::vector<Recommendation>* stored) {
+  // Shard by shard, so a reader of one job (Get) waits for at most one
+  // shard's share of a plan; the events keep the decisions' order.
+  std::vector<std::vector<size_t>> by_shard(kShards);
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    by_shard[absl::HashOf(std::string_view(decisions[i].job_id)) % kShards].push_back(i);
   }
-  return stored;
+  std::vector<std::string> ids;  // the decisions are moved into the shards
+  if (stored != nullptr) {
+    for (const Recommendation& rec : decisions) ids.push_back(rec.job_id);
+  }
+  std::vector<std::pair<size_t, RecommendationEvent>> events;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int shard_index = 0; shard_index < kShards; ++shard_index) {
+    if (by_shard[shard_index].empty()) continue;
+    Shard& shard = shards_[shard_index];
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    for (size_t i : by_shard[shard_index]) {
+      Recommendation& rec = decisions[i];
+      auto it = shard.current.find(rec.job_id);
+      if (it == shard.current.end()) {
+        uint64_t base = 0;
+        if (auto retired = shard.retired_generations.find(rec.job_id);
+            retired != shard.retired_generations.end()) {
+          base = retired->second;
+          shard.retired_generations.erase(retired);
+        }
+        rec.generation = base + 1;
+        events.emplace_back(i, RecommendationEvent{RecommendationEvent::Type::kAdded, rec});
+        shard.current.emplace(rec.job_id, std::move(rec));
+      } else {
+        const Recommendation& old = it->second;
+        rec.generation = old.SameTarget(rec) ? old.generation : old.generation + 1;
+        if (!old.SameVisibleDecision(rec)) {
+          events.emplace_back(i, RecommendationEvent{RecommendationEvent::Type::kModified, rec});
+        }
+        it->second = std::move(rec);
+      }
+    }
+  }
+  std::sort(events.begin(), events.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [index, event] : events) StageEventLocked(std::move(event));
+  if (stored == nullptr) return;
+  // Publish's answer: as stored, in the decisions' order.
+  stored->reserve(ids.size());
+  for (const std::string& id : ids) {
+    const Shard& shard = ShardOf(id);
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    stored->push_back(shard.current.at(id));
+  }
 }
 
 void RecommendationBoard::StageRemove(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = current_.find(job_id);
-  if (it == current_.end()) return;
-  retired_generations_[job_id] = it->second.generation;
-  StageEvent({RecommendationEvent::Type::kDeleted, it->second});
-  current_.erase(it);
+  Shard& shard = ShardOf(job_id);
+  std::lock_guard<std::mutex> shard_lock(shard.mu);
+  auto it = shard.current.find(job_id);
+  if (it == shard.current.end()) return;
+  shard.retired_generations[job_id] = it->second.generation;
+  StageEventLocked({RecommendationEvent::Type::kDeleted, std::move(it->second)});
+  shard.current.erase(it);
 }
 
-void RecommendationBoard::StageEvent(RecommendationEvent event) {
+void RecommendationBoard::StageEventLocked(RecommendationEvent event) {
   staged_.push_back(std::make_shared<const RecommendationEvent>(std::move(event)));
 }
 
@@ -164,19 +208,31 @@ void RecommendationBoard::FanOutLocked(
 }
 
 std::optional<Recommendation> RecommendationBoard::Get(const std::string& job_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = current_.find(job_id);
-  if (it == current_.end()) return std::nullopt;
+  const Shard& shard = ShardOf(job_id);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.current.find(job_id);
+  if (it == shard.current.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<Recommendation> RecommendationBoard::CopyLocked(
+    std::string_view namespace_filter) const {
+  std::vector<Recommendation> out;
+  for (const Shard& shard : shards_) {
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    for (const auto& [id, rec] : shard.current) {
+      if (InNamespace(id, namespace_filter)) out.push_back(rec);
+    }
+  }
+  return out;
 }
 
 std::vector<Recommendation> RecommendationBoard::List(const std::string& namespace_filter) const {
   std::vector<Recommendation> out;
   {
+    // mu_ keeps stagings out: the list is one plan's, never half of two.
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, rec] : current_) {
-      if (InNamespace(id, namespace_filter)) out.push_back(rec);
-    }
+    out = CopyLocked(namespace_filter);
   }
   std::sort(out.begin(), out.end(),
             [](const Recommendation& a, const Recommendation& b) { return a.job_id < b.job_id; });
@@ -202,9 +258,7 @@ absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
       // The staged events go to the existing watchers first; the new one
       // starts from the state that already includes them.
       events.swap(staged_);
-      for (const auto& [id, rec] : current_) {
-        if (InNamespace(id, sub->namespace_filter())) initial.push_back(rec);
-      }
+      initial = CopyLocked(sub->namespace_filter());
     }
     FanOutLocked(events, ready);
     std::sort(initial.begin(), initial.end(),

@@ -550,6 +550,37 @@ TEST_CASE("store rejects samples beyond its size and pod limits with a reason") 
   CHECK_THAT(pods.limit_reason, Contains("--max_pods_per_job"));
 }
 
+// The job table is sharded by job id: jobs in every shard are found, counted
+// against max_jobs, and removed from their own shard only.
+TEST_CASE("store keeps a thousand jobs across its table's shards, each found and counted") {
+  MetricsStoreOptions options;
+  options.max_jobs = 1000;
+  MetricsStore store(options);
+  std::vector<std::string> ids;  // samples view their job ids
+  for (int i = 0; i < 1000; ++i) ids.push_back("ns/job-" + std::to_string(i));
+  auto id = [&](int i) -> const std::string& { return ids[i]; };
+  for (int i = 0; i < 1000; ++i) REQUIRE(store.AddJob(id(i), 8, 32).ok());
+  CHECK(store.job_count() == 1000);
+  CHECK(store.AddJob("ns/one-more", 8, 32).code() == absl::StatusCode::kResourceExhausted);
+  std::vector<StepSample> batch;
+  for (int i = 0; i < 1000; ++i) {
+    StepSample s = Sample();
+    s.job_id = id(i);
+    batch.push_back(s);
+  }
+  CHECK(store.Ingest(batch, kNow).accepted == 1000);
+  for (int i = 0; i < 1000; i += 7) CHECK(store.SamplesAccepted(id(i)) == 1);
+  for (int i = 0; i < 1000; i += 2) store.RemoveJob(id(i));
+  CHECK(store.job_count() == 500);
+  CHECK(store.SamplesAccepted(id(2)) == 0);
+  CHECK(store.SamplesAccepted(id(3)) == 1);
+  CHECK(store.TotalAccepted() == 1000);  // removed jobs' samples still count
+  REQUIRE(store.AddJob("ns/one-more", 8, 32).ok());
+  CHECK(store.job_count() == 501);
+  store.Tick(kNow);
+  CHECK(store.Stats(id(3), kNow).at(0).sample_count == 1);
+}
+
 TEST_CASE("store refuses jobs beyond max_jobs with RESOURCE_EXHAUSTED") {
   MetricsStoreOptions options;
   options.max_jobs = 1;

@@ -26,6 +26,7 @@
 #ifndef RESCALE_DECISION_ENGINE_H_
 #define RESCALE_DECISION_ENGINE_H_
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -34,6 +35,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -84,6 +86,10 @@ struct EngineOptions {
   // window instead of N plans of up to N jobs. 0 = each change plans inline
   // and its reply carries the new plan.
   absl::Duration plan_coalesce = absl::Milliseconds(5);
+  // The plan timer thread's nice value (Linux; 0 = as the process): plans
+  // are background work, so by default they yield the CPU to the threads
+  // serving calls when the machine is busy. 0 to 19.
+  int plan_thread_nice = 10;
   // Samples for unregistered jobs register them (min 1, max
   // auto_register_max_replicas or the largest world_size seen, defaults for
   // the rest) instead of being rejected.
@@ -267,7 +273,34 @@ class DecisionEngine {
   void CommitLocked(const Snapshot& snapshot, PlanResult result, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyPlanLocked(PlanResult result, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  ClusterView ClusterLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The cluster's capacity and the last plan's figures; AddAllocations adds
+  // what the board's recommendations allocate, without mu_.
+  ClusterView PlanSummaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void AddAllocations(ClusterView& view) const;
+  // ReportApplied's change, under mu_; the entry as changed.
+  absl::StatusOr<JobEntry> ApplyLocked(const std::string& job_id, uint32_t replicas,
+                                       bool suspended, uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // What readers see of the jobs (GetJob, ListJobs, GetRecommendation,
+  // GetCluster): an immutable copy of each entry, replaced by every change
+  // made under mu_ (register, update, applied state) and dropped with the
+  // job. Sharded by job id, each shard's lock held for a lookup or a pointer
+  // swap: a read never waits for mu_, so never for a plan's snapshot or
+  // commit. Plans' policy memory and fits stay in jobs_ (readers refit when
+  // the copy's fit is stale; see CurrentFit).
+  static constexpr int kReadShards = 16;
+  struct ReadShard {
+    std::mutex mu;
+    absl::flat_hash_map<std::string, std::shared_ptr<const JobEntry>> jobs ABSL_GUARDED_BY(mu);
+  };
+  ReadShard& ReadShardOf(std::string_view job_id) const;
+  void PublishEntryLocked(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnpublishEntryLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<const JobEntry> FindPublished(const std::string& job_id) const;
+  // Ordered by job id.
+  std::vector<std::shared_ptr<const JobEntry>> PublishedEntries(
+      const std::string& namespace_filter) const;
 
   const EngineOptions options_;
   Clock* const clock_;
@@ -290,6 +323,7 @@ class DecisionEngine {
   double last_plan_gap_ ABSL_GUARDED_BY(mu_) = 0;
   bool last_plan_exact_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t plans_run_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::array<ReadShard, kReadShards> read_shards_;
 
   // Asks the timer thread for a replan within `window`, or replans now when
   // the timer does not run or the window is 0. True when it replanned now.

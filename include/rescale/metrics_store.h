@@ -37,7 +37,7 @@
 // is lost: the total is then a lower bound.
 //
 // Thread safety and memory ordering (the argument, per atomic):
-//  * jobs_ (the table pointer) and JobState::pods (the pod-table pointer) are
+//  * jobs_ (the table pointers, one per shard) and JobState::pods (the pod-table pointer) are
 //    loaded and stored seq_cst, and the objects they point to are freed only
 //    through EpochDomain (see epoch.h for why that is safe).
 //  * SizeCell / PodCell pointers in their tables are published with a
@@ -82,6 +82,7 @@
 #ifndef RESCALE_METRICS_STORE_H_
 #define RESCALE_METRICS_STORE_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -246,8 +247,14 @@ class MetricsStore {
   // Null when the job's pod limit is reached.
   PodCell* FindOrAddPod(JobState& job, std::string_view pod, int64_t now_ns);
 
-  // Replaces the job table; the old one is retired.
-  void PublishTable(std::unique_ptr<JobTable> table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_);
+  // The job table is split in kTableShards by a hash of the job id, each
+  // replaced whole (copy-on-write) when a job is added or removed there:
+  // registering a job copies 1/kTableShards of the jobs, not all of them.
+  static constexpr int kTableShards = 64;
+  static size_t TableShardOf(std::string_view job_id);
+  // Replaces shard `shard` of the job table; the old one is retired.
+  void PublishTable(size_t shard, std::unique_ptr<JobTable> table)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_);
   // Rebuilds a job's pod table without pods unseen since `forget_before`,
   // with room for `capacity` slots.
   void RebuildPods(JobState& job, absl::Time forget_before, size_t capacity)
@@ -260,8 +267,10 @@ class MetricsStore {
   const MetricsStoreOptions options_;
   EpochDomain& epochs_;
 
-  // The current job table; replaced (never mutated) under admin_mu_.
-  std::atomic<const JobTable*> jobs_;
+  // The current job table, by shard; each replaced (never mutated) under
+  // admin_mu_.
+  std::array<std::atomic<const JobTable*>, kTableShards> jobs_;
+  int job_count_ ABSL_GUARDED_BY(admin_mu_) = 0;
 
   mutable std::mutex admin_mu_;
   std::vector<Retired> retired_ ABSL_GUARDED_BY(admin_mu_);

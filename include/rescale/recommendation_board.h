@@ -16,13 +16,14 @@
 // a callback may start a gRPC write. Publish and Remove do both.
 //
 // Thread safety: all methods are thread-safe. Lock order: fanout_mu_ ->
-// mu_, and fanout_mu_ -> subscription. A ready callback runs without any
+// mu_ -> a shard's lock, and fanout_mu_ -> subscription. A ready callback runs without any
 // lock of the board's or the subscription's (so it may call Next); it must
 // not call Deliver, Subscribe or Unsubscribe while holding a lock that a
 // caller of those holds.
 #ifndef RESCALE_RECOMMENDATION_BOARD_H_
 #define RESCALE_RECOMMENDATION_BOARD_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -108,7 +110,7 @@ class RecommendationBoard {
 
   // Publish and Remove without the fan-out: the events wait for Deliver.
   // Readers (Get, List) see the change at once; watchers once delivered.
-  std::vector<Recommendation> Stage(std::vector<Recommendation> decisions);
+  void Stage(std::vector<Recommendation> decisions);
   void StageRemove(const std::string& job_id);
   // Hands every staged event to the subscriptions, in staging order, then
   // runs the ready callbacks of the readers that were waiting, without any
@@ -128,7 +130,25 @@ class RecommendationBoard {
   int subscription_count() const;
 
  private:
-  void StageEvent(RecommendationEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The decisions are sharded by job id, each shard with its own lock: Get
+  // takes one shard's lock only, so it waits for at most a shard's share of
+  // a staging, never for a whole plan.
+  static constexpr int kShards = 16;
+  struct Shard {
+    mutable std::mutex mu;
+    absl::flat_hash_map<std::string, Recommendation> current ABSL_GUARDED_BY(mu);
+    // Generation of deregistered jobs is kept so a re-registered job never
+    // reuses a generation a controller has already applied.
+    absl::flat_hash_map<std::string, uint64_t> retired_generations ABSL_GUARDED_BY(mu);
+  };
+  Shard& ShardOf(std::string_view job_id);
+  const Shard& ShardOf(std::string_view job_id) const;
+  // Stage; with `stored`, also the recommendations as stored.
+  void StageInto(std::vector<Recommendation> decisions, std::vector<Recommendation>* stored);
+  void StageEventLocked(RecommendationEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every shard's decisions in `namespace_filter`, unordered.
+  std::vector<Recommendation> CopyLocked(std::string_view namespace_filter) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pushes `events` to the subscriptions, collecting ready callbacks.
   void FanOutLocked(const std::vector<std::shared_ptr<const RecommendationEvent>>& events,
                     std::vector<std::function<void()>>& ready)
@@ -139,13 +159,12 @@ class RecommendationBoard {
   // guards the list of subscriptions. Taken before mu_.
   mutable std::mutex fanout_mu_;
   std::vector<std::shared_ptr<Subscription>> subscriptions_ ABSL_GUARDED_BY(fanout_mu_);
-  // The decisions, and the events staged but not yet delivered.
+  // Serialises stagings (which take the shards' locks one at a time) and
+  // whole-board reads (List, Subscribe); guards the events staged but not
+  // yet delivered. Taken before any shard's lock.
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<const RecommendationEvent>> staged_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Recommendation> current_ ABSL_GUARDED_BY(mu_);
-  // Generation of deregistered jobs is kept so a re-registered job never
-  // reuses a generation a controller has already applied.
-  absl::flat_hash_map<std::string, uint64_t> retired_generations_ ABSL_GUARDED_BY(mu_);
+  std::array<Shard, kShards> shards_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
