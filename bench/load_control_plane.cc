@@ -3,15 +3,17 @@
 // Registration, as a cluster produces it after rescale-adapter starts: the
 // adapter (this thread) registers bench/cp-0 ... bench/cp-N-1 one by one
 // (min 1, max 16) and reports what each runs (ReportApplied, 4 replicas);
-// the jobs' two pods each have an agent (a thread and a connection of its
-// own) that reports samples at three sizes as soon as the job is registered
-// (ReportSamples, 10 samples per size). Registration ends when the adapter
+// each job's two pods report samples at three sizes as soon as the job is
+// registered (ReportSamples, 10 samples per size), through --agents agents
+// (threads with a connection each; agent k serves pod k % 2 of every
+// (agents / 2)-th job: in a cluster every pod has its own agent, so this
+// is fewer in parallel than real). Registration ends when the adapter
 // and both agents are done. Meanwhile a reader on a third connection calls
 // GetJob on registered jobs at --read_rate a second, as dashboards and
 // rescalectl do (a reader without pause would compete for the 2 cores it
-// measures). Then, for --read_seconds, capacity changes every 100 ms keep
-// plans of all N jobs running while the reader goes on, and one
-// ListRecommendations of all N is timed.
+// measures). Then, for --read_seconds, applied resizes every 100 ms keep
+// plans of all N jobs running while the reader goes on, and a
+// ListRecommendations of all N is timed every half second.
 //
 // With --watchers W, W WatchRecommendations streams (callback reactors on
 // one connection) then sync, capacity drops to one GPU per job, and the
@@ -119,16 +121,16 @@ struct Reader {
   }
 };
 
-// One pod's agent: samples at sizes 1, 2 and 4 for every job, as soon as
-// the adapter has registered it.
-uint64_t RunAgent(const std::string& server, int pod, int job_count,
+// An agent for pod `pod` of jobs first, first + stride, ...: samples at
+// sizes 1, 2 and 4 for each, as soon as the adapter has registered it.
+uint64_t RunAgent(const std::string& server, int pod, int first, int stride, int job_count,
                   const std::atomic<int>& registered) {
   auto metrics = v1::MetricsService::NewStub(OwnChannel(server));
   uint64_t failures = 0;
   const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
-  for (int i = 0; i < job_count; ++i) {
+  for (int i = first; i < job_count; i += stride) {
     while (registered.load(std::memory_order_acquire) <= i) std::this_thread::yield();
     const std::string id = JobId(i);
     for (uint32_t n : {1u, 2u, 4u}) {
@@ -291,11 +293,13 @@ int RunControlPlane(const ControlPlaneOptions& options) {
   register_ms.reserve(job_count);
   uint64_t failures = 0;
   const auto start = Clock::now();
-  uint64_t agent_failures[2] = {0, 0};
+  const int agent_count = std::max(2, options.agents - options.agents % 2);
+  std::vector<uint64_t> agent_failures(agent_count, 0);
   std::vector<std::thread> agents;
-  for (int pod = 0; pod < 2; ++pod) {
-    agents.emplace_back([&, pod] {
-      agent_failures[pod] = RunAgent(options.server, pod, job_count, reader.registered);
+  for (int k = 0; k < agent_count; ++k) {
+    agents.emplace_back([&, k] {
+      agent_failures[k] = RunAgent(options.server, k % 2, k / 2, agent_count / 2, job_count,
+                                   reader.registered);
     });
   }
   for (int i = 0; i < job_count; ++i) {
@@ -327,30 +331,36 @@ int RunControlPlane(const ControlPlaneOptions& options) {
     failures += !recs->ReportApplied(&applied_context, applied, &applied_response).ok();
   }
   for (std::thread& agent : agents) agent.join();
-  failures += agent_failures[0] + agent_failures[1];
+  for (uint64_t f : agent_failures) failures += f;
   const double register_seconds = MillisecondsSince(start) / 1000;
 
-  // Plans of every job, kept coming by capacity changes, while GetJob runs.
+  // Plans of every job, kept coming while GetJob runs: a controller reports
+  // a resize of one job (then back) every 100 ms, and every report asks for
+  // a plan of all N. (SetCapacity would too, but its reply lists every
+  // job's allocation: its own cost, not a plan's.)
   reader.phase.store(1, std::memory_order_relaxed);
   const auto read_until =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(options.read_seconds));
-  double list_ms = -1;
+  std::vector<double> list_ms;
   size_t listed = 0;
   for (int round = 0; Clock::now() < read_until; ++round) {
     grpc::ClientContext context;
-    v1::SetCapacityRequest request;
-    request.set_total_gpus(static_cast<uint32_t>(job_count * 8 + round % 2));
-    v1::Cluster response;
-    failures += !cluster->SetCapacity(&context, request, &response).ok();
-    if (round == 2 ||
-        (listed == 0 && Clock::now() + std::chrono::milliseconds(150) >= read_until)) {
+    v1::ReportAppliedRequest applied;
+    applied.set_job_id(JobId((round / 2) % job_count));
+    applied.set_replicas(round % 2 == 0 ? 5 : 4);
+    v1::ReportAppliedResponse applied_response;
+    failures += !recs->ReportApplied(&context, applied, &applied_response).ok();
+    if (round % 5 == 2 ||
+        (list_ms.empty() && Clock::now() + std::chrono::milliseconds(150) >= read_until)) {
+      // Every half second: whether a plan is computing or committing then
+      // is chance, as for a user's `rescalectl get recommendations`.
       grpc::ClientContext list_context;
       v1::ListRecommendationsRequest list;
       v1::ListRecommendationsResponse list_response;
       const auto list_start = Clock::now();
       failures += !recs->ListRecommendations(&list_context, list, &list_response).ok();
-      list_ms = MillisecondsSince(list_start);
+      list_ms.push_back(MillisecondsSince(list_start));
       listed = list_response.recommendations_size();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -374,7 +384,10 @@ int RunControlPlane(const ControlPlaneOptions& options) {
                                  Quantile(reader.latencies[phase], 0.99),
                                  Quantile(reader.latencies[phase], 1.0));
   }
-  std::cout << absl::StrFormat("ListRecommendations of %d: %.1f ms\n", listed, list_ms);
+  std::cout << absl::StrFormat(
+      "ListRecommendations of %d: %d calls, median %.1f ms, max %.1f ms (first %.1f ms)\n", listed,
+      list_ms.size(), Quantile(list_ms, 0.5), Quantile(list_ms, 1.0),
+      list_ms.empty() ? -1.0 : list_ms.front());
   if (rss_after >= 0) {
     std::cout << absl::StrFormat(
         "server resident memory %.0f MiB (%.0f MiB before; %.1f KiB per job)\n",

@@ -16,6 +16,8 @@ struct ControlPlaneOptions {
   double read_seconds = 5;
   // GetJob calls per second during both phases (one connection, paced).
   double read_rate = 500;
+  // Agents reporting the jobs' samples in parallel (even; at least 2).
+  int agents = 2;
   // rescaled's pid, for its resident memory (0 = not reported).
   int server_pid = 0;
   // WatchRecommendations streams for the convergence phase (0 = none).

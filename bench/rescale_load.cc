@@ -66,6 +66,8 @@ ABSL_FLAG(int, jobs, 0,
 ABSL_FLAG(double, read_seconds, 5,
           "control-plane mode: how long GetJob is timed while plans of all jobs run");
 ABSL_FLAG(double, read_rate, 500, "control-plane mode: GetJob calls per second");
+ABSL_FLAG(int, agents, 2,
+          "control-plane mode: agents reporting the jobs' samples in parallel (even, >= 2)");
 ABSL_FLAG(int, watchers, 0,
           "control-plane mode: WatchRecommendations streams timed converging on a plan that "
           "changes every job (0 = none)");
@@ -220,6 +222,7 @@ int main(int argc, char** argv) {
                                            .jobs = absl::GetFlag(FLAGS_jobs),
                                            .read_seconds = absl::GetFlag(FLAGS_read_seconds),
                                            .read_rate = absl::GetFlag(FLAGS_read_rate),
+                                           .agents = absl::GetFlag(FLAGS_agents),
                                            .server_pid = absl::GetFlag(FLAGS_server_pid),
                                            .watchers = absl::GetFlag(FLAGS_watchers)});
   }

@@ -294,9 +294,10 @@ grpc::ServerUnaryReactor* RecommendationServiceImpl::GetRecommendation(
 grpc::ServerUnaryReactor* RecommendationServiceImpl::ListRecommendations(
     grpc::CallbackServerContext* context, const v1::ListRecommendationsRequest* request,
     v1::ListRecommendationsResponse* response) {
-  for (const Recommendation& rec : engine_.ListRecommendations(request->namespace_())) {
-    ToProto(rec, response->add_recommendations());
-  }
+  const std::vector<std::shared_ptr<const Recommendation>> recs =
+      engine_.RecommendationSnapshot(request->namespace_());
+  response->mutable_recommendations()->Reserve(static_cast<int>(recs.size()));
+  for (const auto& rec : recs) ToProto(*rec, response->add_recommendations());
   return FinishUnary(context, absl::OkStatus());
 }
 

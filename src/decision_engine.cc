@@ -30,6 +30,10 @@ Action ActionFor(const JobStatus& status, uint32_t replicas) {
   return Action::kHold;
 }
 
+// A coalesced plan starts no sooner after the last one than this many times
+// what the last one took (see RequestReplanLocked).
+constexpr int kPlanPacing = 3;
+
 // Hands the board's staged events to its watchers when it goes out of
 // scope. Declared before a lock_guard of mu_, it runs after that lock is
 // released: plans and removals only stage their events under mu_ (cheap,
@@ -535,6 +539,11 @@ std::vector<Recommendation> DecisionEngine::ListRecommendations(
   return board_.List(namespace_filter);
 }
 
+std::vector<std::shared_ptr<const Recommendation>> DecisionEngine::RecommendationSnapshot(
+    const std::string& namespace_filter) const {
+  return board_.Snapshot(namespace_filter);
+}
+
 ClusterView DecisionEngine::SetCapacity(uint32_t total_gpus) {
   ClusterView view;
   bool planned;
@@ -575,7 +584,8 @@ ClusterView DecisionEngine::PlanSummaryLocked() const {
 void DecisionEngine::AddAllocations(ClusterView& view) const {
   // Without the engine's lock: the board's list is one plan's whole, and
   // the priorities come from the published entries.
-  for (const Recommendation& rec : board_.List()) {
+  for (const auto& shared : board_.Snapshot()) {
+    const Recommendation& rec = *shared;
     const std::shared_ptr<const JobEntry> entry = FindPublished(rec.job_id);
     if (entry == nullptr) continue;  // deregistered meanwhile
     if (rec.replicas == 0) {
@@ -860,11 +870,13 @@ bool DecisionEngine::RequestReplanLocked(absl::Duration window) {
   {
     std::lock_guard<std::mutex> lock(timer_mu_);
     // One replan covers the whole burst, due when the earliest window ends,
-    // and no sooner after the last plan than that plan took: a steady
-    // stream of changes (an adapter registering 10,000 jobs) then gets a
-    // plan as often as one can be computed with at most half the time spent
-    // planning, leaving the rest of the machine to the calls themselves.
-    const absl::Time due = std::max(clock_->Now() + window, last_plan_end_ + last_plan_took_);
+    // and no sooner after the last plan than kPlanPacing times what that
+    // plan took: a steady stream of changes (an adapter registering 10,000
+    // jobs) then gets a plan every few hundred ms at most, with at most a
+    // quarter of the time spent planning, leaving the rest of the machine
+    // to the calls themselves.
+    const absl::Time due =
+        std::max(clock_->Now() + window, last_plan_end_ + kPlanPacing * last_plan_took_);
     if (replan_requested_ && replan_due_ <= due) return false;
     replan_requested_ = true;
     replan_due_ = due;

@@ -1,13 +1,15 @@
 // MetricsStore's read side: the robust summary of a histogram, the window
 // snapshots Tick() takes, and the queries (per-size statistics, pods with
-// stragglers flagged, accepted counts, progress). All of it runs under admin_mu_ and
-// reads the writers' counters with relaxed loads (see rescale/metrics_store.h).
+// stragglers flagged, accepted counts, progress). Queries share admin_mu_ with
+// each other (Tick takes it alone) and read the writers' counters with
+// relaxed loads (see rescale/metrics_store.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <shared_mutex>
 #include <string_view>
 #include <vector>
 
@@ -90,7 +92,7 @@ MetricsStore::Progress MetricsStore::ProgressOf(const SizeCell& cell) {
 }
 
 void MetricsStore::Tick(absl::Time now) {
-  std::lock_guard<std::mutex> lock(admin_mu_);
+  std::lock_guard<std::shared_mutex> lock(admin_mu_);
   const int64_t now_ns = absl::ToUnixNanos(now);
   // Nothing to do before the earliest moment the last full pass found
   // something would be due: the engine ticks before every plan, many a
@@ -192,7 +194,7 @@ uint64_t MetricsStore::StatsRevisionLocked(const JobState& job, int64_t window_s
 std::optional<std::vector<SizeStats>> MetricsStore::StatsIfChanged(std::string_view job_id,
                                                                    absl::Time now,
                                                                    uint64_t& revision) const {
-  std::lock_guard<std::mutex> lock(admin_mu_);
+  std::shared_lock<std::shared_mutex> lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) {
     if (revision == 0) return std::nullopt;
@@ -207,7 +209,7 @@ std::optional<std::vector<SizeStats>> MetricsStore::StatsIfChanged(std::string_v
 }
 
 std::vector<SizeStats> MetricsStore::Stats(std::string_view job_id, absl::Time now) const {
-  std::lock_guard<std::mutex> lock(admin_mu_);
+  std::shared_lock<std::shared_mutex> lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) return {};
   return StatsLocked(*job, absl::ToUnixNanos(now - options_.window));
@@ -253,7 +255,7 @@ std::vector<SizeStats> MetricsStore::StatsLocked(const JobState& job, int64_t wi
 
 std::vector<PodStats> MetricsStore::Pods(std::string_view job_id) const {
   std::vector<PodStats> out;
-  std::lock_guard<std::mutex> lock(admin_mu_);
+  std::shared_lock<std::shared_mutex> lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) return out;
   const PodTable* table = job->pods.load(std::memory_order_relaxed);
@@ -289,13 +291,13 @@ std::vector<PodStats> MetricsStore::Pods(std::string_view job_id) const {
 }
 
 uint64_t MetricsStore::SamplesAccepted(std::string_view job_id) const {
-  std::lock_guard<std::mutex> lock(admin_mu_);
+  std::shared_lock<std::shared_mutex> lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   return job == nullptr ? 0 : job->accepted.load(std::memory_order_relaxed);
 }
 
 uint64_t MetricsStore::SamplesProcessed(std::string_view job_id) const {
-  std::lock_guard<std::mutex> lock(admin_mu_);
+  std::shared_lock<std::shared_mutex> lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) return 0;
   uint64_t total = 0;
@@ -308,7 +310,7 @@ uint64_t MetricsStore::SamplesProcessed(std::string_view job_id) const {
 }
 
 uint64_t MetricsStore::TotalAccepted() const {
-  std::lock_guard<std::mutex> lock(admin_mu_);
+  std::shared_lock<std::shared_mutex> lock(admin_mu_);
   uint64_t total = removed_accepted_.load(std::memory_order_relaxed);
   for (const auto& shard : jobs_) {
     for (const auto& [id, job] : shard.load(std::memory_order_relaxed)->jobs) {
@@ -322,7 +324,7 @@ uint64_t MetricsStore::TotalAccepted() const {
 }
 
 int MetricsStore::job_count() const {
-  std::lock_guard<std::mutex> lock(admin_mu_);
+  std::shared_lock<std::shared_mutex> lock(admin_mu_);
   return job_count_;
 }
 

@@ -142,14 +142,15 @@ void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
         }
         rec.generation = base + 1;
         events.emplace_back(i, RecommendationEvent{RecommendationEvent::Type::kAdded, rec});
-        shard.current.emplace(rec.job_id, std::move(rec));
+        std::string id = rec.job_id;
+        shard.current.emplace(std::move(id), std::make_shared<const Recommendation>(std::move(rec)));
       } else {
-        const Recommendation& old = it->second;
+        const Recommendation& old = *it->second;
         rec.generation = old.SameTarget(rec) ? old.generation : old.generation + 1;
         if (!old.SameVisibleDecision(rec)) {
           events.emplace_back(i, RecommendationEvent{RecommendationEvent::Type::kModified, rec});
         }
-        it->second = std::move(rec);
+        it->second = std::make_shared<const Recommendation>(std::move(rec));
       }
     }
   }
@@ -162,7 +163,7 @@ void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
   for (const std::string& id : ids) {
     const Shard& shard = ShardOf(id);
     std::lock_guard<std::mutex> shard_lock(shard.mu);
-    stored->push_back(shard.current.at(id));
+    stored->push_back(*shard.current.at(id));
   }
 }
 
@@ -172,8 +173,8 @@ void RecommendationBoard::StageRemove(const std::string& job_id) {
   std::lock_guard<std::mutex> shard_lock(shard.mu);
   auto it = shard.current.find(job_id);
   if (it == shard.current.end()) return;
-  shard.retired_generations[job_id] = it->second.generation;
-  StageEventLocked({RecommendationEvent::Type::kDeleted, std::move(it->second)});
+  shard.retired_generations[job_id] = it->second->generation;
+  StageEventLocked({RecommendationEvent::Type::kDeleted, *it->second});
   shard.current.erase(it);
 }
 
@@ -212,12 +213,12 @@ std::optional<Recommendation> RecommendationBoard::Get(const std::string& job_id
   std::lock_guard<std::mutex> lock(shard.mu);
   auto it = shard.current.find(job_id);
   if (it == shard.current.end()) return std::nullopt;
-  return it->second;
+  return *it->second;
 }
 
-std::vector<Recommendation> RecommendationBoard::CopyLocked(
+std::vector<std::shared_ptr<const Recommendation>> RecommendationBoard::CopyLocked(
     std::string_view namespace_filter) const {
-  std::vector<Recommendation> out;
+  std::vector<std::shared_ptr<const Recommendation>> out;
   for (const Shard& shard : shards_) {
     std::lock_guard<std::mutex> shard_lock(shard.mu);
     for (const auto& [id, rec] : shard.current) {
@@ -227,15 +228,22 @@ std::vector<Recommendation> RecommendationBoard::CopyLocked(
   return out;
 }
 
-std::vector<Recommendation> RecommendationBoard::List(const std::string& namespace_filter) const {
-  std::vector<Recommendation> out;
+std::vector<std::shared_ptr<const Recommendation>> RecommendationBoard::Snapshot(
+    std::string_view namespace_filter) const {
+  std::vector<std::shared_ptr<const Recommendation>> out;
   {
     // mu_ keeps stagings out: the list is one plan's, never half of two.
     std::lock_guard<std::mutex> lock(mu_);
     out = CopyLocked(namespace_filter);
   }
   std::sort(out.begin(), out.end(),
-            [](const Recommendation& a, const Recommendation& b) { return a.job_id < b.job_id; });
+            [](const auto& a, const auto& b) { return a->job_id < b->job_id; });
+  return out;
+}
+
+std::vector<Recommendation> RecommendationBoard::List(const std::string& namespace_filter) const {
+  std::vector<Recommendation> out;
+  for (const auto& rec : Snapshot(namespace_filter)) out.push_back(*rec);
   return out;
 }
 
@@ -246,7 +254,7 @@ absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
   {
     std::lock_guard<std::mutex> fanout(fanout_mu_);
     std::vector<std::shared_ptr<const RecommendationEvent>> events;
-    std::vector<Recommendation> initial;
+    std::vector<std::shared_ptr<const Recommendation>> initial;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return absl::UnavailableError("the server is shutting down");
@@ -262,10 +270,10 @@ absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
     }
     FanOutLocked(events, ready);
     std::sort(initial.begin(), initial.end(),
-              [](const Recommendation& a, const Recommendation& b) { return a.job_id < b.job_id; });
-    for (Recommendation& rec : initial) {
+              [](const auto& a, const auto& b) { return a->job_id < b->job_id; });
+    for (const auto& rec : initial) {
       sub->Push(std::make_shared<const RecommendationEvent>(
-          RecommendationEvent{RecommendationEvent::Type::kAdded, std::move(rec)}));
+          RecommendationEvent{RecommendationEvent::Type::kAdded, *rec}));
     }
     sub->Push(std::make_shared<const RecommendationEvent>(
         RecommendationEvent{RecommendationEvent::Type::kSynced, {}}));

@@ -80,8 +80,8 @@ struct EngineOptions {
   // return at once, before that plan, marked plan_pending (JobView,
   // ClusterView); WatchRecommendations shows the plan when it is published.
   // A burst that keeps coming is planned no more often than plans can run
-  // with half the time left between them (a plan that took 60 ms is
-  // followed by the next no sooner than 60 ms after it).
+  // with three quarters of the time left between them (a plan that took
+  // 60 ms is followed by the next no sooner than 180 ms after it).
   // Registering N jobs one by one then costs N small steps and a plan per
   // window instead of N plans of up to N jobs. 0 = each change plans inline
   // and its reply carries the new plan.
@@ -149,6 +149,10 @@ class DecisionEngine {
 
   absl::StatusOr<Recommendation> GetRecommendation(const std::string& job_id) const;
   std::vector<Recommendation> ListRecommendations(const std::string& namespace_filter = "") const;
+  // As ListRecommendations, without copying them (immutable once recorded):
+  // what ListRecommendations' RPC serialises from.
+  std::vector<std::shared_ptr<const Recommendation>> RecommendationSnapshot(
+      const std::string& namespace_filter = "") const;
 
   ClusterView SetCapacity(uint32_t total_gpus);
   ClusterView GetCluster() const;

@@ -6,7 +6,8 @@
 // of per-pod cells (PodCell). Writers find or insert cells with CAS and add
 // to them with atomic read-modify-writes; they never take a mutex. Readers
 // (planner, queries) and the administrative path (register, deregister,
-// Tick) serialise on `admin_mu_` among themselves, which writers never touch.
+// Tick) synchronise on `admin_mu_` (shared by readers, exclusive for the
+// administrative path), which writers never touch.
 //
 // Statistics. A SizeCell keeps cumulative (never reset) per-bin histograms of
 // step time: octave bins, each with count, sum and sum of squares. Tick()
@@ -87,6 +88,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <optional>
 #include <string>
@@ -272,7 +274,10 @@ class MetricsStore {
   std::array<std::atomic<const JobTable*>, kTableShards> jobs_;
   int job_count_ ABSL_GUARDED_BY(admin_mu_) = 0;
 
-  mutable std::mutex admin_mu_;
+  // Exclusive for changes (AddJob, RemoveJob, Tick), shared by queries:
+  // a plan reading 10,000 jobs' statistics never makes a GetJob wait,
+  // even when the plan's thread is preempted holding it.
+  mutable std::shared_mutex admin_mu_;
   std::vector<Retired> retired_ ABSL_GUARDED_BY(admin_mu_);
   // The earliest time a pass of Tick has work again (see Tick).
   int64_t next_due_ns_ ABSL_GUARDED_BY(admin_mu_) = 0;

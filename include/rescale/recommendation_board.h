@@ -118,8 +118,13 @@ class RecommendationBoard {
   void Deliver();
 
   std::optional<Recommendation> Get(const std::string& job_id) const;
-  // Ordered by job_id; `namespace_filter` empty = all.
+  // Ordered by job_id; `namespace_filter` empty = all. One plan's whole,
+  // never half of two.
   std::vector<Recommendation> List(const std::string& namespace_filter = "") const;
+  // As List, without copying: the recommendations are immutable once
+  // recorded (a change records a new one), so a caller may keep them.
+  std::vector<std::shared_ptr<const Recommendation>> Snapshot(
+      std::string_view namespace_filter = "") const;
 
   // A new watcher, primed with ADDED for every current job and then SYNCED.
   // RESOURCE_EXHAUSTED when max_subscriptions are open.
@@ -136,7 +141,8 @@ class RecommendationBoard {
   static constexpr int kShards = 16;
   struct Shard {
     mutable std::mutex mu;
-    absl::flat_hash_map<std::string, Recommendation> current ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<std::string, std::shared_ptr<const Recommendation>> current
+        ABSL_GUARDED_BY(mu);
     // Generation of deregistered jobs is kept so a re-registered job never
     // reuses a generation a controller has already applied.
     absl::flat_hash_map<std::string, uint64_t> retired_generations ABSL_GUARDED_BY(mu);
@@ -147,8 +153,8 @@ class RecommendationBoard {
   void StageInto(std::vector<Recommendation> decisions, std::vector<Recommendation>* stored);
   void StageEventLocked(RecommendationEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every shard's decisions in `namespace_filter`, unordered.
-  std::vector<Recommendation> CopyLocked(std::string_view namespace_filter) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::shared_ptr<const Recommendation>> CopyLocked(
+      std::string_view namespace_filter) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pushes `events` to the subscriptions, collecting ready callbacks.
   void FanOutLocked(const std::vector<std::shared_ptr<const RecommendationEvent>>& events,
                     std::vector<std::function<void()>>& ready)
