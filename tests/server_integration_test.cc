@@ -14,10 +14,13 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <catch2/catch.hpp>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -602,6 +605,169 @@ TEST_CASE("watch streams converge on the final state while writers race and a wa
     }
     CHECK(watcher->reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
   }
+}
+
+// A WatchRecommendations stream on the callback API, as a client holding
+// many would run it: it tracks each job's newest replicas and tells `Fleet`
+// when it has synced and when every job is at `target` (or at its entry in
+// SetTargets). With `stall_after_sync` it stops reading after SYNCED until
+// Resume.
+class FleetWatcher final : public grpc::ClientReadReactor<v1::RecommendationEvent> {
+ public:
+  struct Fleet {
+    std::mutex mu;
+    std::condition_variable cv;
+    int synced = 0;
+    int converged = 0;
+    int done = 0;
+  };
+  FleetWatcher(v1::RecommendationService::Stub& stub, Fleet& fleet, size_t jobs, uint32_t target,
+               bool stall_after_sync = false)
+      : fleet_(fleet), jobs_(jobs), target_(target), stall_after_sync_(stall_after_sync) {
+    stub.async()->WatchRecommendations(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+  // Only while it does not read (stalled): Resume orders it before the
+  // reactor's next callback.
+  void SetTargets(std::map<std::string, uint32_t> targets) { targets_ = std::move(targets); }
+  void Resume() { StartRead(&event_); }
+  void Cancel() { context_.TryCancel(); }
+  // Events read since construction (read on the reactor's thread; callers
+  // look once the fleet says converged or done, which orders it).
+  int events() const { return events_; }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    ++events_;
+    bool stall = false;
+    if (event_.type() == v1::RecommendationEvent::SYNCED) {
+      std::lock_guard<std::mutex> lock(fleet_.mu);
+      ++fleet_.synced;
+      fleet_.cv.notify_all();
+      stall = stall_after_sync_;
+    } else {
+      replicas_[event_.recommendation().job_id()] = event_.recommendation().replicas();
+      const bool all_at_target =
+          replicas_.size() == jobs_ &&
+          std::all_of(replicas_.begin(), replicas_.end(),
+                      [&](const auto& job) {
+                        auto it = targets_.find(job.first);
+                        return job.second == (it == targets_.end() ? target_ : it->second);
+                      });
+      if (all_at_target && !converged_) {
+        converged_ = true;
+        std::lock_guard<std::mutex> lock(fleet_.mu);
+        ++fleet_.converged;
+        fleet_.cv.notify_all();
+      }
+    }
+    if (!stall) StartRead(&event_);
+  }
+  void OnDone(const grpc::Status&) override {
+    std::lock_guard<std::mutex> lock(fleet_.mu);
+    ++fleet_.done;
+    fleet_.cv.notify_all();
+  }
+
+ private:
+  Fleet& fleet_;
+  const size_t jobs_;
+  const uint32_t target_;
+  const bool stall_after_sync_;
+  grpc::ClientContext context_;
+  v1::WatchRecommendationsRequest request_;
+  v1::RecommendationEvent event_;
+  std::map<std::string, uint32_t> replicas_;
+  std::map<std::string, uint32_t> targets_;
+  bool converged_ = false;
+  int events_ = 0;
+};
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kFleetWatchers = 100;  // the sanitizers' slowdown; same code paths
+#else
+constexpr int kFleetWatchers = 1000;
+#endif
+
+// 1,000 streams each get every job's newest state after a plan that changes
+// all of them; a watcher that stops reading is then sent the newest state,
+// not every change made meanwhile, so it costs memory bounded by the jobs.
+// (How fast they converge is rescale-load --jobs N --watchers W's.)
+TEST_CASE("a thousand watchers each get every job's new state; a stalled one stays bounded",
+          "[concurrency]") {
+  TestServer t;
+  constexpr int kJobs = 10;
+  for (int j = 0; j < kJobs; ++j) t.Register("ns/j" + std::to_string(j), 1, 64);
+  t.SetCapacity(64 * kJobs);
+  {
+    grpc::ClientContext ctx;
+    v1::ListRecommendationsResponse before;
+    REQUIRE(t.recs->ListRecommendations(&ctx, v1::ListRecommendationsRequest(), &before).ok());
+    for (const v1::Recommendation& rec : before.recommendations()) {
+      INFO(rec.job_id());
+      REQUIRE(rec.replicas() > 1);  // so one GPU each changes every job
+    }
+  }
+  FleetWatcher::Fleet fleet;
+  std::vector<std::unique_ptr<FleetWatcher>> watchers;
+  for (int w = 0; w < kFleetWatchers; ++w) {
+    watchers.push_back(std::make_unique<FleetWatcher>(*t.recs, fleet, kJobs, 1));
+  }
+  {
+    std::unique_lock<std::mutex> lock(fleet.mu);
+    fleet.cv.wait(lock, [&] { return fleet.synced == kFleetWatchers; });
+  }
+  t.SetCapacity(kJobs);  // one GPU each: every job changes
+  {
+    std::unique_lock<std::mutex> lock(fleet.mu);
+    fleet.cv.wait(lock, [&] { return fleet.converged == kFleetWatchers; });
+  }
+  for (auto& watcher : watchers) {
+    // ADDED for each job, SYNCED, then at least one MODIFIED each.
+    CHECK(watcher->events() >= 2 * kJobs + 1);
+    watcher->Cancel();
+  }
+  {
+    std::unique_lock<std::mutex> lock(fleet.mu);
+    fleet.cv.wait(lock, [&] { return fleet.done == kFleetWatchers; });
+  }
+
+  // A watcher on its own connection stops reading after SYNCED while 1,000
+  // plans change every job (10,000 changes).
+  // A small receive window (no BDP growth), so that what HTTP/2 lets through
+  // before the stall is small beside the changes.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 16 * 1024);
+  auto channel =
+      grpc::CreateCustomChannel(t.server->address(), grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::RecommendationService::NewStub(channel);
+  FleetWatcher::Fleet stalled_fleet;
+  FleetWatcher stalled(*stub, stalled_fleet, kJobs, 0, /*stall_after_sync=*/true);
+  {
+    std::unique_lock<std::mutex> lock(stalled_fleet.mu);
+    stalled_fleet.cv.wait(lock, [&] { return stalled_fleet.synced == 1; });
+  }
+  constexpr int kRounds = 1000;
+  for (int round = 0; round < kRounds; ++round) t.SetCapacity(round % 2 == 0 ? 3 * kJobs : kJobs);
+  // The last plan, as the stalled watcher must end on it.
+  const v1::Cluster last = t.SetCapacity(2 * kJobs);
+  std::map<std::string, uint32_t> final_state;
+  for (const v1::JobAllocation& a : last.allocations()) final_state[a.job_id()] = a.replicas();
+  REQUIRE(final_state.size() == kJobs);
+  stalled.SetTargets(final_state);  // not reading: nothing runs on its reactor
+  stalled.Resume();
+  {
+    std::unique_lock<std::mutex> lock(stalled_fleet.mu);
+    stalled_fleet.cv.wait(lock, [&] { return stalled_fleet.converged == 1; });
+  }
+  // What HTTP/2 flow control let through before the stall (its window),
+  // then one pending state per job: far below the 10,000 changes.
+  CHECK(stalled.events() < kRounds * kJobs / 5);
+  stalled.Cancel();
+  std::unique_lock<std::mutex> lock(stalled_fleet.mu);
+  stalled_fleet.cv.wait(lock, [&] { return stalled_fleet.done == 1; });
 }
 
 TEST_CASE("WatchRecommendations beyond --max_watchers is RESOURCE_EXHAUSTED") {
