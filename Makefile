@@ -47,7 +47,7 @@ test-tsan: deps
 	@cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DRESCALE_SANITIZE=thread \
 		-DRESCALE_BUILD_BENCH=OFF $(CMAKE_FLAGS) > /dev/null
 	@cmake --build build-tsan -j $(JOBS) --target core_tests server_tests
-	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 \
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 history_size=7 \
 		suppressions=$(CURDIR)/tests/tsan.supp" $(CTEST) -L concurrency
 
 test-sanitize: test-asan test-tsan

@@ -628,41 +628,21 @@ class FleetWatcher final : public grpc::ClientReadReactor<v1::RecommendationEven
     StartRead(&event_);
     StartCall();
   }
-  // Only while it does not read (stalled): Resume orders it before the
-  // reactor's next callback.
-  void SetTargets(std::map<std::string, uint32_t> targets) { targets_ = std::move(targets); }
+  void SetTargets(std::map<std::string, uint32_t> targets) {
+    std::lock_guard<std::mutex> lock(mu_);
+    targets_ = std::move(targets);
+  }
   void Resume() { StartRead(&event_); }
   void Cancel() { context_.TryCancel(); }
-  // Events read since construction (read on the reactor's thread; callers
-  // look once the fleet says converged or done, which orders it).
-  int events() const { return events_; }
+  // Events read since construction.
+  int events() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    ++events_;
-    bool stall = false;
-    if (event_.type() == v1::RecommendationEvent::SYNCED) {
-      std::lock_guard<std::mutex> lock(fleet_.mu);
-      ++fleet_.synced;
-      fleet_.cv.notify_all();
-      stall = stall_after_sync_;
-    } else {
-      replicas_[event_.recommendation().job_id()] = event_.recommendation().replicas();
-      const bool all_at_target =
-          replicas_.size() == jobs_ &&
-          std::all_of(replicas_.begin(), replicas_.end(),
-                      [&](const auto& job) {
-                        auto it = targets_.find(job.first);
-                        return job.second == (it == targets_.end() ? target_ : it->second);
-                      });
-      if (all_at_target && !converged_) {
-        converged_ = true;
-        std::lock_guard<std::mutex> lock(fleet_.mu);
-        ++fleet_.converged;
-        fleet_.cv.notify_all();
-      }
-    }
-    if (!stall) StartRead(&event_);
+    if (Record()) StartRead(&event_);
   }
   void OnDone(const grpc::Status&) override {
     std::lock_guard<std::mutex> lock(fleet_.mu);
@@ -671,10 +651,40 @@ class FleetWatcher final : public grpc::ClientReadReactor<v1::RecommendationEven
   }
 
  private:
+  // Takes in the event read; false when the watcher stalls here.
+  bool Record() {
+    // gRPC runs one callback of a reactor at a time, but on any of its
+    // threads, ordered by its own (uninstrumented) synchronisation: the
+    // lock makes that order visible to ThreadSanitizer.
+    std::lock_guard<std::mutex> own_lock(mu_);
+    ++events_;
+    if (event_.type() == v1::RecommendationEvent::SYNCED) {
+      std::lock_guard<std::mutex> lock(fleet_.mu);
+      ++fleet_.synced;
+      fleet_.cv.notify_all();
+      return !stall_after_sync_;
+    }
+    replicas_[event_.recommendation().job_id()] = event_.recommendation().replicas();
+    const bool all_at_target =
+        replicas_.size() == jobs_ &&
+        std::all_of(replicas_.begin(), replicas_.end(), [&](const auto& job) {
+          auto it = targets_.find(job.first);
+          return job.second == (it == targets_.end() ? target_ : it->second);
+        });
+    if (all_at_target && !converged_) {
+      converged_ = true;
+      std::lock_guard<std::mutex> lock(fleet_.mu);
+      ++fleet_.converged;
+      fleet_.cv.notify_all();
+    }
+    return true;
+  }
+
   Fleet& fleet_;
   const size_t jobs_;
   const uint32_t target_;
   const bool stall_after_sync_;
+  mutable std::mutex mu_;
   grpc::ClientContext context_;
   v1::WatchRecommendationsRequest request_;
   v1::RecommendationEvent event_;

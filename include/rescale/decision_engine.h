@@ -17,9 +17,12 @@
 //
 // Thread safety: every public method is thread-safe and returns quickly
 // (no I/O, no waiting on other callers beyond short critical sections). A
-// plan holds the engine's lock only to copy the jobs and to publish its
-// result; it fits and plans on the copies without it (see Replan), so reads
-// and changes never wait for the computation.
+// plan holds the engine's lock only to copy the jobs and to stage its
+// result; it fits and plans on the copies without it (see Replan), so
+// changes never wait for the computation. Reads take no lock of the
+// engine's at all: they read the copies each change publishes (ReadShard)
+// and the board's shards. Watchers are fed, and their gRPC writes started,
+// only after the engine's lock is released (DeliverOnExit).
 // The core uses std::mutex rather than absl::Mutex: Debian's Abseil is not
 // built with ThreadSanitizer, which would then miss absl::Mutex's
 // synchronisation, while pthread-based std::mutex is intercepted.
