@@ -642,11 +642,17 @@ void DecisionEngine::CommitLocked(const Snapshot& snapshot, PlanResult result, a
   last_committed_sequence_ = snapshot.sequence;
   std::vector<Recommendation> current;
   current.reserve(result.recs.size());
+  // ComputePlan made one recommendation per snapshot entry, in the
+  // snapshot's (id) order, and jobs_ is ordered the same way: one merge
+  // walk over both finds each job's live entry, without a lookup per job.
+  auto planned = snapshot.jobs.begin();
+  auto live = jobs_.begin();
   for (Recommendation& rec : result.recs) {
-    auto it = jobs_.find(rec.job_id);
-    const auto planned = snapshot.jobs.find(rec.job_id);
-    if (it == jobs_.end() || planned == snapshot.jobs.end()) continue;  // deregistered
-    JobEntry& entry = it->second;
+    while (planned != snapshot.jobs.end() && planned->first < rec.job_id) ++planned;
+    while (live != jobs_.end() && live->first < rec.job_id) ++live;
+    if (planned == snapshot.jobs.end() || planned->first != rec.job_id) continue;
+    if (live == jobs_.end() || live->first != rec.job_id) continue;  // deregistered
+    JobEntry& entry = live->second;
     if (entry.version != planned->second.version) {
       // Changed after the snapshot (a new spec, an applied report, or
       // deregistered and registered again): its own plan is due. Keep its

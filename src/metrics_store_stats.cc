@@ -98,10 +98,10 @@ void MetricsStore::Tick(absl::Time now) {
   // something would be due: the engine ticks before every plan, many a
   // second while jobs register, and a pass over every job's cells costs
   // about 1 us each. What Ingest adds since cannot be due sooner: a new size
-  // starts with its empty snapshot taken then, due a period later, and a
-  // new pod was seen then, stale a pod_ttl later; passes come at least that
-  // often (below). (An Ingest whose `now` ran slightly behind this pass's
-  // is at most that much late.)
+  // starts with its empty snapshot taken then, due in the next period, and
+  // a new pod was seen then, stale a pod_ttl later; passes come at least
+  // that often (below). (An Ingest whose `now` ran slightly behind this
+  // pass's is at most that much late.)
   if (now_ns < next_due_ns_) {
     ReclaimLocked();
     return;
@@ -111,23 +111,24 @@ void MetricsStore::Tick(absl::Time now) {
   const int64_t period_ns = absl::ToInt64Nanoseconds(options_.window / (kSnapshots - 1));
   const int64_t ttl_ns = absl::ToInt64Nanoseconds(options_.pod_ttl);
   const int64_t pod_cutoff = now_ns - ttl_ns;
-  // The earliest time at which a pass would do anything: a snapshot due, a
-  // surviving pod going stale (last_seen only grows, so that is a bound),
-  // or a size or pod added after this pass coming due.
-  int64_t next_due = now_ns + std::min(period_ns, ttl_ns + 1);
+  // Snapshots are taken on a grid of periods, one per cell in each period
+  // (the first pass in it), so every cell comes due at once: a pass per
+  // period, not one whenever some cell's own period is up.
+  const int64_t period_start = now_ns - ((now_ns % period_ns) + period_ns) % period_ns;
+  // The earliest time at which a pass would do anything: the next period,
+  // a surviving pod going stale (last_seen only grows, so that is a
+  // bound), or a pod added after this pass going stale.
+  int64_t next_due = std::min(period_start + period_ns, now_ns + ttl_ns + 1);
   for (const auto& shard : jobs_) {
     for (const auto& [id, job] : shard.load(std::memory_order_relaxed)->jobs) {
       for (int i = 0; i < job->max_sizes; ++i) {
         SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
         if (cell == nullptr) break;
         const int newest = (cell->next_snapshot + kSnapshots - 1) % kSnapshots;
-        if (cell->snapshot_ns[newest] == kNever || now_ns - cell->snapshot_ns[newest] >= period_ns) {
+        if (cell->snapshot_ns[newest] == kNever || cell->snapshot_ns[newest] < period_start) {
           cell->snapshots[cell->next_snapshot] = cell->Load();
           cell->snapshot_ns[cell->next_snapshot] = now_ns;
           cell->next_snapshot = (cell->next_snapshot + 1) % kSnapshots;
-          next_due = std::min(next_due, now_ns + period_ns);
-        } else {
-          next_due = std::min(next_due, cell->snapshot_ns[newest] + period_ns);
         }
       }
       PodTable* pods = job->pods.load(std::memory_order_relaxed);
