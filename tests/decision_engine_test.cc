@@ -491,12 +491,13 @@ TEST_CASE("engine refits a job's curve when its samples or its spec change, and 
 
   // Samples at the size: the measurement wins over the prior; more of them
   // at another step time move it again.
+  const std::string pods[] = {"a-worker-0", "a-worker-1"};  // samples view their pod names
   auto measure = [&](double step_seconds) {
     std::vector<StepSample> batch;
     for (int k = 0; k < 20; ++k) {
       StepSample s;
       s.job_id = "ns/a";
-      s.pod = "a-worker-" + std::to_string(k % 2);
+      s.pod = pods[k % 2];
       s.world_size = 2;
       s.step_seconds = step_seconds;
       batch.push_back(s);
