@@ -49,6 +49,7 @@
 //  1,000 and 10,000 jobs) the gap is below 1e-5; with a handful of jobs and
 //  non-concave curves the greedy can be far from the bound, which is why
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -436,6 +437,7 @@ class ScaleSolver {
       uint32_t from, to;
     };
     std::vector<Segment> segments;
+    segments.reserve(offset[n]);  // at most one per size
     std::vector<uint32_t> hull;
     for (uint32_t j = 0; j < n; ++j) {
       if (state_[j] != kOn) continue;
@@ -459,10 +461,22 @@ class ScaleSolver {
         segments.push_back({gain / double(gpus), gain, gpus, j, hull[k - 1], hull[k]});
       }
     }
-    std::sort(segments.begin(), segments.end(), [](const Segment& a, const Segment& b) {
-      if (a.slope != b.slope) return a.slope > b.slope;
-      if (a.job != b.job) return a.job < b.job;
-      return a.from < b.from;
+    // Sweep order: slope descending, then job and size ascending, which is
+    // the order the segments were made in. The sort moves 16-byte keys, not
+    // the segments: a positive double's bits order like the double, so the
+    // complement of the bits sorts slopes descending as integers, and the
+    // index breaks ties.
+    struct SweepKey {
+      uint64_t descending_slope;
+      uint32_t index;
+    };
+    std::vector<SweepKey> order(segments.size());
+    for (uint32_t k = 0; k < segments.size(); ++k) {
+      order[k] = {~std::bit_cast<uint64_t>(segments[k].slope), k};
+    }
+    std::sort(order.begin(), order.end(), [](const SweepKey& a, const SweepKey& b) {
+      return a.descending_slope != b.descending_slope ? a.descending_slope < b.descending_slope
+                                                      : a.index < b.index;
     });
 
     // The Lagrangian sweep (integral, skipping what does not fit) and the LP
@@ -472,7 +486,11 @@ class ScaleSolver {
     uint64_t lp_left = slack_;
     bool lp_done = false;
     std::vector<uint8_t> blocked(n, 0);
-    for (const Segment& s : segments) {
+    for (const SweepKey& key : order) {
+      // Every segment takes at least one GPU: once none is left and the
+      // bound is complete, the rest can change nothing.
+      if (left == 0 && lp_done) break;
+      const Segment& s = segments[key.index];
       if (!lp_done) {
         if (s.gpus <= lp_left) {
           lp_gain += s.gain;
