@@ -147,13 +147,13 @@ absl::StatusOr<JobSpec> DecisionEngine::Normalize(JobSpec spec) const {
 
 std::shared_ptr<const DecisionEngine::Fitted> DecisionEngine::FitInto(JobEntry& entry,
                                                                       absl::Time now) const {
-  uint64_t revision = entry.fitted_spec_version == entry.spec_version ? entry.stats_revision : 0;
+  // A new spec refits whatever the statistics say (a default revision).
+  if (entry.fitted_spec_version != entry.spec_version) entry.stats_revision = {};
   std::optional<std::vector<SizeStats>> stats =
-      store_.StatsIfChanged(entry.spec.job_id, now, revision);
+      store_.StatsIfChanged(entry.spec.job_id, now, entry.stats_revision);
   if (stats.has_value() || entry.fitted == nullptr) {
     if (!stats.has_value()) stats = store_.Stats(entry.spec.job_id, now);
     entry.fitted = std::make_shared<const Fitted>(Fit(entry.spec, *stats, now));
-    entry.stats_revision = revision;
     entry.fitted_spec_version = entry.spec_version;
   }
   return entry.fitted;
@@ -161,7 +161,8 @@ std::shared_ptr<const DecisionEngine::Fitted> DecisionEngine::FitInto(JobEntry& 
 
 std::shared_ptr<const DecisionEngine::Fitted> DecisionEngine::CurrentFit(const JobEntry& entry,
                                                                          absl::Time now) const {
-  uint64_t revision = entry.fitted_spec_version == entry.spec_version ? entry.stats_revision : 0;
+  MetricsStore::StatsRevision revision;
+  if (entry.fitted_spec_version == entry.spec_version) revision = entry.stats_revision;
   std::optional<std::vector<SizeStats>> stats =
       store_.StatsIfChanged(entry.spec.job_id, now, revision);
   if (!stats.has_value() && entry.fitted != nullptr) return entry.fitted;

@@ -92,6 +92,9 @@ void MetricsStore::RemoveJob(std::string_view job_id) {
   auto it = current->jobs.find(Key(job_id));
   if (it == current->jobs.end()) return;
   JobState* job = it->second;
+  // Holders of a StatsRevision learn it without a lookup (release: their
+  // acquire load that sees it then takes the slow path, which finds no job).
+  job->counters->removed.store(true, std::memory_order_release);
   auto next = std::make_unique<JobTable>(*current);
   next->jobs.erase(Key(job_id));
   PublishTable(shard, std::move(next));
@@ -145,7 +148,7 @@ void MetricsStore::RetireLocked(Retired retired) { retired_.push_back(std::move(
 
 void MetricsStore::FreeRetired(Retired& r) {
   if (r.job != nullptr) {
-    removed_accepted_.fetch_add(r.job->accepted.load(std::memory_order_relaxed),
+    removed_accepted_.fetch_add(r.job->counters->accepted.load(std::memory_order_relaxed),
                                 std::memory_order_relaxed);
     r.job.reset();
   }

@@ -209,7 +209,7 @@ struct MetricsStore::PendingSize {
     MaxRelaxed(cell->last_sample_ns, last_ns);
     // Last, with release: StatsIfChanged's revision counts a batch only once
     // all of it is visible (see StatsRevisionLocked).
-    job->accepted.fetch_add(samples, std::memory_order_release);
+    job->counters->accepted.fetch_add(samples, std::memory_order_release);
     *this = PendingSize();
   }
 };

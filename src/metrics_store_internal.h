@@ -174,6 +174,14 @@ struct MetricsStore::PodTable {
   std::atomic<int> live{0};
 };
 
+// A job's accepted count, shared with callers that keep a StatsRevision, so
+// they can tell whether a job's samples moved without finding the job (one
+// load; see StatsIfChanged). `removed` is set when the store forgets the job.
+struct MetricsStore::JobCounters {
+  std::atomic<uint64_t> accepted{0};
+  std::atomic<bool> removed{false};
+};
+
 struct MetricsStore::JobState {
   JobState(std::string_view id, uint32_t max_rep, uint32_t batch, int size_slots,
            size_t pod_capacity, int pod_limit_)
@@ -196,7 +204,8 @@ struct MetricsStore::JobState {
   const std::string job_id;
   std::atomic<uint32_t> max_replicas;
   std::atomic<uint32_t> local_batch_size;
-  std::atomic<uint64_t> accepted{0};
+  // Samples accepted (added last in a batch's flush, with release).
+  const std::shared_ptr<JobCounters> counters = std::make_shared<JobCounters>();
   // The job's step mark and the size that raised it (ProgressWord).
   std::atomic<uint64_t> progress_word{0};
   const int max_sizes;

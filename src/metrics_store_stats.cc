@@ -119,6 +119,7 @@ void MetricsStore::Tick(absl::Time now) {
   // a surviving pod going stale (last_seen only grows, so that is a
   // bound), or a pod added after this pass going stale.
   int64_t next_due = std::min(period_start + period_ns, now_ns + ttl_ns + 1);
+  bool rolled = false;
   for (const auto& shard : jobs_) {
     for (const auto& [id, job] : shard.load(std::memory_order_relaxed)->jobs) {
       for (int i = 0; i < job->max_sizes; ++i) {
@@ -129,6 +130,7 @@ void MetricsStore::Tick(absl::Time now) {
           cell->snapshots[cell->next_snapshot] = cell->Load();
           cell->snapshot_ns[cell->next_snapshot] = now_ns;
           cell->next_snapshot = (cell->next_snapshot + 1) % kSnapshots;
+          rolled = true;
         }
       }
       PodTable* pods = job->pods.load(std::memory_order_relaxed);
@@ -147,6 +149,8 @@ void MetricsStore::Tick(absl::Time now) {
     }
   }
   next_due_ns_ = next_due;
+  // After the snapshots (see StatsIfChanged's fast path).
+  if (rolled) roll_generation_.fetch_add(1, std::memory_order_release);
   ReclaimLocked();
 }
 
@@ -175,37 +179,74 @@ MetricsStore::WindowBase MetricsStore::BaseOf(const SizeCell& cell, int64_t wind
   return {base, base < 0 ? kNever : cell.snapshot_ns[base]};
 }
 
-uint64_t MetricsStore::StatsRevisionLocked(const JobState& job, int64_t window_start) const {
+MetricsStore::StatsRevision MetricsStore::StatsRevisionLocked(const JobState& job,
+                                                              int64_t window_start) const {
   // Stats reads the cumulative histograms (they change only with accepted
   // samples) and each size's window base (it changes as time passes a
   // snapshot or Tick overwrites one). `accepted` is loaded with acquire and
   // added last, with release, by each batch's Flush: every batch counted in
   // the value read here is then visible whole to the Stats that follows, and
   // a batch not yet counted changes the value when it is.
-  uint64_t revision = absl::HashOf(job.accepted.load(std::memory_order_acquire));
+  StatsRevision out;
+  out.counters = job.counters;
+  // Under admin_mu_ no Tick runs, so the generation matches the snapshots
+  // read below.
+  out.roll_generation = roll_generation_.load(std::memory_order_acquire);
+  out.accepted = job.counters->accepted.load(std::memory_order_acquire);
+  uint64_t revision = absl::HashOf(out.accepted);
+  // Time alone moves a base when the window's start reaches a snapshot
+  // newer than the base (BaseOf takes t <= window_start) or passes the
+  // cell's creation (its fallback): the first such moment bounds the fast
+  // path's answer.
+  int64_t valid_before = std::numeric_limits<int64_t>::max();
   for (int i = 0; i < job.max_sizes; ++i) {
     const SizeCell* cell = job.sizes[i].load(std::memory_order_acquire);
     if (cell == nullptr) break;
     const WindowBase base = BaseOf(*cell, window_start);
     revision = absl::HashOf(revision, cell->world_size, base.index, base.taken_ns);
+    for (int k = 0; k < kSnapshots; ++k) {
+      const int64_t t = cell->snapshot_ns[k];
+      if (t != kNever && t > window_start) valid_before = std::min(valid_before, t);
+    }
+    if (cell->created_ns >= window_start) valid_before = std::min(valid_before, cell->created_ns + 1);
   }
-  return revision | 1;  // never 0, the caller's "none yet"
+  out.value = revision | 1;  // never 0, the caller's "none yet"
+  out.bases_valid_before_ns = valid_before;
+  return out;
 }
 
 std::optional<std::vector<SizeStats>> MetricsStore::StatsIfChanged(std::string_view job_id,
                                                                    absl::Time now,
-                                                                   uint64_t& revision) const {
+                                                                   StatsRevision& revision) const {
+  const int64_t window_start = absl::ToUnixNanos(now - options_.window);
+  // The fast path, without the lock or a lookup. The revision was taken
+  // (slow path, under admin_mu_) with `accepted` = A and generation G. If
+  // the acquire loads below read A and G again, and the job is not marked
+  // removed: no batch's flush completed its release add in between (each
+  // adds a positive count, so A would have moved), so the statistics hold
+  // what they held then, apart from a batch still in flight, which moves A
+  // when it completes; no Tick pass took a snapshot (those bump G with
+  // release after writing); and the window's start has not reached the
+  // first moment time alone moves a base. So Stats would say what it said.
+  // A removal sets `removed` (release) before the job leaves the table.
+  if (revision.value != 0 && revision.counters != nullptr &&
+      window_start < revision.bases_valid_before_ns &&
+      revision.counters->accepted.load(std::memory_order_acquire) == revision.accepted &&
+      roll_generation_.load(std::memory_order_acquire) == revision.roll_generation &&
+      !revision.counters->removed.load(std::memory_order_acquire)) {
+    return std::nullopt;
+  }
   std::shared_lock<std::shared_mutex> lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) {
-    if (revision == 0) return std::nullopt;
-    revision = 0;
+    if (revision.value == 0) return std::nullopt;
+    revision = StatsRevision();
     return std::vector<SizeStats>();
   }
-  const int64_t window_start = absl::ToUnixNanos(now - options_.window);
-  const uint64_t current = StatsRevisionLocked(*job, window_start);
-  if (current == revision) return std::nullopt;
-  revision = current;
+  StatsRevision current = StatsRevisionLocked(*job, window_start);
+  const bool same = current.value == revision.value;
+  revision = std::move(current);
+  if (same) return std::nullopt;
   return StatsLocked(*job, window_start);
 }
 
@@ -294,7 +335,7 @@ std::vector<PodStats> MetricsStore::Pods(std::string_view job_id) const {
 uint64_t MetricsStore::SamplesAccepted(std::string_view job_id) const {
   std::shared_lock<std::shared_mutex> lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
-  return job == nullptr ? 0 : job->accepted.load(std::memory_order_relaxed);
+  return job == nullptr ? 0 : job->counters->accepted.load(std::memory_order_relaxed);
 }
 
 uint64_t MetricsStore::SamplesProcessed(std::string_view job_id) const {
@@ -315,11 +356,11 @@ uint64_t MetricsStore::TotalAccepted() const {
   uint64_t total = removed_accepted_.load(std::memory_order_relaxed);
   for (const auto& shard : jobs_) {
     for (const auto& [id, job] : shard.load(std::memory_order_relaxed)->jobs) {
-      total += job->accepted.load(std::memory_order_relaxed);
+      total += job->counters->accepted.load(std::memory_order_relaxed);
     }
   }
   for (const Retired& r : retired_) {
-    if (r.job != nullptr) total += r.job->accepted.load(std::memory_order_relaxed);
+    if (r.job != nullptr) total += r.job->counters->accepted.load(std::memory_order_relaxed);
   }
   return total;
 }

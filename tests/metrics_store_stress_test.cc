@@ -300,3 +300,89 @@ TEST_CASE("writers racing over progress marks leave the exact step span and pod 
   // Two distinct pods sent them: samples / 2 job steps of 2 x 32 samples.
   CHECK(store.SamplesProcessed("progress/unstepped") == unstepped / 2 * 2 * 32);
 }
+
+// StatsIfChanged answers "unchanged" without a lock from a revision's shared
+// accepted counter. Two writers ingest into one job while a reader polls it
+// with one revision, a second thread registers and removes another job the
+// reader also polls, and Tick takes snapshots while the clock moves window
+// bases. The reader records the lifetime count of every answer that says
+// "changed"; after the writers join, one more call must either say
+// "changed" with the full count or "unchanged" after an answer that already
+// had it: a completed batch is never hidden. Counts only grow. Under TSan:
+// the fast path's loads race with no write; under ASan: a revision keeps a
+// removed job's counters alive.
+TEST_CASE("StatsIfChanged's lock-free answer never hides a completed batch", "[concurrency]") {
+  rescale::ManualClock clock;
+  rescale::MetricsStoreOptions options;
+  options.window = absl::Seconds(60);  // snapshots every 10 s of the clock
+  options.max_sample_age = absl::Hours(2);
+  rescale::MetricsStore store(options);
+  const std::string job = "stable/watched";
+  const std::string churn = "churn/watched";
+  REQUIRE(store.AddJob(job, 8, 32).ok());
+
+  constexpr int kPollWriters = 2;
+  constexpr int kPollBatches = 800;
+  std::vector<uint64_t> accepted(kPollWriters, 0);
+  std::atomic<int> writers_left{kPollWriters};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kPollWriters; ++w) {
+    threads.emplace_back([&, w] {
+      const std::string pod = "pod-" + std::to_string(w);
+      std::vector<rescale::StepSample> batch(16);
+      for (int b = 0; b < kPollBatches; ++b) {
+        for (size_t i = 0; i < batch.size(); ++i) {
+          batch[i] = {};
+          batch[i].job_id = (b % 4 == 0) ? churn : job;
+          batch[i].pod = pod;
+          batch[i].world_size = 1 + (b + w) % 3;
+          batch[i].step_seconds = 0.1;
+        }
+        const rescale::IngestResult result = store.Ingest(batch, clock.Now());
+        if (b % 4 != 0) accepted[w] += result.accepted;
+      }
+      writers_left.fetch_sub(1, std::memory_order_release);
+    });
+  }
+  bool churn_ok = true;
+  threads.emplace_back([&] {
+    for (int round = 0; writers_left.load(std::memory_order_acquire) > 0; ++round) {
+      if (round % 2 == 0) {
+        churn_ok = store.AddJob(churn, 8, 32).ok() && churn_ok;
+      } else {
+        store.RemoveJob(churn);
+      }
+    }
+  });
+  rescale::MetricsStore::StatsRevision revision, churn_revision;
+  uint64_t seen = 0;
+  bool monotone = true;
+  int changed_answers = 0;
+  auto count_of = [](const std::vector<rescale::SizeStats>& stats) {
+    uint64_t total = 0;
+    for (const rescale::SizeStats& s : stats) total += s.lifetime_count;
+    return total;
+  };
+  do {  // at least once, however fast the writers are
+    clock.Advance(absl::Seconds(1));
+    store.Tick(clock.Now());
+    if (auto stats = store.StatsIfChanged(job, clock.Now(), revision)) {
+      const uint64_t count = count_of(*stats);
+      monotone = monotone && count >= seen;
+      seen = count;
+      ++changed_answers;
+    }
+    store.StatsIfChanged(churn, clock.Now(), churn_revision);
+  } while (writers_left.load(std::memory_order_acquire) > 0);
+  for (std::thread& t : threads) t.join();
+
+  const uint64_t expected = accepted[0] + accepted[1];
+  if (auto stats = store.StatsIfChanged(job, clock.Now(), revision)) seen = count_of(*stats);
+  CHECK(seen == expected);
+  CHECK(expected == uint64_t{kPollWriters} * kPollBatches * 3 / 4 * 16);
+  CHECK(monotone);
+  CHECK(churn_ok);
+  CHECK(changed_answers > 0);
+  // Nothing moved since: the fast path says so.
+  CHECK_FALSE(store.StatsIfChanged(job, clock.Now(), revision).has_value());
+}

@@ -383,14 +383,14 @@ TEST_CASE("StatsIfChanged answers only when samples arrived or the window moved"
   options.window = absl::Minutes(6);  // snapshots every minute
   MetricsStore store(options);
   REQUIRE(store.AddJob(kJob, 8, 32).ok());
-  uint64_t revision = 0;
+  MetricsStore::StatsRevision revision;
   // An unknown job, and a known one without samples, read as empty.
-  uint64_t unknown = 0;
+  MetricsStore::StatsRevision unknown;
   CHECK_FALSE(store.StatsIfChanged("ns/other", kNow, unknown).has_value());
   std::optional<std::vector<SizeStats>> stats = store.StatsIfChanged(kJob, kNow, revision);
   REQUIRE(stats.has_value());
   CHECK(stats->empty());
-  CHECK(revision != 0);
+  CHECK(revision.value != 0);
   CHECK_FALSE(store.StatsIfChanged(kJob, kNow, revision).has_value());
 
   store.Ingest(Repeat(100, 1.0), kNow);
@@ -416,12 +416,46 @@ TEST_CASE("StatsIfChanged answers only when samples arrived or the window moved"
   // What Stats says at the same time, in full.
   CHECK(store.Stats(kJob, later).at(0).sample_count == stats->at(0).sample_count);
 
-  // A forgotten job reads as empty once, then as unchanged.
+  // A forgotten job reads as empty once, then as unchanged; registered
+  // again, it reads as its new self.
+  MetricsStore::StatsRevision before_removal = revision;
   store.RemoveJob(kJob);
   stats = store.StatsIfChanged(kJob, later, revision);
   REQUIRE(stats.has_value());
   CHECK(stats->empty());
   CHECK_FALSE(store.StatsIfChanged(kJob, later, revision).has_value());
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  stats = store.StatsIfChanged(kJob, later, before_removal);
+  REQUIRE(stats.has_value());
+  CHECK(stats->empty());
+}
+
+TEST_CASE("StatsIfChanged sees a window base move with time alone, without a Tick") {
+  MetricsStoreOptions options;
+  options.window = absl::Minutes(6);
+  MetricsStore store(options);
+  REQUIRE(store.AddJob(kJob, 8, 32).ok());
+  store.Ingest(Repeat(100, 1.0), kNow);  // the size starts with its empty snapshot
+  store.Ingest(Repeat(50, 3.0), kNow + absl::Minutes(1));
+  MetricsStore::StatsRevision revision;
+  REQUIRE(store.StatsIfChanged(kJob, kNow + absl::Minutes(2), revision).has_value());
+  // Until the window's start reaches the size's creation, nothing moves...
+  CHECK_FALSE(store.StatsIfChanged(kJob, kNow + absl::Minutes(6) - absl::Seconds(1), revision)
+                  .has_value());
+  // ...then its base does (the empty snapshot now lies at or before it),
+  // though no Tick ran and no sample came: the fast path must not hide it.
+  CHECK(store.StatsIfChanged(kJob, kNow + absl::Minutes(6), revision).has_value());
+  // A Tick that takes snapshots sends every revision down the slow path;
+  // it answers "unchanged" when the bases did not move, and "changed" once
+  // the new snapshot is the base.
+  store.Tick(kNow + absl::Minutes(7));
+  const std::optional<std::vector<SizeStats>> after_tick =
+      store.StatsIfChanged(kJob, kNow + absl::Minutes(7), revision);
+  CHECK_FALSE(after_tick.has_value());
+  const std::optional<std::vector<SizeStats>> aged =
+      store.StatsIfChanged(kJob, kNow + absl::Minutes(13), revision);
+  REQUIRE(aged.has_value());
+  CHECK(aged->at(0).sample_count == store.Stats(kJob, kNow + absl::Minutes(13)).at(0).sample_count);
 }
 
 TEST_CASE("store falls back to lifetime statistics for a size with no samples in the window") {

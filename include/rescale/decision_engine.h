@@ -227,7 +227,7 @@ class DecisionEngine {
     // plan refits only the jobs whose samples, window or spec changed.
     uint64_t spec_version = 0;
     std::shared_ptr<const Fitted> fitted;
-    uint64_t stats_revision = 0;
+    MetricsStore::StatsRevision stats_revision;
     uint64_t fitted_spec_version = 0;
   };
   using JobMap = absl::btree_map<std::string, JobEntry>;

@@ -77,6 +77,8 @@
 //  * A job's `accepted` counter is added last in a batch's flush, with
 //    release, and loaded with acquire by StatsIfChanged: a revision that
 //    counts a batch sees all of it (argument beside StatsRevisionLocked).
+//    StatsIfChanged's lock-free "unchanged" answer rests on the same load,
+//    plus the roll generation and the removed flag (argument beside it).
 //  * The limits in JobState (max_replicas, local_batch_size) are relaxed
 //    atomics: a sample racing with UpdateJob is validated against the old or
 //    the new limit, either of which was valid at some instant.
@@ -193,13 +195,29 @@ class MetricsStore {
 
   // Per-size statistics of a job, ordered by world size. Empty if unknown.
   std::vector<SizeStats> Stats(std::string_view job_id, absl::Time now) const;
+  struct JobCounters;
+  // Where a job's statistics stood when StatsIfChanged last looked, for the
+  // caller to keep. Besides the revision itself it holds what lets the next
+  // call answer "unchanged" without finding the job: the job's accepted
+  // counter (shared) and its value then, the store's roll generation (Tick
+  // passes that took snapshots) and the window start before which no
+  // size's window base can move with time alone.
+  struct StatsRevision {
+    uint64_t value = 0;  // 0 = never set
+    std::shared_ptr<const JobCounters> counters;
+    uint64_t accepted = 0;
+    uint64_t roll_generation = 0;
+    int64_t bases_valid_before_ns = 0;
+  };
   // Stats(job_id, now) when it may differ from what it was when `revision`
-  // was set here (0 = never), setting `revision` to the current one; nullopt
-  // when it cannot differ: no sample was accepted for the job since and its
-  // window has the same bases. Lets a caller keep what it derives from the
-  // statistics (the engine's fitted curves) until they move.
+  // was set here (default = never), updating `revision`; nullopt when it
+  // cannot differ: no sample was accepted for the job since and its window
+  // has the same bases. Lets a caller keep what it derives from the
+  // statistics (the engine's fitted curves) until they move. An unchanged
+  // job costs two loads and no lock while no Tick took snapshots and time
+  // moved no window base; otherwise a lookup and a pass over its sizes.
   std::optional<std::vector<SizeStats>> StatsIfChanged(std::string_view job_id, absl::Time now,
-                                                       uint64_t& revision) const;
+                                                       StatsRevision& revision) const;
   // The job's live pods, ordered by name, with stragglers flagged.
   std::vector<PodStats> Pods(std::string_view job_id) const;
   // Samples accepted for the job since AddJob (0 if unknown).
@@ -238,7 +256,7 @@ class MetricsStore {
   static WindowBase BaseOf(const SizeCell& cell, int64_t window_start);
   std::vector<SizeStats> StatsLocked(const JobState& job, int64_t window_start) const
       ABSL_SHARED_LOCKS_REQUIRED(admin_mu_);
-  uint64_t StatsRevisionLocked(const JobState& job, int64_t window_start) const
+  StatsRevision StatsRevisionLocked(const JobState& job, int64_t window_start) const
       ABSL_SHARED_LOCKS_REQUIRED(admin_mu_);
   static Progress ProgressOf(const SizeCell& cell);
   void FreeRetired(Retired& retired);
@@ -281,6 +299,10 @@ class MetricsStore {
   std::vector<Retired> retired_ ABSL_GUARDED_BY(admin_mu_);
   // The earliest time a pass of Tick has work again (see Tick).
   int64_t next_due_ns_ ABSL_GUARDED_BY(admin_mu_) = 0;
+  // Tick passes that took window snapshots (which may move a window base):
+  // a StatsRevision from an older generation is checked the slow way.
+  // Written under admin_mu_ (exclusive) after the snapshots, with release.
+  std::atomic<uint64_t> roll_generation_{0};
   // `accepted` of jobs freed after removal, so TotalAccepted stays exact.
   std::atomic<uint64_t> removed_accepted_{0};
 };
