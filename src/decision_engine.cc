@@ -666,6 +666,7 @@ void DecisionEngine::CommitLocked(const Snapshot& snapshot, PlanResult result, a
       }
     } else {
       entry.memory = planned->second.memory;
+      entry.plan_input = planned->second.plan_input;
     }
     // The fit stays valid whatever else changed, as long as the spec did not.
     if (entry.spec_version == planned->second.spec_version) {
@@ -689,6 +690,90 @@ void DecisionEngine::ApplyPlanLocked(PlanResult result, absl::Time now) {
   ++plans_run_;
 }
 
+std::shared_ptr<const DecisionEngine::PlanInput> DecisionEngine::PlanInputOf(
+    JobEntry& entry, std::shared_ptr<const Fitted> fitted, bool capacity_known,
+    absl::Time now) const {
+  if (const std::shared_ptr<const PlanInput>& cached = entry.plan_input;
+      cached != nullptr && cached->version == entry.version && cached->fitted == fitted &&
+      cached->capacity_known == capacity_known) {
+    return cached;
+  }
+  auto input = std::make_shared<PlanInput>();
+  input->version = entry.version;
+  input->fitted = std::move(fitted);
+  input->capacity_known = capacity_known;
+  const JobSpec& spec = entry.spec;
+  const Fitted& fit = *input->fitted;
+  const Policy* policy =
+      FindPolicy(spec.policy.empty() ? options_.default_policy : spec.policy);  // validated
+  input->policy = policy->name();
+  input->planned_by_cluster = input->policy == kPlannerPolicy;
+  const PolicyOptions policy_options = ResolvePolicyOptions(options_.policy, spec.parameters);
+  input->cooldown = policy_options.cooldown;
+  PolicyInput policy_input;
+  policy_input.spec = &spec;
+  policy_input.status = &entry.status;
+  policy_input.model = &fit.model;
+  policy_input.observed = fit.observations;
+  policy_input.memory = &entry.memory;
+  policy_input.last_change_at = entry.last_change_at;
+  policy_input.now = now;
+  policy_input.options = policy_options;
+  policy_input.capacity_known = capacity_known;
+  input->wish = policy->Decide(policy_input);
+  entry.memory = input->wish.memory;
+
+  PlannerJob& job = input->job;
+  job.job_id = spec.job_id;
+  job.min_replicas = spec.min_replicas;
+  job.max_replicas = std::clamp(input->wish.replicas, spec.min_replicas, spec.max_replicas);
+  job.gpus_per_replica = spec.gpus_per_replica;
+  job.priority = spec.priority;
+  job.preemptible = spec.preemptible;
+  const bool running = IsRunning(entry.status);
+  job.current_replicas = RunningReplicas(entry.status);
+  job.suspended = entry.status.suspended;
+  job.restart_cost_seconds = spec.restart_cost_seconds;
+  job.started_at = running ? entry.started_at : entry.status.registered_at;
+  // What the jct objective ranks jobs by: remaining work when the job
+  // declared its size, else the service it has had; both in samples, which
+  // the planner turns into seconds with the fitted rate at min_replicas. A
+  // job without a fitted curve has no rate to do that with: it counts as
+  // having had no service (least attained service puts new jobs first).
+  if (!fit.model.empty()) {
+    const uint64_t processed = fit.samples_processed;
+    job.samples_per_second_at_min = fit.SamplesPerSecond(job.min_replicas);
+    job.attained_samples = static_cast<double>(processed);
+    if (spec.total_samples.has_value()) {
+      job.remaining_samples = static_cast<double>(
+          *spec.total_samples > processed ? *spec.total_samples - processed : 0);
+    }
+  }
+  // A planner job with neither data nor prior: the default prior's curve
+  // (relative; the objective uses only ratios T(n)/T(min)), so the planner
+  // sizes its start by the median scaling of the measured models.
+  std::optional<ThroughputModel> default_prior;
+  if (input->planned_by_cluster && fit.model.empty()) {
+    ModelOptions shape = options_.model;
+    shape.gpus_per_replica = std::max<uint32_t>(spec.gpus_per_replica, 1);
+    default_prior = ThroughputModel::FromShares(kDefaultPriorShares, shape);
+  }
+  job.throughput.reserve(job.max_replicas - job.min_replicas + 1);
+  for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
+    // Planner jobs: predicted samples/s. Others: any rising curve, so the
+    // planner grows them toward their wish when GPUs allow.
+    double predicted = 0;
+    if (input->planned_by_cluster) {
+      predicted = default_prior ? default_prior->SamplesPerSecond(n) : fit.SamplesPerSecond(n);
+    }
+    job.throughput.push_back(predicted > 0 ? predicted : double(n));
+  }
+  // Only a planner job's input outlives this plan: the other policies read
+  // the clock (windows, cooldowns), so theirs is made afresh each time.
+  if (input->planned_by_cluster) entry.plan_input = input;
+  return input;
+}
+
 DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
                                                       std::optional<uint32_t> capacity_gpus,
                                                       absl::Time now) const {
@@ -702,51 +787,22 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
   // capacity.
   struct Prepared {
     const JobSpec* spec = nullptr;
-    const std::string* policy = nullptr;  // spec's, or the default
-    PolicyDecision wish;
-    std::shared_ptr<const Fitted> fitted;
-    bool planned_by_cluster = false;
+    std::shared_ptr<const PlanInput> input;
   };
-  // The default prior's curve, by GPUs per replica (see below).
-  absl::flat_hash_map<uint32_t, ThroughputModel> default_priors;
   std::vector<Prepared> prepared;
   std::vector<PlannerJob> planner_jobs;
   prepared.reserve(jobs.size());
   planner_jobs.reserve(jobs.size());
   for (auto& [id, entry] : jobs) {
     Prepared p;
-    const JobSpec& spec = entry.spec;
-    p.spec = &spec;
-    p.policy = spec.policy.empty() ? &options_.default_policy : &spec.policy;
-    p.fitted = FitInto(entry, now);
-    const Fitted& fitted = *p.fitted;
-    const PolicyOptions policy_options = ResolvePolicyOptions(options_.policy, spec.parameters);
-    PolicyInput policy_input;
-    policy_input.spec = &spec;
-    policy_input.status = &entry.status;
-    policy_input.model = &fitted.model;
-    policy_input.observed = fitted.observations;
-    policy_input.memory = &entry.memory;
-    policy_input.last_change_at = entry.last_change_at;
-    policy_input.now = now;
-    policy_input.options = policy_options;
-    policy_input.capacity_known = capacity_gpus.has_value();
-    p.wish = FindPolicy(*p.policy)->Decide(policy_input);
-    entry.memory = p.wish.memory;
-    p.planned_by_cluster = *p.policy == kPlannerPolicy;
-
-    PlannerJob job;
-    job.job_id = id;
-    job.min_replicas = spec.min_replicas;
-    job.max_replicas = std::clamp(p.wish.replicas, spec.min_replicas, spec.max_replicas);
-    job.gpus_per_replica = spec.gpus_per_replica;
-    job.priority = spec.priority;
-    job.preemptible = spec.preemptible;
+    p.spec = &entry.spec;
+    p.input = PlanInputOf(entry, FitInto(entry, now), capacity_gpus.has_value(), now);
+    const PlanInput& input = *p.input;
+    // What moves with time alone.
+    PlannerJob job = input.job;
     const bool running = IsRunning(entry.status);
-    job.current_replicas = RunningReplicas(entry.status);
-    job.suspended = entry.status.suspended;
-    absl::Duration cooldown = policy_options.cooldown;
-    if (p.planned_by_cluster) {
+    absl::Duration cooldown = input.cooldown;
+    if (input.planned_by_cluster) {
       // The per-job policies steady themselves (restart cost, HPA windows);
       // a planner job is steadied here: the more it changed lately, the
       // longer it stays put (BackedOffCooldown).
@@ -757,50 +813,9 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
     }
     job.in_cooldown = running && entry.last_change_at != absl::InfinitePast() &&
                       now - entry.last_change_at < cooldown;
-    job.restart_cost_seconds = spec.restart_cost_seconds;
-    job.started_at = running ? entry.started_at : entry.status.registered_at;
-    // What the jct objective ranks jobs by: remaining work when the job
-    // declared its size, else the service it has had; both in samples, which
-    // the planner turns into seconds with the fitted rate at min_replicas. A
-    // job without a fitted curve has no rate to do that with: it counts as
-    // having had no service (least attained service puts new jobs first).
-    if (!fitted.model.empty()) {
-      const uint64_t processed = fitted.samples_processed;
-      job.samples_per_second_at_min = fitted.SamplesPerSecond(job.min_replicas);
-      job.attained_samples = static_cast<double>(processed);
-      if (spec.total_samples.has_value()) {
-        job.remaining_samples = static_cast<double>(
-            *spec.total_samples > processed ? *spec.total_samples - processed : 0);
-      }
-    }
     if (!running) {
       const absl::Time waiting_since = std::max(entry.status.registered_at, entry.stopped_at);
       job.waiting_seconds = std::max(0.0, absl::ToDoubleSeconds(now - waiting_since));
-    }
-    // A planner job with neither data nor prior: the default prior's curve
-    // (relative; the objective uses only ratios T(n)/T(min)), so the planner
-    // sizes its start by the median scaling of the measured models.
-    const ThroughputModel* default_prior = nullptr;
-    if (p.planned_by_cluster && fitted.model.empty()) {
-      const uint32_t gpus_per_replica = std::max<uint32_t>(spec.gpus_per_replica, 1);
-      auto [it, added] = default_priors.try_emplace(gpus_per_replica);
-      if (added) {
-        ModelOptions shape = options_.model;
-        shape.gpus_per_replica = gpus_per_replica;
-        it->second = ThroughputModel::FromShares(kDefaultPriorShares, shape);
-      }
-      default_prior = &it->second;
-    }
-    job.throughput.reserve(job.max_replicas - job.min_replicas + 1);
-    for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
-      // Planner jobs: predicted samples/s. Others: any rising curve, so the
-      // planner grows them toward their wish when GPUs allow.
-      double predicted = 0;
-      if (p.planned_by_cluster) {
-        predicted = default_prior != nullptr ? default_prior->SamplesPerSecond(n)
-                                             : fitted.SamplesPerSecond(n);
-      }
-      job.throughput.push_back(predicted > 0 ? predicted : double(n));
     }
     planner_jobs.push_back(std::move(job));
     prepared.push_back(std::move(p));
@@ -842,23 +857,25 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
         planned.replicas != 0 && planned.replicas == planner_jobs[i - 1].max_replicas;
     const bool policy_explains =
         got_wish &&
-        (!p.planned_by_cluster || p.wish.binding == BindingConstraint::kInsufficientData ||
-         p.wish.binding == BindingConstraint::kMinReplicas);
-    rec.reason = policy_explains ? p.wish.reason : planned.reason;
+        (!p.input->planned_by_cluster || p.input->wish.binding == BindingConstraint::kInsufficientData ||
+         p.input->wish.binding == BindingConstraint::kMinReplicas);
+    rec.reason = policy_explains ? p.input->wish.reason : planned.reason;
     // The planner sized a job without data or prior by the default prior's
     // curve; say so, since nothing of the job's own went into it.
-    if (!policy_explains && p.planned_by_cluster && p.fitted->model.empty() && planned.replicas > 0) {
+    const Fitted& fitted = *p.input->fitted;
+    if (!policy_explains && p.input->planned_by_cluster && fitted.model.empty() &&
+        planned.replicas > 0) {
       rec.reason += "; no measurements or prior yet: sized by the default prior (the median "
                     "scaling of six measured models)";
     }
-    rec.binding_constraint = policy_explains ? p.wish.binding : planned.binding;
-    rec.current_samples_per_second = p.fitted->SamplesPerSecond(RunningReplicas(entry.status));
-    rec.predicted_samples_per_second = p.fitted->SamplesPerSecond(planned.replicas);
+    rec.binding_constraint = policy_explains ? p.input->wish.binding : planned.binding;
+    rec.current_samples_per_second = fitted.SamplesPerSecond(RunningReplicas(entry.status));
+    rec.predicted_samples_per_second = fitted.SamplesPerSecond(planned.replicas);
     rec.queue_position = planned.queue_position;
     rec.decided_at = now;
-    rec.policy = *p.policy;
+    rec.policy = std::string(p.input->policy);
     rec.gpus = planned.replicas * p.spec->gpus_per_replica;
-    if (p.planned_by_cluster && planned.replicas > 0) {
+    if (p.input->planned_by_cluster && planned.replicas > 0) {
       if (planned.replicas < planner_jobs[i - 1].max_replicas)
         rec.value_one_more = planned.value_one_more;
       if (planned.replicas > p.spec->min_replicas) rec.value_one_fewer = planned.value_one_fewer;

@@ -1313,4 +1313,39 @@ TEST_CASE("engine's estimate is 0 once done and unset without a total or a rate"
   CHECK_FALSE(view->status.estimated_remaining_seconds.has_value());
 }
 
+// A planner job's policy input is kept between plans while its entry, its
+// fit and whether the capacity is known stay put (DecisionEngine::PlanInput).
+// Learning the capacity must drop it: with the capacity unknown the job may
+// only explore (2x its largest measured size); once known, the planner may
+// use any size up to max_replicas. (The cooldown, which moves with time
+// alone, is covered by the longer-cooldown case above: its second plan
+// reuses the input.)
+TEST_CASE("engine drops a planner job's kept policy input when the capacity becomes known") {
+  ManualClock clock;
+  auto engine_owner = MustCreate(EngineOptions{}, &clock);
+  DecisionEngine& engine = *engine_owner;
+  MustRegister(engine, Spec("ns/learner", 1, 16));
+  Recommendation rec = MustRecommendation(engine, "ns/learner");
+  REQUIRE(engine.ReportApplied("ns/learner", 2, false, rec.generation).ok());
+  std::vector<StepSample> batch(20);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i].job_id = "ns/learner";
+    batch[i].pod = i % 2 ? "learner-worker-1" : "learner-worker-0";
+    batch[i].world_size = 2;
+    batch[i].step_seconds = 0.2;
+  }
+  REQUIRE(engine.Ingest(batch).accepted == batch.size());
+  clock.Advance(absl::Seconds(61));
+  engine.Replan();
+  rec = MustRecommendation(engine, "ns/learner");
+  CHECK(rec.replicas == 4);
+  CHECK(rec.binding_constraint == BindingConstraint::kInsufficientData);
+  engine.Replan();  // nothing moved: the kept input, the same answer
+  CHECK(MustRecommendation(engine, "ns/learner").replicas == 4);
+  engine.SetCapacity(64);
+  rec = MustRecommendation(engine, "ns/learner");
+  CHECK(rec.replicas > 4);
+  CHECK(rec.binding_constraint != BindingConstraint::kInsufficientData);
+}
+
 }  // namespace rescale

@@ -201,6 +201,21 @@ class DecisionEngine {
     }
   };
   static constexpr uint32_t kCachedSizes = 256;
+  // What a plan derives from one entry that stays put while the entry's
+  // `version`, its fit and whether the capacity is known do: its policy's
+  // wish and its planner input, less the fields that move with time
+  // (cooldown, waiting). Kept only for `planner` jobs, whose policy reads no
+  // clock (the per-job policies' windows and cooldowns do).
+  struct PlanInput {
+    uint64_t version = 0;
+    std::shared_ptr<const Fitted> fitted;
+    bool capacity_known = false;
+    std::string_view policy;  // the spec's, or the default (static storage)
+    bool planned_by_cluster = false;
+    PolicyDecision wish;
+    absl::Duration cooldown;  // the job's, before any backoff
+    PlannerJob job;           // in_cooldown and waiting_seconds unset
+  };
   struct JobEntry {
     JobSpec spec;
     JobStatus status;
@@ -227,6 +242,7 @@ class DecisionEngine {
     // plan refits only the jobs whose samples, window or spec changed.
     uint64_t spec_version = 0;
     std::shared_ptr<const Fitted> fitted;
+    std::shared_ptr<const PlanInput> plan_input;  // see PlanInput
     MetricsStore::StatsRevision stats_revision;
     uint64_t fitted_spec_version = 0;
   };
@@ -274,6 +290,10 @@ class DecisionEngine {
   void ReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fits, runs the policies and the planner on `jobs` (writing their policy
   // memory); needs no lock of the engine's (the store is thread-safe).
+  // The entry's PlanInput: its cached one while it stands, else a new one
+  // (cached in the entry for a planner job).
+  std::shared_ptr<const PlanInput> PlanInputOf(JobEntry& entry, std::shared_ptr<const Fitted> fitted,
+                                               bool capacity_known, absl::Time now) const;
   PlanResult ComputePlan(JobMap& jobs, std::optional<uint32_t> capacity_gpus,
                          absl::Time now) const;
   // Publishes a plan computed on `snapshot`, for the jobs still registered.
