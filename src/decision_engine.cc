@@ -146,7 +146,8 @@ absl::StatusOr<JobSpec> DecisionEngine::Normalize(JobSpec spec) const {
 }
 
 std::shared_ptr<const DecisionEngine::Fitted> DecisionEngine::FitInto(JobEntry& entry,
-                                                                      absl::Time now) const {
+                                                                      absl::Time now,
+                                                                      bool* refitted) const {
   // A new spec refits whatever the statistics say (a default revision).
   if (entry.fitted_spec_version != entry.spec_version) entry.stats_revision = {};
   std::optional<std::vector<SizeStats>> stats =
@@ -155,6 +156,7 @@ std::shared_ptr<const DecisionEngine::Fitted> DecisionEngine::FitInto(JobEntry& 
     if (!stats.has_value()) stats = store_.Stats(entry.spec.job_id, now);
     entry.fitted = std::make_shared<const Fitted>(Fit(entry.spec, *stats, now));
     entry.fitted_spec_version = entry.spec_version;
+    if (refitted != nullptr) *refitted = true;
   }
   return entry.fitted;
 }
@@ -691,16 +693,16 @@ void DecisionEngine::ApplyPlanLocked(PlanResult result, absl::Time now) {
 }
 
 std::shared_ptr<const DecisionEngine::PlanInput> DecisionEngine::PlanInputOf(
-    JobEntry& entry, std::shared_ptr<const Fitted> fitted, bool capacity_known,
-    absl::Time now) const {
+    JobEntry& entry, bool refitted, bool capacity_known, absl::Time now, PlannerJob& job_out) const {
   if (const std::shared_ptr<const PlanInput>& cached = entry.plan_input;
-      cached != nullptr && cached->version == entry.version && cached->fitted == fitted &&
+      cached != nullptr && cached->version == entry.version && cached->fitted == entry.fitted &&
       cached->capacity_known == capacity_known) {
+    job_out = cached->job;
     return cached;
   }
   auto input = std::make_shared<PlanInput>();
   input->version = entry.version;
-  input->fitted = std::move(fitted);
+  input->fitted = entry.fitted;
   input->capacity_known = capacity_known;
   const JobSpec& spec = entry.spec;
   const Fitted& fit = *input->fitted;
@@ -770,7 +772,13 @@ std::shared_ptr<const DecisionEngine::PlanInput> DecisionEngine::PlanInputOf(
   }
   // Only a planner job's input outlives this plan: the other policies read
   // the clock (windows, cooldowns), so theirs is made afresh each time.
-  if (input->planned_by_cluster) entry.plan_input = input;
+  if (input->planned_by_cluster && !refitted) {
+    job_out = input->job;
+    entry.plan_input = input;
+  } else {
+    job_out = std::move(input->job);
+    entry.plan_input = nullptr;
+  }
   return input;
 }
 
@@ -796,10 +804,12 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
   for (auto& [id, entry] : jobs) {
     Prepared p;
     p.spec = &entry.spec;
-    p.input = PlanInputOf(entry, FitInto(entry, now), capacity_gpus.has_value(), now);
+    bool refitted = false;
+    FitInto(entry, now, &refitted);
+    PlannerJob job;
+    p.input = PlanInputOf(entry, refitted, capacity_gpus.has_value(), now, job);
     const PlanInput& input = *p.input;
     // What moves with time alone.
-    PlannerJob job = input.job;
     const bool running = IsRunning(entry.status);
     absl::Duration cooldown = input.cooldown;
     if (input.planned_by_cluster) {

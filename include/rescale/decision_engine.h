@@ -272,7 +272,9 @@ class DecisionEngine {
   Fitted Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now) const;
   // The entry's fit, refitted into the entry when its statistics or spec
   // moved on since.
-  std::shared_ptr<const Fitted> FitInto(JobEntry& entry, absl::Time now) const;
+  // `refitted` (optional) says whether the fit changed here.
+  std::shared_ptr<const Fitted> FitInto(JobEntry& entry, absl::Time now,
+                                        bool* refitted = nullptr) const;
   // The entry's fit when still current, else a fresh one (the entry is
   // left as it is: plans keep the cache).
   std::shared_ptr<const Fitted> CurrentFit(const JobEntry& entry, absl::Time now) const;
@@ -290,10 +292,13 @@ class DecisionEngine {
   void ReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fits, runs the policies and the planner on `jobs` (writing their policy
   // memory); needs no lock of the engine's (the store is thread-safe).
-  // The entry's PlanInput: its cached one while it stands, else a new one
-  // (cached in the entry for a planner job).
-  std::shared_ptr<const PlanInput> PlanInputOf(JobEntry& entry, std::shared_ptr<const Fitted> fitted,
-                                               bool capacity_known, absl::Time now) const;
+  // The entry's PlanInput: its kept one while it stands, else a new one,
+  // kept in the entry for a planner job whose fit did not just change (a
+  // job refitted in every plan would only pay for the copy). `job` gets the
+  // planner input (copied from a kept one, else moved).
+  std::shared_ptr<const PlanInput> PlanInputOf(JobEntry& entry, bool refitted,
+                                               bool capacity_known, absl::Time now,
+                                               PlannerJob& job) const;
   PlanResult ComputePlan(JobMap& jobs, std::optional<uint32_t> capacity_gpus,
                          absl::Time now) const;
   // Publishes a plan computed on `snapshot`, for the jobs still registered.
