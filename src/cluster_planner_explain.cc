@@ -12,24 +12,26 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cluster_planner_internal.h"
 
 namespace rescale::planner_internal {
 namespace {
 
-// "1 GPU", "4 GPUs".
+// "1 GPU", "4 GPUs". StrCat, not StrFormat, for the phrases made for every
+// job of every plan: integers only, and several times faster.
 std::string Count(uint64_t n, const char* noun) {
-  return absl::StrFormat("%d %s%s", n, noun, n == 1 ? "" : "s");
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
 }
 
 std::string SizePhrase(const JobModel& m, uint32_t n) {
-  const std::string size = absl::StrFormat("%s (%s)", Count(n, "replica"), Count(m.Gpus(n), "GPU"));
-  if (m.current == 0) {
-    return absl::StrFormat("%s at %s", m.job->suspended ? "resumes" : "starts", size);
-  }
-  if (n == m.current) return "stays at " + size;
-  return absl::StrFormat("%s from %d to %s", n > m.current ? "grows" : "shrinks", m.current, size);
+  const uint64_t gpus = m.Gpus(n);
+  const std::string size = absl::StrCat(n, n == 1 ? " replica (" : " replicas (", gpus,
+                                        gpus == 1 ? " GPU)" : " GPUs)");
+  if (m.current == 0) return absl::StrCat(m.job->suspended ? "resumes at " : "starts at ", size);
+  if (n == m.current) return absl::StrCat("stays at ", size);
+  return absl::StrCat(n > m.current ? "grows from " : "shrinks from ", m.current, " to ", size);
 }
 
 double PercentFaster(const JobModel& m, uint32_t from, uint32_t to) {
