@@ -428,18 +428,41 @@ class ScaleSolver {
     }
     auto u = [&](size_t j, uint32_t r) { return utility[offset[j] + r - p_.models[j].lo]; };
 
-    // Upper concave envelope of each job's (n, U(n)); its rising segments.
+    // Upper concave envelope of each job's (n, U(n)); its rising segments,
+    // each job's together and in order of size.
+    //
+    // The Lagrangian sweep goes through all segments by slope, highest
+    // first (ties: the order they were made in), taking each one whose job
+    // has reached its start and that fits in the GPUs left, and stopping a
+    // job at its first segment that does not fit; the LP bound takes
+    // segments in the same order, the first that does not fit fractionally.
+    // Sorting every segment (tens of thousands at 10,000 jobs) is what that
+    // costs most, and most of it is not needed: the LP's segments are a
+    // prefix of that order, found by selection in linear time, and every
+    // one of them fits, so each job's segments in it are taken whole. Only
+    // the segments after it need their order, and only one per job can be
+    // next: a heap of each job's next segment gives them in that order.
+    //
+    // A segment's key orders it: a positive double's bits order like the
+    // double, so their complement orders slopes descending as integers, and
+    // the index breaks ties (the order of making). Rounding can leave a
+    // segment's slope above its predecessor's; the sweep meets it first,
+    // while its job has not reached its start, and never takes it nor any
+    // after it: those count for the bound only (`bound_only`).
     struct Segment {
-      double slope;  // utility per GPU
       double gain;
       uint64_t gpus;
+      uint64_t key;  // ~bits(gain / gpus)
       uint32_t job;
-      uint32_t from, to;
+      uint32_t to;
+      bool bound_only;
     };
     std::vector<Segment> segments;
     segments.reserve(offset[n]);  // at most one per size
+    std::vector<uint32_t> first_segment(n + 1, 0);  // job j's: [first[j], first[j + 1])
     std::vector<uint32_t> hull;
     for (uint32_t j = 0; j < n; ++j) {
+      first_segment[j] = static_cast<uint32_t>(segments.size());
       if (state_[j] != kOn) continue;
       const JobModel& m = p_.models[j];
       hull.clear();
@@ -454,61 +477,109 @@ class ScaleSolver {
         }
         hull.push_back(r);
       }
+      bool bound_only = false;
       for (size_t k = 1; k < hull.size(); ++k) {
         const double gain = u(j, hull[k]) - u(j, hull[k - 1]);
         if (!(gain > 0)) break;  // envelope slopes only fall from here
         const uint64_t gpus = m.Gpus(hull[k] - hull[k - 1]);
-        segments.push_back({gain / double(gpus), gain, gpus, j, hull[k - 1], hull[k]});
+        const uint64_t key = ~std::bit_cast<uint64_t>(gain / double(gpus));
+        if (k > 1 && key < segments.back().key) bound_only = true;
+        segments.push_back({gain, gpus, key, j, hull[k], bound_only});
       }
     }
-    // Sweep order: slope descending, then job and size ascending, which is
-    // the order the segments were made in. The sort moves 16-byte keys, not
-    // the segments: a positive double's bits order like the double, so the
-    // complement of the bits sorts slopes descending as integers, and the
-    // index breaks ties.
+    first_segment[n] = static_cast<uint32_t>(segments.size());
+
+    // The LP's prefix: the longest run of the sweep order whose GPUs fit in
+    // the slack, by weighted quickselect over (key, index), which are
+    // distinct. `order` ends up with the prefix in [0, prefix_end), in no
+    // particular order.
     struct SweepKey {
-      uint64_t descending_slope;
+      uint64_t key;
       uint32_t index;
+      bool operator<(const SweepKey& o) const {
+        return key != o.key ? key < o.key : index < o.index;
+      }
     };
     std::vector<SweepKey> order(segments.size());
-    for (uint32_t k = 0; k < segments.size(); ++k) {
-      order[k] = {~std::bit_cast<uint64_t>(segments[k].slope), k};
-    }
-    std::sort(order.begin(), order.end(), [](const SweepKey& a, const SweepKey& b) {
-      return a.descending_slope != b.descending_slope ? a.descending_slope < b.descending_slope
-                                                      : a.index < b.index;
-    });
-
-    // The Lagrangian sweep (integral, skipping what does not fit) and the LP
-    // bound (fractional at the first segment that does not fit).
-    uint64_t left = slack_;
+    for (uint32_t k = 0; k < segments.size(); ++k) order[k] = {segments[k].key, k};
+    size_t lo = 0, hi = order.size();
+    // The loop ends at the first segment that does not fit, or with every
+    // segment in the prefix: a range it cut off (hi = mid) held more than
+    // the budget, so lo never reaches its end.
+    uint64_t budget = slack_;
     double lp_gain = 0;
-    uint64_t lp_left = slack_;
-    bool lp_done = false;
-    std::vector<uint8_t> blocked(n, 0);
-    for (const SweepKey& key : order) {
-      // Every segment takes at least one GPU: once none is left and the
-      // bound is complete, the rest can change nothing.
-      if (left == 0 && lp_done) break;
-      const Segment& s = segments[key.index];
-      if (!lp_done) {
-        if (s.gpus <= lp_left) {
-          lp_gain += s.gain;
-          lp_left -= s.gpus;
-        } else {
-          lp_gain += s.gain * double(lp_left) / double(s.gpus);
-          lp_done = true;
-        }
+    while (lo < hi) {
+      const SweepKey pivot = order[lo + (hi - lo) / 2];
+      const auto below = std::partition(order.begin() + lo, order.begin() + hi,
+                                        [&](const SweepKey& k) { return k < pivot; });
+      const size_t mid = static_cast<size_t>(below - order.begin());
+      std::iter_swap(below, std::find_if(below, order.begin() + hi, [&](const SweepKey& k) {
+                       return k.index == pivot.index;
+                     }));  // the pivot at mid, the larger keys after it
+      uint64_t below_gpus = 0;
+      double below_gain = 0;
+      for (size_t k = lo; k < mid; ++k) {
+        below_gpus += segments[order[k].index].gpus;
+        below_gain += segments[order[k].index].gain;
       }
-      if (blocked[s.job] || replicas[s.job] != s.from) continue;
-      if (s.gpus <= left) {
-        replicas[s.job] = s.to;
-        left -= s.gpus;
-      } else {
-        blocked[s.job] = 1;
+      if (below_gpus > budget) {
+        hi = mid;  // the prefix ends among the smaller keys
+        continue;
+      }
+      budget -= below_gpus;
+      lp_gain += below_gain;
+      const Segment& at = segments[pivot.index];
+      if (at.gpus > budget) {
+        // The first segment that does not fit: the bound takes part of it.
+        lp_gain += at.gain * double(budget) / double(at.gpus);
+        break;
+      }
+      budget -= at.gpus;
+      lp_gain += at.gain;
+      lo = mid + 1;
+    }
+    const size_t prefix_end = lo;
+    upper_bound_ = base + lp_gain;
+
+    // The sweep over the prefix takes every segment it may: each job's
+    // prefix segments are its first ones (their keys rise along the job),
+    // and they all fit.
+    uint64_t left = slack_;
+    std::vector<uint8_t> in_prefix(segments.size(), 0);
+    for (size_t k = 0; k < prefix_end; ++k) {
+      const uint32_t i = order[k].index;
+      in_prefix[i] = 1;
+      const Segment& s = segments[i];
+      if (s.bound_only) continue;
+      replicas[s.job] = std::max(replicas[s.job], s.to);
+      left -= s.gpus;
+    }
+    // After it, in key order: each job's next segment (its first outside
+    // the prefix, unless bound_only) from a min-heap; one that does not fit
+    // stops its job.
+    std::vector<SweepKey> next;
+    for (uint32_t j = 0; j < n && left > 0; ++j) {
+      for (uint32_t i = first_segment[j]; i < first_segment[j + 1]; ++i) {
+        if (in_prefix[i]) continue;
+        if (!segments[i].bound_only) next.push_back({segments[i].key, i});
+        break;
       }
     }
-    upper_bound_ = base + lp_gain;
+    auto later = [](const SweepKey& a, const SweepKey& b) { return b < a; };
+    std::make_heap(next.begin(), next.end(), later);
+    while (left > 0 && !next.empty()) {
+      std::pop_heap(next.begin(), next.end(), later);
+      const uint32_t i = next.back().index;
+      next.pop_back();
+      const Segment& s = segments[i];
+      if (s.gpus > left) continue;  // its job stops here
+      replicas[s.job] = s.to;
+      left -= s.gpus;
+      if (i + 1 < first_segment[s.job + 1] && !segments[i + 1].bound_only) {
+        next.push_back({segments[i + 1].key, i + 1});
+        std::push_heap(next.begin(), next.end(), later);
+      }
+    }
 
     // Greedy fill: the best value per GPU among all sizes that still fit.
     // Returns the utility it adds.
