@@ -835,7 +835,7 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
   planner_options.horizon_seconds = absl::ToDoubleSeconds(options_.policy.horizon);
   std::optional<uint64_t> capacity;
   if (capacity_gpus) capacity = *capacity_gpus;
-  const ClusterPlan plan = PlanCluster(planner_jobs, capacity, planner_options);
+  ClusterPlan plan = PlanCluster(planner_jobs, capacity, planner_options);
   result.utility = plan.utility;
   result.upper_bound = plan.upper_bound;
   result.gap = plan.gap;
@@ -854,7 +854,7 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
   size_t i = 0;
   for (const auto& [id, entry] : jobs) {
     const Prepared& p = prepared[i];
-    const PlannedJob& planned = plan.jobs[i];
+    PlannedJob& planned = plan.jobs[i];  // its reason is moved out
     ++i;
     Recommendation rec;
     rec.job_id = id;
@@ -869,7 +869,7 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
         got_wish &&
         (!p.input->planned_by_cluster || p.input->wish.binding == BindingConstraint::kInsufficientData ||
          p.input->wish.binding == BindingConstraint::kMinReplicas);
-    rec.reason = policy_explains ? p.input->wish.reason : planned.reason;
+    rec.reason = policy_explains ? p.input->wish.reason : std::move(planned.reason);
     // The planner sized a job without data or prior by the default prior's
     // curve; say so, since nothing of the job's own went into it.
     const Fitted& fitted = *p.input->fitted;
