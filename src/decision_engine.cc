@@ -666,14 +666,23 @@ void DecisionEngine::CommitLocked(const Snapshot& snapshot, PlanResult result, a
           (rec.replicas != 0 && rec.replicas < spec.min_replicas)) {
         continue;
       }
-    } else {
+    } else if (planned->second.plan_input == nullptr ||
+               entry.plan_input != planned->second.plan_input) {
+      // (A kept input, the same as the entry's: the plan changed no memory.)
       entry.memory = planned->second.memory;
       entry.plan_input = planned->second.plan_input;
     }
     // The fit stays valid whatever else changed, as long as the spec did not.
-    if (entry.spec_version == planned->second.spec_version) {
+    // Most jobs of a plan kept theirs: compare before copying.
+    const MetricsStore::StatsRevision& revision = planned->second.stats_revision;
+    if (entry.spec_version == planned->second.spec_version &&
+        (entry.fitted != planned->second.fitted || entry.stats_revision.value != revision.value ||
+         entry.stats_revision.accepted != revision.accepted ||
+         entry.stats_revision.roll_generation != revision.roll_generation ||
+         entry.stats_revision.bases_valid_before_ns != revision.bases_valid_before_ns ||
+         entry.stats_revision.counters != revision.counters)) {
       entry.fitted = planned->second.fitted;
-      entry.stats_revision = planned->second.stats_revision;
+      entry.stats_revision = revision;
       entry.fitted_spec_version = planned->second.fitted_spec_version;
     }
     current.push_back(std::move(rec));

@@ -1348,4 +1348,47 @@ TEST_CASE("engine drops a planner job's kept policy input when the capacity beco
   CHECK(rec.binding_constraint != BindingConstraint::kInsufficientData);
 }
 
+// A per-job policy's memory written by a plan computed on a snapshot
+// (Replan, the timer's path) must reach the live entry at commit. kubedl
+// remembers that its exploration is over after rolling back; forgotten, it
+// would double again once the rollback is applied.
+TEST_CASE("a plan computed on a snapshot hands the policies' memory back to the job") {
+  ManualClock clock;
+  auto engine_owner = MustCreate(EngineOptions{}, &clock);
+  DecisionEngine& engine = *engine_owner;
+  JobSpec spec = Spec("ns/explorer", 1, 8);
+  spec.policy = "kubedl";
+  MustRegister(engine, spec);
+  engine.SetCapacity(64);
+  auto measure = [&](uint32_t size, double step_seconds) {
+    std::vector<StepSample> batch(20);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i].job_id = "ns/explorer";
+      batch[i].pod = i % 2 ? "explorer-worker-1" : "explorer-worker-0";
+      batch[i].world_size = size;
+      batch[i].step_seconds = step_seconds;
+    }
+    REQUIRE(engine.Ingest(batch).accepted == batch.size());
+  };
+  Recommendation rec = MustRecommendation(engine, "ns/explorer");
+  REQUIRE(engine.ReportApplied("ns/explorer", 2, false, rec.generation).ok());
+  measure(2, 0.2);
+  clock.Advance(absl::Seconds(61));
+  engine.Replan();
+  rec = MustRecommendation(engine, "ns/explorer");
+  REQUIRE(rec.replicas == 4);  // doubles while it pays
+  REQUIRE(engine.ReportApplied("ns/explorer", 4, false, rec.generation).ok());
+  measure(4, 0.5);  // 4 replicas do less than 2
+  clock.Advance(absl::Seconds(61));
+  engine.Replan();
+  rec = MustRecommendation(engine, "ns/explorer");
+  REQUIRE(rec.replicas == 2);  // rolls back, and remembers it is done
+  REQUIRE(engine.ReportApplied("ns/explorer", 2, false, rec.generation).ok());
+  clock.Advance(absl::Seconds(61));
+  engine.Replan();
+  rec = MustRecommendation(engine, "ns/explorer");
+  CHECK(rec.replicas == 2);
+  CHECK(rec.reason.find("finished exploring") != std::string::npos);
+}
+
 }  // namespace rescale
