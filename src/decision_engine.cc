@@ -643,8 +643,9 @@ void DecisionEngine::ReplanLocked() {
 void DecisionEngine::CommitLocked(const Snapshot& snapshot, PlanResult result, absl::Time now) {
   if (snapshot.sequence < last_committed_sequence_) return;  // overtaken
   last_committed_sequence_ = snapshot.sequence;
-  std::vector<Recommendation> current;
-  current.reserve(result.recs.size());
+  // The recommendations that still describe their job are kept in place,
+  // the first `kept` of result.recs.
+  size_t kept = 0;
   // ComputePlan made one recommendation per snapshot entry, in the
   // snapshot's (id) order, and jobs_ is ordered the same way: one merge
   // walk over both finds each job's live entry, without a lookup per job.
@@ -685,9 +686,10 @@ void DecisionEngine::CommitLocked(const Snapshot& snapshot, PlanResult result, a
       entry.stats_revision = revision;
       entry.fitted_spec_version = planned->second.fitted_spec_version;
     }
-    current.push_back(std::move(rec));
+    if (&rec != &result.recs[kept]) result.recs[kept] = std::move(rec);
+    ++kept;
   }
-  result.recs = std::move(current);
+  result.recs.resize(kept);
   ApplyPlanLocked(std::move(result), now);
 }
 
