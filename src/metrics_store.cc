@@ -92,6 +92,7 @@ void MetricsStore::RemoveJob(std::string_view job_id) {
   auto it = current->jobs.find(Key(job_id));
   if (it == current->jobs.end()) return;
   JobState* job = it->second;
+  if (job->pod_due_ns != metrics_internal::kNever) pod_due_.erase({job->pod_due_ns, job});
   // Holders of a StatsRevision learn it without a lookup (release: their
   // acquire load that sees it then takes the slow path, which finds no job).
   job->counters->removed.store(true, std::memory_order_release);

@@ -212,6 +212,9 @@ struct MetricsStore::JobState {
   const std::unique_ptr<std::atomic<SizeCell*>[]> sizes;
   std::atomic<PodTable*> pods;
   std::atomic<int> pod_limit;
+  // Its key in MetricsStore::pod_due_ (kNever: not filed, no pods then).
+  // Under admin_mu_.
+  int64_t pod_due_ns = metrics_internal::kNever;
 };
 
 // Immutable once published; does not own the JobStates.

@@ -91,18 +91,48 @@ MetricsStore::Progress MetricsStore::ProgressOf(const SizeCell& cell) {
   return out;
 }
 
+void MetricsStore::ExpirePodsLocked(JobState& job, int64_t now_ns) {
+  const int64_t ttl_ns = absl::ToInt64Nanoseconds(options_.pod_ttl);
+  const int64_t pod_cutoff = now_ns - ttl_ns;
+  PodTable* pods = job.pods.load(std::memory_order_relaxed);
+  bool stale = false;
+  int64_t due = metrics_internal::kNever;
+  for (size_t i = 0; i < pods->capacity(); ++i) {
+    PodCell* cell = pods->slots[i].load(std::memory_order_acquire);
+    if (cell == nullptr) continue;
+    const int64_t seen = cell->last_seen_ns.load(std::memory_order_relaxed);
+    if (seen < pod_cutoff) {
+      stale = true;
+    } else {
+      // Stale once seen < now - ttl; last_seen only grows, so this is the
+      // earliest it can be.
+      const int64_t pod_due = seen + ttl_ns + 1;
+      due = due == metrics_internal::kNever ? pod_due : std::min(due, pod_due);
+    }
+  }
+  if (stale) RebuildPods(job, absl::FromUnixNanos(pod_cutoff), pods->capacity());
+  if (job.pod_due_ns != metrics_internal::kNever) pod_due_.erase({job.pod_due_ns, &job});
+  job.pod_due_ns = due;
+  if (due != metrics_internal::kNever) pod_due_.insert({due, &job});
+}
+
 void MetricsStore::Tick(absl::Time now) {
   std::lock_guard<std::shared_mutex> lock(admin_mu_);
   const int64_t now_ns = absl::ToUnixNanos(now);
-  // Nothing to do before the earliest moment the last full pass found
-  // something would be due: the engine ticks before every plan, many a
-  // second while jobs register, and a pass over every job's cells costs
-  // about 1 us each. What Ingest adds since cannot be due sooner: a new size
+  // The engine ticks before every plan, many a second while jobs register,
+  // and a pass over every job's cells and pods costs about 1 us a cell, 40 ms
+  // at 10,000 jobs, with admin_mu_ held. So a full pass comes only when
+  // window snapshots are due (once a period) and at least once a pod_ttl;
+  // between them Tick visits only the jobs in pod_due_ whose pods may have
+  // gone stale. What Ingest adds meanwhile cannot be due sooner: a new size
   // starts with its empty snapshot taken then, due in the next period, and
-  // a new pod was seen then, stale a pod_ttl later; passes come at least
-  // that often (below). (An Ingest whose `now` ran slightly behind this
-  // pass's is at most that much late.)
-  if (now_ns < next_due_ns_) {
+  // a pod added after a full pass was seen after it, stale a pod_ttl later,
+  // by when the next full pass has come. (An Ingest whose `now` ran
+  // slightly behind this pass's is at most that much late.)
+  if (now_ns < next_full_pass_ns_) {
+    while (!pod_due_.empty() && pod_due_.begin()->first <= now_ns) {
+      ExpirePodsLocked(*pod_due_.begin()->second, now_ns);  // files it later
+    }
     ReclaimLocked();
     return;
   }
@@ -110,15 +140,10 @@ void MetricsStore::Tick(absl::Time now) {
   // snapshot from about the window's start.
   const int64_t period_ns = absl::ToInt64Nanoseconds(options_.window / (kSnapshots - 1));
   const int64_t ttl_ns = absl::ToInt64Nanoseconds(options_.pod_ttl);
-  const int64_t pod_cutoff = now_ns - ttl_ns;
   // Snapshots are taken on a grid of periods, one per cell in each period
   // (the first pass in it), so every cell comes due at once: a pass per
   // period, not one whenever some cell's own period is up.
   const int64_t period_start = now_ns - ((now_ns % period_ns) + period_ns) % period_ns;
-  // The earliest time at which a pass would do anything: the next period,
-  // a surviving pod going stale (last_seen only grows, so that is a
-  // bound), or a pod added after this pass going stale.
-  int64_t next_due = std::min(period_start + period_ns, now_ns + ttl_ns + 1);
   bool rolled = false;
   for (const auto& shard : jobs_) {
     for (const auto& [id, job] : shard.load(std::memory_order_relaxed)->jobs) {
@@ -133,22 +158,10 @@ void MetricsStore::Tick(absl::Time now) {
           rolled = true;
         }
       }
-      PodTable* pods = job->pods.load(std::memory_order_relaxed);
-      bool stale = false;
-      for (size_t i = 0; i < pods->capacity(); ++i) {
-        PodCell* cell = pods->slots[i].load(std::memory_order_acquire);
-        if (cell == nullptr) continue;
-        const int64_t seen = cell->last_seen_ns.load(std::memory_order_relaxed);
-        if (seen < pod_cutoff) {
-          stale = true;
-        } else {
-          next_due = std::min(next_due, seen + ttl_ns + 1);  // stale once seen < now - ttl
-        }
-      }
-      if (stale) RebuildPods(*job, now - options_.pod_ttl, pods->capacity());
+      ExpirePodsLocked(*job, now_ns);
     }
   }
-  next_due_ns_ = next_due;
+  next_full_pass_ns_ = std::min(period_start + period_ns, now_ns + ttl_ns + 1);
   // After the snapshots (see StatsIfChanged's fast path).
   if (rolled) roll_generation_.fetch_add(1, std::memory_order_release);
   ReclaimLocked();

@@ -430,6 +430,43 @@ TEST_CASE("StatsIfChanged answers only when samples arrived or the window moved"
   CHECK(stats->empty());
 }
 
+// Between full passes (one per window period, or per pod_ttl), Tick visits
+// only the jobs one of whose pods may have gone stale (MetricsStore::pod_due_),
+// which costs nothing when none did, instead of every job's every pod.
+TEST_CASE("Tick between full passes forgets exactly the pods gone stale, and no removed job's") {
+  MetricsStoreOptions options;
+  options.window = absl::Minutes(60);  // full passes every 10 min, or 5 (pod_ttl)
+  options.pod_ttl = absl::Minutes(5);
+  MetricsStore store(options);
+  for (const char* id : {"ns/a", "ns/b", "ns/c"}) REQUIRE(store.AddJob(id, 8, 32).ok());
+  auto feed = [&](const std::string& job, const std::string& pod, absl::Time t) {
+    StepSample s = Sample();
+    s.job_id = job;
+    s.pod = pod;
+    REQUIRE(store.Ingest(std::span<const StepSample>(&s, 1), t).accepted == 1);
+  };
+  const std::string a = "ns/a", b = "ns/b", c = "ns/c";
+  feed(a, "a-0", kNow);
+  feed(c, "c-0", kNow);
+  feed(b, "b-0", kNow + absl::Minutes(4));
+  store.Tick(kNow + absl::Minutes(4));  // a full pass files all three
+  store.RemoveJob(c);                   // filed, then gone
+  // A minute later a's and c's pods are due; the next full pass is not.
+  store.Tick(kNow + absl::Minutes(5) + absl::Seconds(1));
+  CHECK(store.Pods(a).empty());
+  CHECK(store.Pods(b).size() == 1);
+  // b's is due at 9 min; a's pod came back meanwhile.
+  feed(a, "a-0", kNow + absl::Minutes(6));
+  store.Tick(kNow + absl::Minutes(8));
+  CHECK(store.Pods(b).size() == 1);
+  CHECK(store.Pods(a).size() == 1);
+  store.Tick(kNow + absl::Minutes(9) + absl::Seconds(1));
+  CHECK(store.Pods(b).empty());
+  CHECK(store.Pods(a).size() == 1);
+  store.Tick(kNow + absl::Minutes(11) + absl::Seconds(1));
+  CHECK(store.Pods(a).empty());
+}
+
 TEST_CASE("StatsIfChanged sees a window base move with time alone, without a Tick") {
   MetricsStoreOptions options;
   options.window = absl::Minutes(6);

@@ -90,6 +90,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <span>
 #include <optional>
@@ -297,8 +298,14 @@ class MetricsStore {
   // even when the plan's thread is preempted holding it.
   mutable std::shared_mutex admin_mu_;
   std::vector<Retired> retired_ ABSL_GUARDED_BY(admin_mu_);
-  // The earliest time a pass of Tick has work again (see Tick).
-  int64_t next_due_ns_ ABSL_GUARDED_BY(admin_mu_) = 0;
+  // When Tick next passes over every job (see Tick).
+  int64_t next_full_pass_ns_ ABSL_GUARDED_BY(admin_mu_) = 0;
+  // Jobs by the earliest moment one of their pods can go stale (JobState::
+  // pod_due_ns), so that Tick between full passes visits only those.
+  std::set<std::pair<int64_t, JobState*>> pod_due_ ABSL_GUARDED_BY(admin_mu_);
+  // Forgets the job's pods unseen since now - pod_ttl and files it in
+  // pod_due_ under its next due time.
+  void ExpirePodsLocked(JobState& job, int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_);
   // Tick passes that took window snapshots (which may move a window base):
   // a StatsRevision from an older generation is checked the slow way.
   // Written under admin_mu_ (exclusive) after the snapshots, with release.
