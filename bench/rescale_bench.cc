@@ -469,7 +469,8 @@ void BM_EngineReplan(benchmark::State& state) {
     fixture = std::make_unique<EngineFixture>(jobs);
     if (state.range(2) == 1) {
       fixture->clock.Advance(absl::Seconds(1));
-      for (int i = 0; i < jobs; ++i) fixture->Measure(i, std::max<uint32_t>(fixture->running[i], 1), 2);
+      for (int i = 0; i < jobs; ++i)
+        fixture->Measure(i, std::max<uint32_t>(fixture->running[i], 1), 2);
       fixture->engine->Replan();
     }
   }

@@ -27,8 +27,8 @@ std::string Count(uint64_t n, const char* noun) {
 
 std::string SizePhrase(const JobModel& m, uint32_t n) {
   const uint64_t gpus = m.Gpus(n);
-  const std::string size = absl::StrCat(n, n == 1 ? " replica (" : " replicas (", gpus,
-                                        gpus == 1 ? " GPU)" : " GPUs)");
+  const std::string size =
+      absl::StrCat(n, n == 1 ? " replica (" : " replicas (", gpus, gpus == 1 ? " GPU)" : " GPUs)");
   if (m.current == 0) return absl::StrCat(m.job->suspended ? "resumes at " : "starts at ", size);
   if (n == m.current) return absl::StrCat("stays at ", size);
   return absl::StrCat(n > m.current ? "grows from " : "shrinks from ", m.current, " to ", size);

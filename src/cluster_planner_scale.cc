@@ -458,7 +458,7 @@ class ScaleSolver {
       bool bound_only;
     };
     std::vector<Segment> segments;
-    segments.reserve(offset[n]);  // at most one per size
+    segments.reserve(offset[n]);                    // at most one per size
     std::vector<uint32_t> first_segment(n + 1, 0);  // job j's: [first[j], first[j + 1])
     std::vector<uint32_t> hull;
     for (uint32_t j = 0; j < n; ++j) {

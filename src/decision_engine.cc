@@ -81,9 +81,9 @@ absl::Status DecisionEngine::ValidateOptions(const EngineOptions& options) {
   RETURN_IF_ERROR(at_least("max_pods_per_job", options.store.max_pods_per_job, 1));
   RETURN_IF_ERROR(at_least("max_sizes_per_job", options.store.max_sizes_per_job, 1));
   if (options.store.max_sizes_per_job > kMaxSizesPerJob) {
-    return absl::InvalidArgumentError(absl::StrFormat("max_sizes_per_job must be at most %d, got %d",
-                                                      kMaxSizesPerJob,
-                                                      options.store.max_sizes_per_job));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_sizes_per_job must be at most %d, got %d", kMaxSizesPerJob,
+                        options.store.max_sizes_per_job));
   }
   RETURN_IF_ERROR(at_least("auto_register_max_replicas", options.auto_register_max_replicas, 1));
   RETURN_IF_ERROR(positive("plan_interval", options.plan_interval));
@@ -326,8 +326,8 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(spec.job_id);
     if (it == jobs_.end()) {
-      return absl::NotFoundError(absl::StrFormat(
-          "job \"%s\" is not registered; use RegisterJob to add it", spec.job_id));
+      return absl::NotFoundError(
+          absl::StrFormat("job \"%s\" is not registered; use RegisterJob to add it", spec.job_id));
     }
     RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
     it->second.spec = spec;
@@ -704,7 +704,8 @@ void DecisionEngine::ApplyPlanLocked(PlanResult result, absl::Time now) {
 }
 
 std::shared_ptr<const DecisionEngine::PlanInput> DecisionEngine::PlanInputOf(
-    JobEntry& entry, bool refitted, bool capacity_known, absl::Time now, PlannerJob& job_out) const {
+    JobEntry& entry, bool refitted, bool capacity_known, absl::Time now,
+    PlannerJob& job_out) const {
   if (const std::shared_ptr<const PlanInput>& cached = entry.plan_input;
       cached != nullptr && cached->version == entry.version && cached->fitted == entry.fitted &&
       cached->capacity_known == capacity_known) {
@@ -794,8 +795,8 @@ std::shared_ptr<const DecisionEngine::PlanInput> DecisionEngine::PlanInputOf(
 }
 
 DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
-                                                      std::optional<uint32_t> capacity_gpus,
-                                                      absl::Time now) const {
+                                                       std::optional<uint32_t> capacity_gpus,
+                                                       absl::Time now) const {
   PlanResult result;
 
   // Each job's policy states what it wants; the cluster planner then fits
@@ -877,17 +878,18 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
     const bool got_wish =
         planned.replicas != 0 && planned.replicas == planner_jobs[i - 1].max_replicas;
     const bool policy_explains =
-        got_wish &&
-        (!p.input->planned_by_cluster || p.input->wish.binding == BindingConstraint::kInsufficientData ||
-         p.input->wish.binding == BindingConstraint::kMinReplicas);
+        got_wish && (!p.input->planned_by_cluster ||
+                     p.input->wish.binding == BindingConstraint::kInsufficientData ||
+                     p.input->wish.binding == BindingConstraint::kMinReplicas);
     rec.reason = policy_explains ? p.input->wish.reason : std::move(planned.reason);
     // The planner sized a job without data or prior by the default prior's
     // curve; say so, since nothing of the job's own went into it.
     const Fitted& fitted = *p.input->fitted;
     if (!policy_explains && p.input->planned_by_cluster && fitted.model.empty() &&
         planned.replicas > 0) {
-      rec.reason += "; no measurements or prior yet: sized by the default prior (the median "
-                    "scaling of six measured models)";
+      rec.reason +=
+          "; no measurements or prior yet: sized by the default prior (the median "
+          "scaling of six measured models)";
     }
     rec.binding_constraint = policy_explains ? p.input->wish.binding : planned.binding;
     rec.current_samples_per_second = fitted.SamplesPerSecond(RunningReplicas(entry.status));

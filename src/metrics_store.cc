@@ -12,8 +12,8 @@
 #include <shared_mutex>
 #include <string>
 
-#include "absl/strings/str_format.h"
 #include "absl/hash/hash.h"
+#include "absl/strings/str_format.h"
 #include "metrics_store_internal.h"
 
 namespace rescale {

@@ -167,8 +167,8 @@ struct MetricsStore::PendingSize {
     const uint64_t last = std::min(max_step, kMaxProgressStep - 1) + 1;
     const uint64_t first = std::min(min_step, last - 1);
     uint64_t claimed_from = cell->step_mark.load(std::memory_order_relaxed);
-    while (claimed_from < last && !cell->step_mark.compare_exchange_weak(
-                                      claimed_from, last, std::memory_order_relaxed)) {
+    while (claimed_from < last &&
+           !cell->step_mark.compare_exchange_weak(claimed_from, last, std::memory_order_relaxed)) {
     }
     const bool claimed = claimed_from < last;
     const uint64_t own_slot = static_cast<uint64_t>(cell->slot) + 1;
@@ -176,10 +176,9 @@ struct MetricsStore::PendingSize {
     while (true) {
       const uint64_t mark = metrics_internal::ProgressMark(word);
       if (last <= mark) break;
-      if (job->progress_word.compare_exchange_weak(word,
-                                                   metrics_internal::ProgressWord(last, own_slot),
-                                                   std::memory_order_acq_rel,
-                                                   std::memory_order_acquire)) {
+      if (job->progress_word.compare_exchange_weak(
+              word, metrics_internal::ProgressWord(last, own_slot), std::memory_order_acq_rel,
+              std::memory_order_acquire)) {
         cell->credited_steps.fetch_add(last - (mark == 0 ? first : mark),
                                        std::memory_order_relaxed);
         return;

@@ -221,7 +221,8 @@ MetricsStore::StatsRevision MetricsStore::StatsRevisionLocked(const JobState& jo
       const int64_t t = cell->snapshot_ns[k];
       if (t != kNever && t > window_start) valid_before = std::min(valid_before, t);
     }
-    if (cell->created_ns >= window_start) valid_before = std::min(valid_before, cell->created_ns + 1);
+    if (cell->created_ns >= window_start)
+      valid_before = std::min(valid_before, cell->created_ns + 1);
   }
   out.value = revision | 1;  // never 0, the caller's "none yet"
   out.bases_valid_before_ns = valid_before;

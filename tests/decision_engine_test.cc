@@ -509,8 +509,7 @@ TEST_CASE("engine refits a job's curve when its samples or its spec change, and 
   CHECK(engine.GetJob("ns/a")->curve[1].samples_per_second == Approx(128).epsilon(0.05));
   measure(0.25);  // the mean of both: 0.375 s, 171 samples/s
   CHECK(predicted_at_2() == Approx(2 * 32 / 0.375).epsilon(0.05));
-  CHECK(engine.GetJob("ns/a")->curve[1].samples_per_second ==
-        Approx(2 * 32 / 0.375).epsilon(0.05));
+  CHECK(engine.GetJob("ns/a")->curve[1].samples_per_second == Approx(2 * 32 / 0.375).epsilon(0.05));
 }
 
 TEST_CASE("engine lists jobs ordered by id and filtered by namespace") {
@@ -898,9 +897,10 @@ std::vector<RecommendationEvent> AwaitEvent(WatchReader& reader, RecommendationE
   }
 }
 
-TEST_CASE("with the timer running, job changes arriving together are planned once, after the "
-          "coalescing window, and their replies say the plan is pending",
-          "[concurrency]") {
+TEST_CASE(
+    "with the timer running, job changes arriving together are planned once, after the "
+    "coalescing window, and their replies say the plan is pending",
+    "[concurrency]") {
   ManualClock clock;
   EngineOptions options = StaticMinOptions();
   options.plan_coalesce = absl::Milliseconds(5);
@@ -987,9 +987,10 @@ struct PlanGate {
   }
 };
 
-TEST_CASE("a plan computes without the engine's lock: reads and changes go on, and its result "
-          "is published only for what it still describes",
-          "[concurrency]") {
+TEST_CASE(
+    "a plan computes without the engine's lock: reads and changes go on, and its result "
+    "is published only for what it still describes",
+    "[concurrency]") {
   ManualClock clock;
   PlanGate gate;
   EngineOptions options = StaticMinOptions();
@@ -1028,8 +1029,7 @@ TEST_CASE("a plan computes without the engine's lock: reads and changes go on, a
   CHECK(MustRecommendation(*engine, "ns/b").action == Action::kHold);
 }
 
-TEST_CASE("a plan overtaken by an inline one is dropped, not published over it",
-          "[concurrency]") {
+TEST_CASE("a plan overtaken by an inline one is dropped, not published over it", "[concurrency]") {
   ManualClock clock;
   PlanGate gate;
   EngineOptions options = StaticMinOptions();
@@ -1128,7 +1128,8 @@ TEST_CASE("engine keeps a planner job that keeps changing size in a longer coold
   auto engine_owner = MustCreate(EngineOptions{}, &clock);  // cooldown 60 s
   DecisionEngine& engine = *engine_owner;
   JobSpec spec = Spec("ns/flapping", 1, 8);
-  spec.prior = {{.replicas = 1, .samples_per_second = 100}, {.replicas = 8, .samples_per_second = 800}};
+  spec.prior = {{.replicas = 1, .samples_per_second = 100},
+                {.replicas = 8, .samples_per_second = 800}};
   MustRegister(engine, spec);
   engine.SetCapacity(8);
   Recommendation rec = MustRecommendation(engine, "ns/flapping");

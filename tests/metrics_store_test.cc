@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
-#include <shared_mutex>
 #include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -477,8 +477,8 @@ TEST_CASE("StatsIfChanged sees a window base move with time alone, without a Tic
   MetricsStore::StatsRevision revision;
   REQUIRE(store.StatsIfChanged(kJob, kNow + absl::Minutes(2), revision).has_value());
   // Until the window's start reaches the size's creation, nothing moves...
-  CHECK_FALSE(store.StatsIfChanged(kJob, kNow + absl::Minutes(6) - absl::Seconds(1), revision)
-                  .has_value());
+  CHECK_FALSE(
+      store.StatsIfChanged(kJob, kNow + absl::Minutes(6) - absl::Seconds(1), revision).has_value());
   // ...then its base does (the empty snapshot now lies at or before it),
   // though no Tick ran and no sample came: the fast path must not hide it.
   CHECK(store.StatsIfChanged(kJob, kNow + absl::Minutes(6), revision).has_value());

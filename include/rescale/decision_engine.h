@@ -296,11 +296,9 @@ class DecisionEngine {
   // kept in the entry for a planner job whose fit did not just change (a
   // job refitted in every plan would only pay for the copy). `job` gets the
   // planner input (copied from a kept one, else moved).
-  std::shared_ptr<const PlanInput> PlanInputOf(JobEntry& entry, bool refitted,
-                                               bool capacity_known, absl::Time now,
-                                               PlannerJob& job) const;
-  PlanResult ComputePlan(JobMap& jobs, std::optional<uint32_t> capacity_gpus,
-                         absl::Time now) const;
+  std::shared_ptr<const PlanInput> PlanInputOf(JobEntry& entry, bool refitted, bool capacity_known,
+                                               absl::Time now, PlannerJob& job) const;
+  PlanResult ComputePlan(JobMap& jobs, std::optional<uint32_t> capacity_gpus, absl::Time now) const;
   // Publishes a plan computed on `snapshot`, for the jobs still registered.
   void CommitLocked(const Snapshot& snapshot, PlanResult result, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -310,9 +308,8 @@ class DecisionEngine {
   ClusterView PlanSummaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void AddAllocations(ClusterView& view) const;
   // ReportApplied's change, under mu_; the entry as changed.
-  absl::StatusOr<JobEntry> ApplyLocked(const std::string& job_id, uint32_t replicas,
-                                       bool suspended, uint64_t generation)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<JobEntry> ApplyLocked(const std::string& job_id, uint32_t replicas, bool suspended,
+                                       uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // What readers see of the jobs (GetJob, ListJobs, GetRecommendation,
   // GetCluster): an immutable copy of each entry, replaced by every change

@@ -90,10 +90,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <span>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
