@@ -675,15 +675,11 @@ void DecisionEngine::CommitLocked(const Snapshot& snapshot, PlanResult result, a
     }
     // The fit stays valid whatever else changed, as long as the spec did not.
     // Most jobs of a plan kept theirs: compare before copying.
-    const MetricsStore::StatsRevision& revision = planned->second.stats_revision;
     if (entry.spec_version == planned->second.spec_version &&
-        (entry.fitted != planned->second.fitted || entry.stats_revision.value != revision.value ||
-         entry.stats_revision.accepted != revision.accepted ||
-         entry.stats_revision.roll_generation != revision.roll_generation ||
-         entry.stats_revision.bases_valid_before_ns != revision.bases_valid_before_ns ||
-         entry.stats_revision.counters != revision.counters)) {
+        (entry.fitted != planned->second.fitted ||
+         entry.stats_revision != planned->second.stats_revision)) {
       entry.fitted = planned->second.fitted;
-      entry.stats_revision = revision;
+      entry.stats_revision = planned->second.stats_revision;
       entry.fitted_spec_version = planned->second.fitted_spec_version;
     }
     if (&rec != &result.recs[kept]) result.recs[kept] = std::move(rec);

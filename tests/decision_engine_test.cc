@@ -28,6 +28,7 @@ namespace rescale {
 namespace {
 
 using testing::MustCreate;
+using testing::MustIngest;
 using testing::MustRecommendation;
 using testing::MustRegister;
 
@@ -617,14 +618,7 @@ TEST_CASE("engine timer replans when the injected clock passes the plan interval
   DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/a", 1, 8));
   REQUIRE(engine.ReportApplied("ns/a", 1, false, 1).ok());
-  std::vector<StepSample> batch(20);
-  for (StepSample& s : batch) {
-    s.job_id = "ns/a";
-    s.pod = "a-0";
-    s.world_size = 1;
-    s.step_seconds = 0.2;
-  }
-  REQUIRE(engine.Ingest(batch).accepted == batch.size());
+  MustIngest(engine, "ns/a", {"a-0"}, 1, 0.2, 20);
   WatchReader reader(engine.Watch().value());
   reader.Drain();  // ADDED, SYNCED
   engine.StartTimer();
@@ -800,15 +794,8 @@ TEST_CASE(
   auto run_round = [&] {
     const Recommendation rec = MustRecommendation(engine, "ns/train");
     REQUIRE(engine.ReportApplied("ns/train", rec.replicas, false, rec.generation).ok());
-    const std::string pod = "train-worker-0";
-    std::vector<StepSample> batch(10);
-    for (StepSample& s : batch) {
-      s.job_id = "ns/train";
-      s.pod = pod;
-      s.world_size = rec.replicas;
-      s.step_seconds = 0.2 + sync_per_worker * (rec.replicas - 1);
-    }
-    REQUIRE(engine.Ingest(batch).accepted == batch.size());
+    MustIngest(engine, "ns/train", {"train-worker-0"}, rec.replicas,
+               0.2 + sync_per_worker * (rec.replicas - 1), 10);
     clock.Advance(absl::Seconds(61));  // past the 60 s cooldown
     engine.Replan();
     return MustRecommendation(engine, "ns/train").replicas;
@@ -1059,14 +1046,8 @@ void ApplyAndMeasure(DecisionEngine& engine, ManualClock& clock,
     REQUIRE(engine.ReportApplied(rec.job_id, rec.replicas, rec.suspend, rec.generation).ok());
     if (rec.replicas == 0) continue;
     const std::string pod = rec.job_id + "-worker-0";
-    std::vector<StepSample> batch(10);
-    for (StepSample& s : batch) {
-      s.job_id = rec.job_id;
-      s.pod = pod;
-      s.world_size = rec.replicas;
-      s.step_seconds = 0.2 + sync_per_worker.at(rec.job_id) * (rec.replicas - 1);
-    }
-    REQUIRE(engine.Ingest(batch).accepted == batch.size());
+    MustIngest(engine, rec.job_id, {pod}, rec.replicas,
+               0.2 + sync_per_worker.at(rec.job_id) * (rec.replicas - 1), 10);
   }
   clock.Advance(absl::Seconds(61));
   engine.Replan();
@@ -1142,14 +1123,7 @@ TEST_CASE("engine keeps a planner job that keeps changing size in a longer coold
   clock.Advance(absl::Seconds(90));
   REQUIRE(engine.ReportApplied("ns/flapping", 4, false, rec.generation).ok());
   // Measured at 4, as the prior says (100 samples/s per replica, batch 32).
-  std::vector<StepSample> batch(10);
-  for (StepSample& s : batch) {
-    s.job_id = "ns/flapping";
-    s.pod = "flapping-worker-0";
-    s.world_size = 4;
-    s.step_seconds = 0.32;
-  }
-  REQUIRE(engine.Ingest(batch).accepted == batch.size());
+  MustIngest(engine, "ns/flapping", {"flapping-worker-0"}, 4, 0.32, 10);
   // Two recent changes: twice the cooldown. After 61 s it still holds 4...
   clock.Advance(absl::Seconds(61));
   engine.Replan();
@@ -1328,14 +1302,7 @@ TEST_CASE("engine drops a planner job's kept policy input when the capacity beco
   MustRegister(engine, Spec("ns/learner", 1, 16));
   Recommendation rec = MustRecommendation(engine, "ns/learner");
   REQUIRE(engine.ReportApplied("ns/learner", 2, false, rec.generation).ok());
-  std::vector<StepSample> batch(20);
-  for (size_t i = 0; i < batch.size(); ++i) {
-    batch[i].job_id = "ns/learner";
-    batch[i].pod = i % 2 ? "learner-worker-1" : "learner-worker-0";
-    batch[i].world_size = 2;
-    batch[i].step_seconds = 0.2;
-  }
-  REQUIRE(engine.Ingest(batch).accepted == batch.size());
+  MustIngest(engine, "ns/learner", {"learner-worker-0", "learner-worker-1"}, 2, 0.2, 20);
   clock.Advance(absl::Seconds(61));
   engine.Replan();
   rec = MustRecommendation(engine, "ns/learner");
@@ -1362,14 +1329,8 @@ TEST_CASE("a plan computed on a snapshot hands the policies' memory back to the 
   MustRegister(engine, spec);
   engine.SetCapacity(64);
   auto measure = [&](uint32_t size, double step_seconds) {
-    std::vector<StepSample> batch(20);
-    for (size_t i = 0; i < batch.size(); ++i) {
-      batch[i].job_id = "ns/explorer";
-      batch[i].pod = i % 2 ? "explorer-worker-1" : "explorer-worker-0";
-      batch[i].world_size = size;
-      batch[i].step_seconds = step_seconds;
-    }
-    REQUIRE(engine.Ingest(batch).accepted == batch.size());
+    MustIngest(engine, "ns/explorer", {"explorer-worker-0", "explorer-worker-1"}, size,
+               step_seconds, 20);
   };
   Recommendation rec = MustRecommendation(engine, "ns/explorer");
   REQUIRE(engine.ReportApplied("ns/explorer", 2, false, rec.generation).ok());

@@ -1,13 +1,17 @@
 // Test helpers shared by the DecisionEngine test files: create an engine,
-// register a job and read a recommendation, failing the test with the
-// engine's status when a call that must succeed does not.
+// register a job, feed it samples and read a recommendation, failing the
+// test with the engine's status when a call that must succeed does not.
 #ifndef RESCALE_TESTS_ENGINE_HELPERS_H_
 #define RESCALE_TESTS_ENGINE_HELPERS_H_
 
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rescale/clock.h"
@@ -28,6 +32,22 @@ inline JobView MustRegister(DecisionEngine& engine, JobSpec spec) {
   INFO(view.status().ToString());
   REQUIRE(view.ok());
   return *view;
+}
+
+// `count` samples of `job_id` at `world_size` replicas taking `step_seconds`
+// each, from `pods` in turn; every one must be accepted. (Samples view the
+// ids, which outlive the call.)
+inline void MustIngest(DecisionEngine& engine, std::string_view job_id,
+                       std::initializer_list<std::string_view> pods, uint32_t world_size,
+                       double step_seconds, int count) {
+  std::vector<StepSample> batch(count);
+  for (int k = 0; k < count; ++k) {
+    batch[k].job_id = job_id;
+    batch[k].pod = pods.begin()[k % pods.size()];
+    batch[k].world_size = world_size;
+    batch[k].step_seconds = step_seconds;
+  }
+  REQUIRE(engine.Ingest(batch).accepted == batch.size());
 }
 
 inline Recommendation MustRecommendation(const DecisionEngine& engine, const std::string& id) {

@@ -209,6 +209,7 @@ class MetricsStore {
     uint64_t accepted = 0;
     uint64_t roll_generation = 0;
     int64_t bases_valid_before_ns = 0;
+    friend bool operator==(const StatsRevision&, const StatsRevision&) = default;
   };
   // Stats(job_id, now) when it may differ from what it was when `revision`
   // was set here (default = never), updating `revision`; nullopt when it
