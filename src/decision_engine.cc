@@ -52,6 +52,8 @@ class DeliverOnExit {
 
 }  // namespace
 
+DecisionEngine::JobEntry::JobEntry() = default;
+
 absl::Status DecisionEngine::ValidateOptions(const EngineOptions& options) {
   auto at_least = [](std::string_view name, int64_t value, int64_t limit) {
     return value >= limit ? absl::OkStatus()
@@ -145,31 +147,21 @@ absl::StatusOr<JobSpec> DecisionEngine::Normalize(JobSpec spec) const {
   return spec;
 }
 
-std::shared_ptr<const DecisionEngine::Fitted> DecisionEngine::FitInto(JobEntry& entry,
-                                                                      absl::Time now,
-                                                                      bool* refitted) const {
+void DecisionEngine::FitInto(PlanSlot& slot, absl::Time now, bool& refitted) const {
   // A new spec refits whatever the statistics say (a default revision).
-  if (entry.fitted_spec_version != entry.spec_version) entry.stats_revision = {};
+  if (slot.fitted_spec_version != slot.entry.spec_version) slot.stats_revision = {};
   std::optional<std::vector<SizeStats>> stats =
-      store_.StatsIfChanged(entry.spec.job_id, now, entry.stats_revision);
-  if (stats.has_value() || entry.fitted == nullptr) {
-    if (!stats.has_value()) stats = store_.Stats(entry.spec.job_id, now);
-    entry.fitted = std::make_shared<const Fitted>(Fit(entry.spec, *stats, now));
-    entry.fitted_spec_version = entry.spec_version;
-    if (refitted != nullptr) *refitted = true;
-  }
-  return entry.fitted;
+      store_.StatsIfChanged(slot.entry.spec.job_id, now, slot.stats_revision);
+  refitted = stats.has_value() || slot.fitted == nullptr;
+  if (!refitted) return;
+  if (!stats.has_value()) stats = store_.Stats(slot.entry.spec.job_id, now);
+  slot.fitted = std::make_shared<const Fitted>(Fit(slot.entry.spec, *stats, now));
+  slot.fitted_spec_version = slot.entry.spec_version;
 }
 
-std::shared_ptr<const DecisionEngine::Fitted> DecisionEngine::CurrentFit(const JobEntry& entry,
-                                                                         absl::Time now) const {
-  MetricsStore::StatsRevision revision;
-  if (entry.fitted_spec_version == entry.spec_version) revision = entry.stats_revision;
-  std::optional<std::vector<SizeStats>> stats =
-      store_.StatsIfChanged(entry.spec.job_id, now, revision);
-  if (!stats.has_value() && entry.fitted != nullptr) return entry.fitted;
-  if (!stats.has_value()) stats = store_.Stats(entry.spec.job_id, now);
-  return std::make_shared<const Fitted>(Fit(entry.spec, *stats, now));
+DecisionEngine::Fitted DecisionEngine::FitNow(const JobEntry& entry) const {
+  const absl::Time now = clock_->Now();
+  return Fit(entry.spec, store_.Stats(entry.spec.job_id, now), now);
 }
 
 DecisionEngine::Fitted DecisionEngine::Fit(const JobSpec& spec, std::span<const SizeStats> stats,
@@ -231,10 +223,9 @@ JobStatus DecisionEngine::StatusOf(const JobEntry& entry, const ThroughputModel*
   // is a curve needed; a caller without one (ReportApplied) pays for a fit
   // only for a running job with a known total.
   if (!entry.spec.total_samples.has_value() || !IsRunning(status)) return status;
-  const double rate =
-      model != nullptr
-          ? model->SamplesPerSecond(RunningReplicas(status))
-          : CurrentFit(entry, clock_->Now())->model.SamplesPerSecond(RunningReplicas(status));
+  const double rate = model != nullptr
+                          ? model->SamplesPerSecond(RunningReplicas(status))
+                          : FitNow(entry).model.SamplesPerSecond(RunningReplicas(status));
   if (rate <= 0) return status;
   const uint64_t total = *entry.spec.total_samples;
   const uint64_t left = total > status.samples_processed ? total - status.samples_processed : 0;
@@ -245,11 +236,11 @@ JobStatus DecisionEngine::StatusOf(const JobEntry& entry, const ThroughputModel*
 JobView DecisionEngine::ViewOf(const JobEntry& entry) const {
   JobView view;
   view.spec = entry.spec;
-  const std::shared_ptr<const Fitted> fitted = CurrentFit(entry, clock_->Now());
-  view.status = StatusOf(entry, &fitted->model);
-  view.curve = CurveOf(entry.spec, *fitted);
-  view.curve_model = fitted->model.Describe();
-  view.curve_fit_rms_log_error = fitted->model.rms_log_error();
+  const Fitted fitted = FitNow(entry);
+  view.status = StatusOf(entry, &fitted.model);
+  view.curve = CurveOf(entry.spec, fitted);
+  view.curve_model = fitted.model.Describe();
+  view.curve_fit_rms_log_error = fitted.model.rms_log_error();
   view.recommendation = board_.Get(entry.spec.job_id);
   view.pods = store_.Pods(entry.spec.job_id);
   return view;
@@ -258,17 +249,17 @@ JobView DecisionEngine::ViewOf(const JobEntry& entry) const {
 absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
   JobEntry registered;
-  bool planned;
+  bool deferred;
   {
-    const DeliverOnExit deliver(board_);  // after the lock below is released
     std::lock_guard<std::mutex> lock(mu_);
     ASSIGN_OR_RETURN(JobEntry * entry, AddJobLocked(std::move(spec)));
-    planned = RequestReplanLocked(options_.plan_coalesce);
+    deferred = RequestReplanLocked(options_.plan_coalesce);
     registered = *entry;
   }
+  if (!deferred) Replan();
   // The reply is built from the copy, without the lock.
   JobView view = ViewOf(registered);
-  view.plan_pending = !planned;
+  view.plan_pending = deferred;
   return view;
 }
 
@@ -288,6 +279,7 @@ absl::StatusOr<DecisionEngine::JobEntry*> DecisionEngine::AddJobLocked(JobSpec s
   entry.status.registered_at = clock_->Now();
   entry.registration = entry.version = entry.spec_version = ++change_counter_;
   auto it = jobs_.emplace(spec.job_id, std::move(entry)).first;
+  MarkChangedLocked(it->first);
   PublishEntryLocked(it->second);
   return &it->second;
 }
@@ -320,9 +312,8 @@ std::shared_ptr<const DecisionEngine::JobEntry> DecisionEngine::FindPublished(
 absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
   JobEntry updated;
-  bool planned;
+  bool deferred;
   {
-    const DeliverOnExit deliver(board_);  // after the lock below is released
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(spec.job_id);
     if (it == jobs_.end()) {
@@ -332,12 +323,14 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
     RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
     it->second.spec = spec;
     it->second.version = it->second.spec_version = ++change_counter_;
+    MarkChangedLocked(it->first);
     PublishEntryLocked(it->second);
-    planned = RequestReplanLocked(options_.plan_coalesce);
+    deferred = RequestReplanLocked(options_.plan_coalesce);
     updated = it->second;
   }
+  if (!deferred) Replan();
   JobView view = ViewOf(updated);
-  view.plan_pending = !planned;
+  view.plan_pending = deferred;
   return view;
 }
 
@@ -376,15 +369,20 @@ std::vector<std::shared_ptr<const DecisionEngine::JobEntry>> DecisionEngine::Pub
 
 absl::Status DecisionEngine::DeregisterJob(const std::string& job_id) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
-  const DeliverOnExit deliver(board_);  // after the lock below is released
-  std::lock_guard<std::mutex> lock(mu_);
-  if (jobs_.erase(job_id) == 0) {
-    return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
+  bool deferred;
+  {
+    const DeliverOnExit deliver(board_);  // after the lock below is released
+    std::lock_guard<std::mutex> lock(mu_);
+    if (jobs_.erase(job_id) == 0) {
+      return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
+    }
+    MarkChangedLocked(job_id);
+    UnpublishEntryLocked(job_id);
+    store_.RemoveJob(job_id);
+    board_.StageRemove(job_id);
+    deferred = RequestReplanLocked(options_.plan_coalesce);
   }
-  UnpublishEntryLocked(job_id);
-  store_.RemoveJob(job_id);
-  board_.StageRemove(job_id);
-  RequestReplanLocked(options_.plan_coalesce);
+  if (!deferred) Replan();
   return absl::OkStatus();
 }
 
@@ -452,9 +450,12 @@ void DecisionEngine::AutoRegister(std::span<const StepSample> samples, IngestRes
   if (merged.limit_reason.empty()) merged.limit_reason = second.limit_reason;
   result = std::move(merged);
   // One plan for every job this batch registered, with their samples in.
-  const DeliverOnExit deliver(board_);  // after the lock below is released
-  std::lock_guard<std::mutex> lock(mu_);
-  RequestReplanLocked(options_.plan_coalesce);
+  bool deferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deferred = RequestReplanLocked(options_.plan_coalesce);
+  }
+  if (!deferred) Replan();
 }
 
 absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_id,
@@ -462,11 +463,13 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
                                                         uint64_t generation) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
   JobEntry applied;
+  bool deferred;
   {
-    const DeliverOnExit deliver(board_);  // after the lock below is released
     std::lock_guard<std::mutex> lock(mu_);
     ASSIGN_OR_RETURN(applied, ApplyLocked(job_id, replicas, suspended, generation));
+    deferred = RequestReplanLocked(options_.applied_debounce);
   }
+  if (!deferred) Replan();
   return StatusOf(applied, /*model=*/nullptr);
 }
 
@@ -517,8 +520,8 @@ absl::StatusOr<DecisionEngine::JobEntry> DecisionEngine::ApplyLocked(const std::
   }
   entry.status.last_applied_at = clock_->Now();
   entry.version = ++change_counter_;
+  MarkChangedLocked(it->first);
   PublishEntryLocked(entry);
-  RequestReplanLocked(options_.applied_debounce);
   return entry;
 }
 
@@ -548,17 +551,20 @@ std::vector<std::shared_ptr<const Recommendation>> DecisionEngine::Recommendatio
 }
 
 ClusterView DecisionEngine::SetCapacity(uint32_t total_gpus) {
-  ClusterView view;
-  bool planned;
+  bool deferred;
   {
-    const DeliverOnExit deliver(board_);  // after the lock below is released
     std::lock_guard<std::mutex> lock(mu_);
     capacity_gpus_ = total_gpus;
-    planned = RequestReplanLocked(options_.plan_coalesce);
+    deferred = RequestReplanLocked(options_.plan_coalesce);
+  }
+  if (!deferred) Replan();
+  ClusterView view;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     view = PlanSummaryLocked();
   }
   AddAllocations(view);
-  view.plan_pending = !planned;
+  view.plan_pending = deferred;
   return view;
 }
 
@@ -600,96 +606,77 @@ void DecisionEngine::AddAllocations(ClusterView& view) const {
   }
 }
 
-// Planning in three steps, so that only the first and the last hold mu_.
-// A snapshot (under mu_) copies every job's entry and the capacity and
-// takes the next snapshot sequence number; ComputePlan (no lock) fits,
-// runs the policies and the planner on the copies; CommitLocked (under mu_
-// again) publishes the result. Meanwhile mutations and reads go on: a job
-// registered after the snapshot waits for the next plan (its request
-// asked for one), a job deregistered meanwhile gets no recommendation
-// back, and a job changed meanwhile (its registration's version moved on)
-// keeps the policy memory its change wrote; its new plan is due. One plan
-// computes at a time (plan_mu_); a plan whose snapshot is older than one
-// already committed (an inline plan overtook it) is dropped whole.
+// Planning in three steps, so that only the first and the last hold mu_,
+// each for time that grows with the jobs changed, not with all of them.
+// SyncSlotsLocked (under mu_) copies into the plan's own slots the jobs
+// changed since the last plan, and the capacity; ComputePlan (no lock)
+// fits, runs the policies and the planner on the slots; CommitLocked (under
+// mu_ again) publishes the result. Meanwhile mutations and reads go on: a
+// job registered after the sync waits for the next plan (its request asked
+// for one), and a job deregistered or changed meanwhile is in dirty_ again
+// by the commit, which drops its recommendation when it no longer fits the
+// job (see CommitLocked). One plan computes at a time (plan_mu_), so the
+// slots need no lock of their own.
 void DecisionEngine::Replan() {
   std::lock_guard<std::mutex> plan_lock(plan_mu_);
-  Snapshot snapshot;
+  std::optional<uint32_t> capacity_gpus;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    snapshot.jobs = jobs_;
-    snapshot.capacity_gpus = capacity_gpus_;
-    snapshot.sequence = ++snapshot_sequence_;
+    capacity_gpus = SyncSlotsLocked();
   }
   if (options_.plan_compute_hook) options_.plan_compute_hook();
   const absl::Time now = clock_->Now();
   store_.Tick(now);
-  PlanResult result = ComputePlan(snapshot.jobs, snapshot.capacity_gpus, now);
+  PlanResult result = ComputePlan(plan_slots_, capacity_gpus, now);
   const DeliverOnExit deliver(board_);  // after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
-  CommitLocked(snapshot, std::move(result), now);
+  CommitLocked(std::move(result), now);
 }
 
-void DecisionEngine::ReplanLocked() {
-  // Inline (the caller holds mu_): the entries themselves are planned, so
-  // nothing can change in between.
-  const absl::Time now = clock_->Now();
-  store_.Tick(now);
-  const uint64_t sequence = ++snapshot_sequence_;
-  PlanResult result = ComputePlan(jobs_, capacity_gpus_, now);
-  last_committed_sequence_ = sequence;
-  ApplyPlanLocked(std::move(result), now);
-}
-
-void DecisionEngine::CommitLocked(const Snapshot& snapshot, PlanResult result, absl::Time now) {
-  if (snapshot.sequence < last_committed_sequence_) return;  // overtaken
-  last_committed_sequence_ = snapshot.sequence;
-  // The recommendations that still describe their job are kept in place,
-  // the first `kept` of result.recs.
-  size_t kept = 0;
-  // ComputePlan made one recommendation per snapshot entry, in the
-  // snapshot's (id) order, and jobs_ is ordered the same way: one merge
-  // walk over both finds each job's live entry, without a lookup per job.
-  auto planned = snapshot.jobs.begin();
-  auto live = jobs_.begin();
-  for (Recommendation& rec : result.recs) {
-    while (planned != snapshot.jobs.end() && planned->first < rec.job_id) ++planned;
-    while (live != jobs_.end() && live->first < rec.job_id) ++live;
-    if (planned == snapshot.jobs.end() || planned->first != rec.job_id) continue;
-    if (live == jobs_.end() || live->first != rec.job_id) continue;  // deregistered
-    JobEntry& entry = live->second;
-    if (entry.version != planned->second.version) {
-      // Changed after the snapshot (a new spec, an applied report, or
-      // deregistered and registered again): its own plan is due. Keep its
-      // memory; its recommendation stands unless its spec now rules it out.
-      if (entry.registration != planned->second.registration) continue;
-      const JobSpec& spec = entry.spec;
-      if (rec.replicas > spec.max_replicas ||
-          (rec.replicas != 0 && rec.replicas < spec.min_replicas)) {
-        continue;
-      }
-    } else if (planned->second.plan_input == nullptr ||
-               entry.plan_input != planned->second.plan_input) {
-      // (A kept input, the same as the entry's: the plan changed no memory.)
-      entry.memory = planned->second.memory;
-      entry.plan_input = planned->second.plan_input;
+std::optional<uint32_t> DecisionEngine::SyncSlotsLocked() {
+  for (const std::string& job_id : dirty_) {
+    auto live = jobs_.find(job_id);
+    if (live == jobs_.end()) {
+      plan_slots_.erase(job_id);
+      continue;
     }
-    // The fit stays valid whatever else changed, as long as the spec did not.
-    // Most jobs of a plan kept theirs: compare before copying.
-    if (entry.spec_version == planned->second.spec_version &&
-        (entry.fitted != planned->second.fitted ||
-         entry.stats_revision != planned->second.stats_revision)) {
-      entry.fitted = planned->second.fitted;
-      entry.stats_revision = planned->second.stats_revision;
-      entry.fitted_spec_version = planned->second.fitted_spec_version;
+    const JobEntry& entry = live->second;
+    PlanSlot& slot = plan_slots_[job_id];
+    if (slot.entry.registration != entry.registration) {
+      slot = PlanSlot{.entry = entry};  // new, or registered again: nothing kept
+      continue;
     }
-    if (&rec != &result.recs[kept]) result.recs[kept] = std::move(rec);
-    ++kept;
+    // The plan's own memory stays; the cluster's changes come from the entry.
+    PolicyMemory memory = std::move(slot.entry.memory);
+    memory.previous_replicas = entry.memory.previous_replicas;
+    memory.scale_events = entry.memory.scale_events;
+    slot.entry = entry;
+    slot.entry.memory = std::move(memory);
   }
-  result.recs.resize(kept);
-  ApplyPlanLocked(std::move(result), now);
+  dirty_.clear();
+  return capacity_gpus_;
 }
 
-void DecisionEngine::ApplyPlanLocked(PlanResult result, absl::Time now) {
+void DecisionEngine::MarkChangedLocked(const std::string& job_id) { dirty_.insert(job_id); }
+
+void DecisionEngine::CommitLocked(PlanResult result, absl::Time now) {
+  // The jobs changed since the sync are in dirty_ again. A deregistered
+  // one gets no recommendation back; one registered again is planned anew
+  // by the next plan; one with a new spec or applied state keeps this
+  // recommendation unless its spec now rules it out (its own plan is due).
+  if (!dirty_.empty()) {
+    std::erase_if(result.recs, [&](const Recommendation& rec) {
+      if (!dirty_.contains(rec.job_id)) return false;
+      auto live = jobs_.find(rec.job_id);
+      if (live == jobs_.end()) return true;
+      const auto slot = plan_slots_.find(rec.job_id);
+      if (slot == plan_slots_.end() || slot->second.entry.registration != live->second.registration)
+        return true;
+      const JobSpec& spec = live->second.spec;
+      return rec.replicas > spec.max_replicas ||
+             (rec.replicas != 0 && rec.replicas < spec.min_replicas);
+    });
+  }
   last_plan_utility_ = result.utility;
   last_plan_upper_bound_ = result.upper_bound;
   last_plan_gap_ = result.gap;
@@ -700,17 +687,17 @@ void DecisionEngine::ApplyPlanLocked(PlanResult result, absl::Time now) {
 }
 
 std::shared_ptr<const DecisionEngine::PlanInput> DecisionEngine::PlanInputOf(
-    JobEntry& entry, bool refitted, bool capacity_known, absl::Time now,
-    PlannerJob& job_out) const {
-  if (const std::shared_ptr<const PlanInput>& cached = entry.plan_input;
-      cached != nullptr && cached->version == entry.version && cached->fitted == entry.fitted &&
+    PlanSlot& slot, bool refitted, bool capacity_known, absl::Time now, PlannerJob& job_out) const {
+  JobEntry& entry = slot.entry;
+  if (const std::shared_ptr<const PlanInput>& cached = slot.plan_input;
+      cached != nullptr && cached->version == entry.version && cached->fitted == slot.fitted &&
       cached->capacity_known == capacity_known) {
     job_out = cached->job;
     return cached;
   }
   auto input = std::make_shared<PlanInput>();
   input->version = entry.version;
-  input->fitted = entry.fitted;
+  input->fitted = slot.fitted;
   input->capacity_known = capacity_known;
   const JobSpec& spec = entry.spec;
   const Fitted& fit = *input->fitted;
@@ -782,15 +769,15 @@ std::shared_ptr<const DecisionEngine::PlanInput> DecisionEngine::PlanInputOf(
   // the clock (windows, cooldowns), so theirs is made afresh each time.
   if (input->planned_by_cluster && !refitted) {
     job_out = input->job;
-    entry.plan_input = input;
+    slot.plan_input = input;
   } else {
     job_out = std::move(input->job);
-    entry.plan_input = nullptr;
+    slot.plan_input = nullptr;
   }
   return input;
 }
 
-DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
+DecisionEngine::PlanResult DecisionEngine::ComputePlan(SlotMap& slots,
                                                        std::optional<uint32_t> capacity_gpus,
                                                        absl::Time now) const {
   PlanResult result;
@@ -807,15 +794,16 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
   };
   std::vector<Prepared> prepared;
   std::vector<PlannerJob> planner_jobs;
-  prepared.reserve(jobs.size());
-  planner_jobs.reserve(jobs.size());
-  for (auto& [id, entry] : jobs) {
+  prepared.reserve(slots.size());
+  planner_jobs.reserve(slots.size());
+  for (auto& [id, slot] : slots) {
+    const JobEntry& entry = slot.entry;
     Prepared p;
     p.spec = &entry.spec;
     bool refitted = false;
-    FitInto(entry, now, &refitted);
+    FitInto(slot, now, refitted);
     PlannerJob job;
-    p.input = PlanInputOf(entry, refitted, capacity_gpus.has_value(), now, job);
+    p.input = PlanInputOf(slot, refitted, capacity_gpus.has_value(), now, job);
     const PlanInput& input = *p.input;
     // What moves with time alone.
     const bool running = IsRunning(entry.status);
@@ -860,7 +848,8 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
   std::vector<Recommendation> recs;
   recs.reserve(prepared.size());
   size_t i = 0;
-  for (const auto& [id, entry] : jobs) {
+  for (const auto& [id, slot] : slots) {
+    const JobEntry& entry = slot.entry;
     const Prepared& p = prepared[i];
     PlannedJob& planned = plan.jobs[i];  // its reason is moved out
     ++i;
@@ -906,10 +895,7 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(JobMap& jobs,
 }
 
 bool DecisionEngine::RequestReplanLocked(absl::Duration window) {
-  if (!timer_running_ || window <= absl::ZeroDuration()) {
-    ReplanLocked();
-    return true;
-  }
+  if (!timer_running_ || window <= absl::ZeroDuration()) return false;
   {
     std::lock_guard<std::mutex> lock(timer_mu_);
     // One replan covers the whole burst, due when the earliest window ends,
@@ -920,12 +906,12 @@ bool DecisionEngine::RequestReplanLocked(absl::Duration window) {
     // to the calls themselves.
     const absl::Time due =
         std::max(clock_->Now() + window, last_plan_end_ + kPlanPacing * last_plan_took_);
-    if (replan_requested_ && replan_due_ <= due) return false;
+    if (replan_requested_ && replan_due_ <= due) return true;
     replan_requested_ = true;
     replan_due_ = due;
   }
   timer_cv_.notify_all();
-  return false;
+  return true;
 }
 
 absl::StatusOr<std::shared_ptr<Subscription>> DecisionEngine::Watch(std::string namespace_filter) {
@@ -1019,16 +1005,15 @@ void DecisionEngine::StopTimer() {
   // inline from now on, and those still waiting for their window are
   // planned here. mu_ before timer_mu_, as in RequestReplanLocked, so no
   // change can slip a request in between.
-  const DeliverOnExit deliver(board_);  // after the lock below is released
-  std::lock_guard<std::mutex> lock(mu_);
-  timer_running_ = false;
   bool pending;
   {
+    std::lock_guard<std::mutex> lock(mu_);
+    timer_running_ = false;
     std::lock_guard<std::mutex> timer_lock(timer_mu_);
     pending = replan_requested_;
     replan_requested_ = false;
   }
-  if (pending) ReplanLocked();
+  if (pending) Replan();
 }
 
 }  // namespace rescale

@@ -955,10 +955,16 @@ TEST_CASE(
 struct PlanGate {
   std::mutex mu;
   std::condition_variable cv;
+  bool armed = false;  // plans before Arm() pass freely
   bool computing = false;
   bool released = false;
+  void Arm() {
+    std::lock_guard<std::mutex> lock(mu);
+    armed = true;
+  }
   void Hook() {
     std::unique_lock<std::mutex> lock(mu);
+    if (!armed) return;
     computing = true;
     cv.notify_all();
     cv.wait(lock, [&] { return released; });
@@ -990,6 +996,7 @@ TEST_CASE(
   engine->StartTimer();
   const uint64_t plans_before = engine->GetCluster().plans_run;
 
+  gate.Arm();
   std::thread planner([&] { engine->Replan(); });
   gate.AwaitComputing();
   // The plan is computing: none of these waits for it.
@@ -1005,7 +1012,7 @@ TEST_CASE(
   planner.join();
 
   // Published for ns/b (which it still describes), not for ns/a (gone),
-  // and not yet for ns/c (registered after its snapshot).
+  // and not yet for ns/c (registered after the plan copied the jobs).
   CHECK(engine->GetCluster().plans_run == plans_before + 1);
   CHECK(engine->GetRecommendation("ns/a").status().code() == absl::StatusCode::kNotFound);
   CHECK(engine->GetRecommendation("ns/c").status().code() == absl::StatusCode::kUnavailable);
@@ -1016,7 +1023,8 @@ TEST_CASE(
   CHECK(MustRecommendation(*engine, "ns/b").action == Action::kHold);
 }
 
-TEST_CASE("a plan overtaken by an inline one is dropped, not published over it", "[concurrency]") {
+TEST_CASE("a change planned inline while a plan computes is planned after it, and published last",
+          "[concurrency]") {
   ManualClock clock;
   PlanGate gate;
   EngineOptions options = StaticMinOptions();
@@ -1024,18 +1032,21 @@ TEST_CASE("a plan overtaken by an inline one is dropped, not published over it",
   auto engine = MustCreate(options, &clock);
   MustRegister(*engine, Spec("ns/a", 2, 8));
   engine->SetCapacity(8);
+  REQUIRE(MustRecommendation(*engine, "ns/a").replicas == 2);
   const uint64_t plans_before = engine->GetCluster().plans_run;
+  gate.Arm();
   std::thread planner([&] { engine->Replan(); });
   gate.AwaitComputing();
-  // Without the timer this plans inline, on newer state: 2 GPUs only.
-  engine->SetCapacity(2);
-  CHECK(engine->GetCluster().plans_run == plans_before + 1);
+  // Without the timer this call plans itself, on newer state (1 GPU: too
+  // few for ns/a's 2 replicas); it waits for the plan computing on 8.
+  std::thread shrink([&] { engine->SetCapacity(1); });
   gate.Release();
   planner.join();
-  // The older plan (8 GPUs) was computed, then dropped.
-  CHECK(engine->GetCluster().plans_run == plans_before + 1);
-  CHECK(engine->GetCluster().total_gpus == 2u);
-  CHECK(MustRecommendation(*engine, "ns/a").replicas == 2);
+  shrink.join();
+  CHECK(engine->GetCluster().plans_run == plans_before + 2);
+  CHECK(engine->GetCluster().total_gpus == 1u);
+  // The plan on 8 GPUs was published first, then overwritten by the newer.
+  CHECK(MustRecommendation(*engine, "ns/a").replicas == 0);
 }
 
 // Reports what the engine recommends as applied and feeds each running job

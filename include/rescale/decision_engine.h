@@ -7,9 +7,10 @@
 // state, capacity) asks for a replan: at once when no timer runs, otherwise
 // on the timer thread after a short window that gathers a burst of them
 // into one plan (plan_coalesce, applied_debounce); a timer replans every
-// plan interval so new samples are taken in. A replan snapshots everything,
-// runs the planner (a pure function) and publishes the result to the board,
-// whose watchers see each change.
+// plan interval so new samples are taken in. A replan brings its own copy of
+// the jobs up to date with those that changed, runs the planner (a pure
+// function) and publishes the result to the board, whose watchers see each
+// change.
 //
 // Construction: DecisionEngine::Create validates EngineOptions once (limits,
 // durations, default_policy); every caller (rescaled, rescale-sim, tests)
@@ -17,9 +18,11 @@
 //
 // Thread safety: every public method is thread-safe and returns quickly
 // (no I/O, no waiting on other callers beyond short critical sections). A
-// plan holds the engine's lock only to copy the jobs and to stage its
-// result; it fits and plans on the copies without it (see Replan), so
-// changes never wait for the computation. Reads take no lock of the
+// plan holds the engine's lock only to copy the jobs changed since the last
+// plan and to stage its result; it fits and plans on its copies without it
+// (see Replan), so changes never wait for the computation. With the timer
+// stopped (or a window of 0), a change's call runs the plan itself after
+// releasing the lock, and replies once it is published. Reads take no lock of the
 // engine's at all: they read the copies each change publishes (ReadShard)
 // and the board's shards. Watchers are fed, and their gRPC writes started,
 // only after the engine's lock is released (DeliverOnExit).
@@ -44,6 +47,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -216,10 +221,17 @@ class DecisionEngine {
     absl::Duration cooldown;  // the job's, before any backoff
     PlannerJob job;           // in_cooldown and waiting_seconds unset
   };
+  // A registered job as mutations leave it (jobs_, under mu_): what the
+  // caller and the cluster said. Plans work on their own copies (PlanSlot).
   struct JobEntry {
+    // Defined out of line: PlanSlot's map is declared in this class, where
+    // the member initialisers below would not be usable yet.
+    JobEntry();
     JobSpec spec;
     JobStatus status;
-    // The policy's memory between decisions.
+    // The policy memory the cluster's changes write (ReportApplied):
+    // previous_replicas and scale_events. The rest of a policy's memory is
+    // the plan's (PlanSlot), which takes these two from here.
     PolicyMemory memory;
     // When the cluster last applied a change of replicas; the first applied
     // state is not a change.
@@ -231,22 +243,32 @@ class DecisionEngine {
     // When it last stopped running (suspended): jct ages a waiting job from
     // then, or from its registration if it never ran.
     absl::Time stopped_at = absl::InfinitePast();
-    // Which registration this is, and its latest change (spec, applied
-    // state, policy memory): both from change_counter_, so a plan computed
-    // on a snapshot can tell whether the entry moved on (see Replan).
+    // Which registration this is, its latest change (spec or applied state)
+    // and its spec's: all from change_counter_, so a plan can tell whether
+    // the job moved on since it copied it (see Replan).
     uint64_t registration = 0;
     uint64_t version = 0;
-    // The curve fitted to the store's statistics at `stats_revision` (see
-    // MetricsStore::StatsIfChanged) with the spec of `fitted_spec_version`:
-    // shared with snapshots, and refitted only when either moved on, so a
-    // plan refits only the jobs whose samples, window or spec changed.
     uint64_t spec_version = 0;
+  };
+  using JobMap = absl::btree_map<std::string, JobEntry>;
+  // A plan's copy of one job, kept from plan to plan (plan_slots_) and
+  // brought up to date only for the jobs changed since (SyncSlotsLocked),
+  // with what plans keep between them.
+  struct PlanSlot {
+    // The job's entry as of the last sync, with the plan's policy memory
+    // (exploration_stopped, recommendations) in entry.memory beside the
+    // cluster's (previous_replicas, scale_events, from jobs_).
+    JobEntry entry;
+    // The curve fitted to the store's statistics at `stats_revision` (see
+    // MetricsStore::StatsIfChanged) with the spec of `fitted_spec_version`,
+    // refitted only when either moved on, so a plan refits only the jobs
+    // whose samples, window or spec changed.
     std::shared_ptr<const Fitted> fitted;
     std::shared_ptr<const PlanInput> plan_input;  // see PlanInput
     MetricsStore::StatsRevision stats_revision;
     uint64_t fitted_spec_version = 0;
   };
-  using JobMap = absl::btree_map<std::string, JobEntry>;
+  using SlotMap = absl::btree_map<std::string, PlanSlot>;
   // What a plan computes from the jobs, before it is published.
   struct PlanResult {
     std::vector<Recommendation> recs;
@@ -254,12 +276,6 @@ class DecisionEngine {
     double upper_bound = 0;
     double gap = 0;
     bool exact = true;
-  };
-  // The state a plan computes on, copied under mu_.
-  struct Snapshot {
-    JobMap jobs;
-    std::optional<uint32_t> capacity_gpus;
-    uint64_t sequence = 0;
   };
   DecisionEngine(EngineOptions options, Clock* clock);
 
@@ -270,14 +286,11 @@ class DecisionEngine {
   // replans once for all of them.
   void AutoRegister(std::span<const StepSample> samples, IngestResult& result);
   Fitted Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now) const;
-  // The entry's fit, refitted into the entry when its statistics or spec
-  // moved on since.
-  // `refitted` (optional) says whether the fit changed here.
-  std::shared_ptr<const Fitted> FitInto(JobEntry& entry, absl::Time now,
-                                        bool* refitted = nullptr) const;
-  // The entry's fit when still current, else a fresh one (the entry is
-  // left as it is: plans keep the cache).
-  std::shared_ptr<const Fitted> CurrentFit(const JobEntry& entry, absl::Time now) const;
+  // The slot's fit, refitted into the slot when its statistics or spec
+  // moved on since; `refitted` says whether it was.
+  void FitInto(PlanSlot& slot, absl::Time now, bool& refitted) const;
+  // A fit of the job's statistics now, for readers.
+  Fitted FitNow(const JobEntry& entry) const;
   // The model's curve for n in [1, max_replicas] (at most 256 points).
   static std::vector<CurvePoint> CurveOf(const JobSpec& spec, const Fitted& fitted);
   // The entry's status with the store's counts and the job's progress: samples processed and
@@ -288,21 +301,23 @@ class DecisionEngine {
   // The job's view: spec, status, fitted curve, pods, recommendation. Like
   // StatusOf; readers copy the entry under mu_ and build this without it.
   JobView ViewOf(const JobEntry& entry) const;
-  // Plans inline, the caller holding mu_ throughout.
-  void ReplanLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fits, runs the policies and the planner on `jobs` (writing their policy
-  // memory); needs no lock of the engine's (the store is thread-safe).
   // The entry's PlanInput: its kept one while it stands, else a new one,
   // kept in the entry for a planner job whose fit did not just change (a
   // job refitted in every plan would only pay for the copy). `job` gets the
   // planner input (copied from a kept one, else moved).
-  std::shared_ptr<const PlanInput> PlanInputOf(JobEntry& entry, bool refitted, bool capacity_known,
+  std::shared_ptr<const PlanInput> PlanInputOf(PlanSlot& slot, bool refitted, bool capacity_known,
                                                absl::Time now, PlannerJob& job) const;
-  PlanResult ComputePlan(JobMap& jobs, std::optional<uint32_t> capacity_gpus, absl::Time now) const;
-  // Publishes a plan computed on `snapshot`, for the jobs still registered.
-  void CommitLocked(const Snapshot& snapshot, PlanResult result, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyPlanLocked(PlanResult result, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fits, runs the policies and the planner on the slots (writing their
+  // policy memory and fits); needs no lock of the engine's (the store is
+  // thread-safe).
+  PlanResult ComputePlan(SlotMap& slots, std::optional<uint32_t> capacity_gpus,
+                         absl::Time now) const;
+  // Brings plan_slots_ up to date with the jobs changed since the last
+  // sync (dirty_), which it clears, and returns the capacity to plan.
+  std::optional<uint32_t> SyncSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, plan_mu_);
+  // Publishes a plan computed on the slots as last synced, for the jobs
+  // still registered.
+  void CommitLocked(PlanResult result, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, plan_mu_);
   // The cluster's capacity and the last plan's figures; AddAllocations adds
   // what the board's recommendations allocate, without mu_.
   ClusterView PlanSummaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -338,13 +353,17 @@ class DecisionEngine {
 
   // One plan computes at a time (Replan); taken before mu_, never after.
   std::mutex plan_mu_;
+  // The plans' copies of the jobs, ordered by id.
+  SlotMap plan_slots_ ABSL_GUARDED_BY(plan_mu_);
   // Guards the jobs and what plans publish; held by mutations and reads
   // only briefly, and by a plan only to snapshot and to commit.
   mutable std::mutex mu_;
   JobMap jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t change_counter_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t snapshot_sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t last_committed_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  // The jobs registered, changed or deregistered since the plan slots were
+  // last synced: the next plan copies only these. Between a plan's sync and
+  // its commit, the jobs that moved on under it.
+  absl::flat_hash_set<std::string> dirty_ ABSL_GUARDED_BY(mu_);
   std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
   absl::Time planned_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   double last_plan_utility_ ABSL_GUARDED_BY(mu_) = 0;
@@ -354,8 +373,11 @@ class DecisionEngine {
   uint64_t plans_run_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::array<ReadShard, kReadShards> read_shards_;
 
-  // Asks the timer thread for a replan within `window`, or replans now when
-  // the timer does not run or the window is 0. True when it replanned now.
+  // Records that `job_id` changed (dirty_).
+  void MarkChangedLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the timer thread for a replan within `window`. False when the
+  // timer does not run or the window is 0: the caller then calls Replan
+  // itself once it has released mu_, before it replies.
   bool RequestReplanLocked(absl::Duration window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The timer thread's loop (StartTimer), first ticking at `next_tick`.
