@@ -100,9 +100,16 @@ Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptio
 
   std::vector<uint32_t> by_age(n);
   std::iota(by_age.begin(), by_age.end(), 0);
+  // Ties in started_at (jobs registered together) are broken by job id.
+  // The engine passes its jobs ordered by id, and then the index order is
+  // the id order: one pass to check it spares the sort a string comparison
+  // per tie.
+  const bool ordered_by_id =
+      std::is_sorted(jobs.begin(), jobs.end(),
+                     [](const PlannerJob& a, const PlannerJob& b) { return a.job_id < b.job_id; });
   std::sort(by_age.begin(), by_age.end(), [&](uint32_t a, uint32_t b) {
     if (jobs[a].started_at != jobs[b].started_at) return jobs[a].started_at < jobs[b].started_at;
-    if (jobs[a].job_id != jobs[b].job_id) return jobs[a].job_id < jobs[b].job_id;
+    if (!ordered_by_id && jobs[a].job_id != jobs[b].job_id) return jobs[a].job_id < jobs[b].job_id;
     return a < b;
   });
 

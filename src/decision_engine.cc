@@ -687,12 +687,16 @@ void DecisionEngine::CommitLocked(PlanResult result, absl::Time now) {
 }
 
 std::shared_ptr<const DecisionEngine::PlanInput> DecisionEngine::PlanInputOf(
-    PlanSlot& slot, bool refitted, bool capacity_known, absl::Time now, PlannerJob& job_out) const {
+    PlanSlot& slot, bool refitted, bool capacity_known, absl::Time now, PlannerJob& job_out,
+    std::shared_ptr<const PlanInput>& source) const {
   JobEntry& entry = slot.entry;
   if (const std::shared_ptr<const PlanInput>& cached = slot.plan_input;
       cached != nullptr && cached->version == entry.version && cached->fitted == slot.fitted &&
       cached->capacity_known == capacity_known) {
-    job_out = cached->job;
+    if (source != cached) {
+      job_out = cached->job;
+      source = cached;
+    }
     return cached;
   }
   auto input = std::make_shared<PlanInput>();
@@ -769,17 +773,17 @@ std::shared_ptr<const DecisionEngine::PlanInput> DecisionEngine::PlanInputOf(
   // the clock (windows, cooldowns), so theirs is made afresh each time.
   if (input->planned_by_cluster && !refitted) {
     job_out = input->job;
-    slot.plan_input = input;
+    slot.plan_input = source = input;
   } else {
     job_out = std::move(input->job);
-    slot.plan_input = nullptr;
+    slot.plan_input = source = nullptr;
   }
   return input;
 }
 
 DecisionEngine::PlanResult DecisionEngine::ComputePlan(SlotMap& slots,
                                                        std::optional<uint32_t> capacity_gpus,
-                                                       absl::Time now) const {
+                                                       absl::Time now) {
   PlanResult result;
 
   // Each job's policy states what it wants; the cluster planner then fits
@@ -793,17 +797,21 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(SlotMap& slots,
     std::shared_ptr<const PlanInput> input;
   };
   std::vector<Prepared> prepared;
-  std::vector<PlannerJob> planner_jobs;
+  std::vector<PlannerJob>& planner_jobs = planner_jobs_;
+  planner_jobs.resize(slots.size());
+  planner_job_sources_.resize(slots.size());
   prepared.reserve(slots.size());
-  planner_jobs.reserve(slots.size());
+  size_t index = 0;
   for (auto& [id, slot] : slots) {
     const JobEntry& entry = slot.entry;
     Prepared p;
     p.spec = &entry.spec;
     bool refitted = false;
     FitInto(slot, now, refitted);
-    PlannerJob job;
-    p.input = PlanInputOf(slot, refitted, capacity_gpus.has_value(), now, job);
+    PlannerJob& job = planner_jobs[index];
+    p.input = PlanInputOf(slot, refitted, capacity_gpus.has_value(), now, job,
+                          planner_job_sources_[index]);
+    ++index;
     const PlanInput& input = *p.input;
     // What moves with time alone.
     const bool running = IsRunning(entry.status);
@@ -819,11 +827,11 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(SlotMap& slots,
     }
     job.in_cooldown = running && entry.last_change_at != absl::InfinitePast() &&
                       now - entry.last_change_at < cooldown;
+    job.waiting_seconds = 0;
     if (!running) {
       const absl::Time waiting_since = std::max(entry.status.registered_at, entry.stopped_at);
       job.waiting_seconds = std::max(0.0, absl::ToDoubleSeconds(now - waiting_since));
     }
-    planner_jobs.push_back(std::move(job));
     prepared.push_back(std::move(p));
   }
 

@@ -301,17 +301,20 @@ class DecisionEngine {
   // The job's view: spec, status, fitted curve, pods, recommendation. Like
   // StatusOf; readers copy the entry under mu_ and build this without it.
   JobView ViewOf(const JobEntry& entry) const;
-  // The entry's PlanInput: its kept one while it stands, else a new one,
-  // kept in the entry for a planner job whose fit did not just change (a
+  // The slot's PlanInput: its kept one while it stands, else a new one,
+  // kept in the slot for a planner job whose fit did not just change (a
   // job refitted in every plan would only pay for the copy). `job` gets the
-  // planner input (copied from a kept one, else moved).
+  // planner input, copied from a kept one unless `source` says `job`
+  // already holds that one's (the last plan's), else moved; `source` is
+  // then the kept input `job` holds, or null.
   std::shared_ptr<const PlanInput> PlanInputOf(PlanSlot& slot, bool refitted, bool capacity_known,
-                                               absl::Time now, PlannerJob& job) const;
+                                               absl::Time now, PlannerJob& job,
+                                               std::shared_ptr<const PlanInput>& source) const;
   // Fits, runs the policies and the planner on the slots (writing their
   // policy memory and fits); needs no lock of the engine's (the store is
   // thread-safe).
-  PlanResult ComputePlan(SlotMap& slots, std::optional<uint32_t> capacity_gpus,
-                         absl::Time now) const;
+  PlanResult ComputePlan(SlotMap& slots, std::optional<uint32_t> capacity_gpus, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(plan_mu_);
   // Brings plan_slots_ up to date with the jobs changed since the last
   // sync (dirty_), which it clears, and returns the capacity to plan.
   std::optional<uint32_t> SyncSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, plan_mu_);
@@ -355,6 +358,11 @@ class DecisionEngine {
   std::mutex plan_mu_;
   // The plans' copies of the jobs, ordered by id.
   SlotMap plan_slots_ ABSL_GUARDED_BY(plan_mu_);
+  // The planner's input of the last plan, one per slot in the slots'
+  // order, and the kept PlanInput each was copied from (null: none): the
+  // next plan copies only the jobs whose input changed or moved.
+  std::vector<PlannerJob> planner_jobs_ ABSL_GUARDED_BY(plan_mu_);
+  std::vector<std::shared_ptr<const PlanInput>> planner_job_sources_ ABSL_GUARDED_BY(plan_mu_);
   // Guards the jobs and what plans publish; held by mutations and reads
   // only briefly, and by a plan only to snapshot and to commit.
   mutable std::mutex mu_;
