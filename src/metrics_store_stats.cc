@@ -117,24 +117,26 @@ void MetricsStore::ExpirePodsLocked(JobState& job, int64_t now_ns) {
 }
 
 void MetricsStore::Tick(absl::Time now) {
-  std::lock_guard<std::shared_mutex> lock(admin_mu_);
   const int64_t now_ns = absl::ToUnixNanos(now);
   // The engine ticks before every plan, many a second while jobs register,
   // and a pass over every job's cells and pods costs about 1 us a cell, 40 ms
-  // at 10,000 jobs, with admin_mu_ held. So a full pass comes only when
-  // window snapshots are due (once a period) and at least once a pod_ttl;
-  // between them Tick visits only the jobs in pod_due_ whose pods may have
-  // gone stale. What Ingest adds meanwhile cannot be due sooner: a new size
-  // starts with its empty snapshot taken then, due in the next period, and
-  // a pod added after a full pass was seen after it, stale a pod_ttl later,
-  // by when the next full pass has come. (An Ingest whose `now` ran
-  // slightly behind this pass's is at most that much late.)
-  if (now_ns < next_full_pass_ns_) {
-    while (!pod_due_.empty() && pod_due_.begin()->first <= now_ns) {
-      ExpirePodsLocked(*pod_due_.begin()->second, now_ns);  // files it later
+  // at 10,000 jobs. So a full pass comes only when window snapshots are due
+  // (once a period) and at least once a pod_ttl; between them Tick visits
+  // only the jobs in pod_due_ whose pods may have gone stale. What Ingest
+  // adds meanwhile cannot be due sooner: a new size starts with its empty
+  // snapshot taken then, due in the next period, and a pod added after a
+  // full pass was seen after it, stale a pod_ttl later, by when the next
+  // full pass has come. (An Ingest whose `now` ran slightly behind this
+  // pass's is at most that much late.)
+  {
+    std::lock_guard<std::shared_mutex> lock(admin_mu_);
+    if (now_ns < next_full_pass_ns_) {
+      while (!pod_due_.empty() && pod_due_.begin()->first <= now_ns) {
+        ExpirePodsLocked(*pod_due_.begin()->second, now_ns);  // files it later
+      }
+      ReclaimLocked();
+      return;
     }
-    ReclaimLocked();
-    return;
   }
   // kSnapshots - 1 periods span the window, so the ring always holds a
   // snapshot from about the window's start.
@@ -144,9 +146,18 @@ void MetricsStore::Tick(absl::Time now) {
   // (the first pass in it), so every cell comes due at once: a pass per
   // period, not one whenever some cell's own period is up.
   const int64_t period_start = now_ns - ((now_ns % period_ns) + period_ns) % period_ns;
-  bool rolled = false;
-  for (const auto& shard : jobs_) {
-    for (const auto& [id, job] : shard.load(std::memory_order_relaxed)->jobs) {
+  // A table shard at a time, admin_mu_ released in between: readers (Stats,
+  // Pods) and registrations wait for one shard's share of the pass, not for
+  // all of it. The engine ticks on its plan thread, which runs at a lower
+  // priority: on a busy machine a reader stuck behind the whole pass would
+  // wait as long as the scheduler kept that thread off the CPU. Each cell is
+  // rolled at most once a period whoever gets to it first, so a concurrent
+  // Tick or a change between shards only moves work from one pass to the
+  // other.
+  for (int shard = 0; shard < kTableShards; ++shard) {
+    std::lock_guard<std::shared_mutex> lock(admin_mu_);
+    bool rolled = false;
+    for (const auto& [id, job] : jobs_[shard].load(std::memory_order_relaxed)->jobs) {
       for (int i = 0; i < job->max_sizes; ++i) {
         SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
         if (cell == nullptr) break;
@@ -160,10 +171,11 @@ void MetricsStore::Tick(absl::Time now) {
       }
       ExpirePodsLocked(*job, now_ns);
     }
+    // After this shard's snapshots (see StatsIfChanged's fast path).
+    if (rolled) roll_generation_.fetch_add(1, std::memory_order_release);
   }
+  std::lock_guard<std::shared_mutex> lock(admin_mu_);
   next_full_pass_ns_ = std::min(period_start + period_ns, now_ns + ttl_ns + 1);
-  // After the snapshots (see StatsIfChanged's fast path).
-  if (rolled) roll_generation_.fetch_add(1, std::memory_order_release);
   ReclaimLocked();
 }
 

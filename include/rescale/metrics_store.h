@@ -307,9 +307,10 @@ class MetricsStore {
   // Forgets the job's pods unseen since now - pod_ttl and files it in
   // pod_due_ under its next due time.
   void ExpirePodsLocked(JobState& job, int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(admin_mu_);
-  // Tick passes that took window snapshots (which may move a window base):
-  // a StatsRevision from an older generation is checked the slow way.
-  // Written under admin_mu_ (exclusive) after the snapshots, with release.
+  // Tick passes that took window snapshots (which may move a window base),
+  // bumped once per table shard whose jobs got one: a StatsRevision from an
+  // older generation is checked the slow way. Written under admin_mu_
+  // (exclusive) after that shard's snapshots, with release.
   std::atomic<uint64_t> roll_generation_{0};
   // `accepted` of jobs freed after removal, so TotalAccepted stays exact.
   std::atomic<uint64_t> removed_accepted_{0};
