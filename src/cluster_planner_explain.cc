@@ -4,6 +4,7 @@
 //
 // Explanations are computed from the final sizes, the same way for all three
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -23,6 +24,19 @@ namespace {
 // job of every plan: integers only, and several times faster.
 std::string Count(uint64_t n, const char* noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+// printf's "%.<precision>f", or "%+.<precision>f" with `sign`, for the
+// figures in every job's reason of every plan: std::to_chars formats as
+// printf does in the C locale, without parsing a format each time.
+std::string Fixed(double v, int precision, bool sign = false) {
+  char buf[64];
+  char* out = buf;
+  if (sign && !std::signbit(v)) *out++ = '+';
+  const auto [end, error] =
+      std::to_chars(out, buf + sizeof buf, v, std::chars_format::fixed, precision);
+  if (error != std::errc()) return absl::StrFormat(sign ? "%+.*f" : "%.*f", precision, v);
+  return std::string(buf, end);
 }
 
 std::string SizePhrase(const JobModel& m, uint32_t n) {
@@ -129,13 +143,13 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
         const uint64_t higher = held_prefix[above];
         const uint64_t guarded_lower = guarded_prefix.back() - guarded_prefix[above];
         const uint64_t lower = held_prefix.back() - higher - guarded_lower;
-        std::string text = absl::StrFormat(
-            "%sneeds %s; %d free; %d held by jobs of higher or equal priority",
-            m.running ? "suspended: " : "", Count(need, "GPU"), bounded ? free_gpus : 0, higher);
-        if (lower > 0) absl::StrAppendFormat(&text, "; %d by lower-priority jobs", lower);
+        std::string text =
+            absl::StrCat(m.running ? "suspended: " : "", "needs ", Count(need, "GPU"), "; ",
+                         bounded ? free_gpus : 0, " free; ", higher,
+                         " held by jobs of higher or equal priority");
+        if (lower > 0) absl::StrAppend(&text, "; ", lower, " by lower-priority jobs");
         if (guarded_lower > 0) {
-          absl::StrAppendFormat(&text, "; %d by non-preemptible jobs of lower priority",
-                                guarded_lower);
+          absl::StrAppend(&text, "; ", guarded_lower, " by non-preemptible jobs of lower priority");
         }
         d.reason = std::move(text);
       }
@@ -146,7 +160,7 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
     const uint64_t g = m.gpus_per_replica;
     if (m.cooldown && r == m.current) {
       d.binding = BindingConstraint::kCooldown;
-      d.reason = absl::StrFormat("%s: it is in cooldown, so its size is left alone", size);
+      d.reason = absl::StrCat(size, ": it is in cooldown, so its size is left alone");
       continue;
     }
     if (r == m.current) {
@@ -158,7 +172,8 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
       bool worth_with_restart = false;
       for (uint32_t other = m.lo; other <= m.hi; ++other) {
         if (other == r) continue;
-        if (other > r && bounded && m.Gpus(other - r) > free_gpus) continue;
+        // Larger sizes need more GPUs still: none of them counts either.
+        if (other > r && bounded && m.Gpus(other - r) > free_gpus) break;
         const double free_gain = p.UtilityWithoutRestart(i, other) - here;
         if (free_gain <= 0 || NearlyEqual(free_gain + here, here)) continue;
         if (p.Utility(i, other) > here && !NearlyEqual(p.Utility(i, other), here)) {
@@ -178,19 +193,18 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
         // jct weighs a restart over what is left of a job about to finish.
         const std::string span =
             m.restart_horizon_seconds < p.horizon_seconds
-                ? absl::StrFormat("the %.0f s it has left", m.restart_horizon_seconds)
-                : absl::StrFormat("the %.0f s horizon", p.horizon_seconds);
-        d.reason = absl::StrFormat(
-            "%s: resizing to %s would change throughput by %+.1f%%, not worth a "
-            "%.0f s restart over %s",
-            size, Count(tempting, "replica"), PercentFaster(m, r, tempting),
-            std::max(0.0, job.restart_cost_seconds), span);
+                ? absl::StrCat("the ", Fixed(m.restart_horizon_seconds, 0), " s it has left")
+                : absl::StrCat("the ", Fixed(p.horizon_seconds, 0), " s horizon");
+        d.reason = absl::StrCat(
+            size, ": resizing to ", Count(tempting, "replica"), " would change throughput by ",
+            Fixed(PercentFaster(m, r, tempting), 1, /*sign=*/true), "%, not worth a ",
+            Fixed(std::max(0.0, job.restart_cost_seconds), 0), " s restart over ", span);
         continue;
       }
     }
     if (r >= job.max_replicas) {
       d.binding = BindingConstraint::kMaxReplicas;
-      d.reason = absl::StrFormat("%s, its max_replicas", size);
+      d.reason = absl::StrCat(size, ", its max_replicas");
       continue;
     }
     const double gain = d.value_one_more;
@@ -199,24 +213,24 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
       const double elsewhere = cheapest_job[0] == i ? cheapest[1] : cheapest[0];
       if (std::isfinite(elsewhere) && gain / double(g) <= elsewhere * (1 + 1e-9)) {
         d.binding = BindingConstraint::kEfficiency;
-        d.reason = absl::StrFormat(
-            "%s: one more replica (%+.1f%% throughput) is worth less than its %s elsewhere", size,
-            faster, Count(g, "GPU"));
+        d.reason =
+            absl::StrCat(size, ": one more replica (", Fixed(faster, 1, /*sign=*/true),
+                         "% throughput) is worth less than its ", Count(g, "GPU"), " elsewhere");
       } else {
         d.binding = r == m.lo ? BindingConstraint::kMinReplicas : BindingConstraint::kCapacity;
-        d.reason = absl::StrFormat(
-            "%s%s: one more replica would add %.1f%% throughput but only %d of its %s are free",
-            size, r == m.lo ? ", its min_replicas" : "", faster, free_gpus, Count(g, "GPU"));
+        d.reason = absl::StrCat(size, r == m.lo ? ", its min_replicas" : "",
+                                ": one more replica would add ", Fixed(faster, 1),
+                                "% throughput but only ", free_gpus, " of its ", Count(g, "GPU"),
+                                " are free");
       }
       continue;
     }
     d.binding = BindingConstraint::kEfficiency;
     if (faster <= 0) {
-      d.reason = absl::StrFormat("%s: one more replica would not make it faster", size);
+      d.reason = absl::StrCat(size, ": one more replica would not make it faster");
     } else {
-      d.reason = absl::StrFormat(
-          "%s: one more replica would add only %.1f%% throughput, worth less than its %s", size,
-          faster, Count(g, "GPU"));
+      d.reason = absl::StrCat(size, ": one more replica would add only ", Fixed(faster, 1),
+                              "% throughput, worth less than its ", Count(g, "GPU"));
     }
   }
 
