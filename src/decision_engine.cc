@@ -337,7 +337,7 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
 absl::StatusOr<JobView> DecisionEngine::GetJob(const std::string& job_id) const {
   RETURN_IF_ERROR(ValidateJobId(job_id));
   // From the published copy: no lock of the engine's, so a read never
-  // waits for a plan's snapshot or commit.
+  // waits for a plan's sync or commit.
   const std::shared_ptr<const JobEntry> entry = FindPublished(job_id);
   if (entry == nullptr) {
     return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));

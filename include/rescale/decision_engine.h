@@ -115,7 +115,7 @@ struct EngineOptions {
   // the README) and fairness; its horizon is policy.horizon.
   ClusterPlannerOptions planner = {.objective = PlanObjectiveKind::kJct};
   ModelOptions model;
-  // Tests only: called by Replan after its snapshot, while it computes
+  // Tests only: called by Replan after it copied the changed jobs, while it computes
   // without the engine's lock, so a test can hold a plan there and check
   // what goes on meanwhile. Empty in production.
   std::function<void()> plan_compute_hook;
@@ -333,9 +333,9 @@ class DecisionEngine {
   // GetCluster): an immutable copy of each entry, replaced by every change
   // made under mu_ (register, update, applied state) and dropped with the
   // job. Sharded by job id, each shard's lock held for a lookup or a pointer
-  // swap: a read never waits for mu_, so never for a plan's snapshot or
-  // commit. Plans' policy memory and fits stay in jobs_ (readers refit when
-  // the copy's fit is stale; see CurrentFit).
+  // swap: a read never waits for mu_, so never for a plan's sync or
+  // commit. Plans' policy memory and fits stay in their slots (readers fit
+  // the store's statistics themselves; see FitNow).
   static constexpr int kReadShards = 16;
   struct ReadShard {
     std::mutex mu;
@@ -364,7 +364,7 @@ class DecisionEngine {
   std::vector<PlannerJob> planner_jobs_ ABSL_GUARDED_BY(plan_mu_);
   std::vector<std::shared_ptr<const PlanInput>> planner_job_sources_ ABSL_GUARDED_BY(plan_mu_);
   // Guards the jobs and what plans publish; held by mutations and reads
-  // only briefly, and by a plan only to snapshot and to commit.
+  // only briefly, and by a plan only to sync its copies and to commit.
   mutable std::mutex mu_;
   JobMap jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t change_counter_ ABSL_GUARDED_BY(mu_) = 0;
