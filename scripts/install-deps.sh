@@ -25,6 +25,7 @@ packages=(
   libcli11-dev
   libcurl4-openssl-dev
   libcpp-httplib-dev
+  libsqlite3-dev
 )
 
 missing=()

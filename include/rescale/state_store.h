@@ -1,0 +1,101 @@
+// StateStore: what rescaled keeps across restarts, and where (--state).
+//
+// Kept: job specs, each job's applied state and the times its cooldowns and
+// the planner's ordering read, the cluster's capacity, and each job's newest
+// recommendation with its generation (and the last generation of jobs
+// deregistered since), so generations never go backwards or repeat across
+// restarts. Every Put returns once the change is durable.
+//
+// Backends, chosen by OpenStateStore's spec (rescaled's --state):
+//   memory       kept in this process only (tests, the simulator); a new
+//                engine given the same store sees what an old one put there
+//   sqlite:PATH  one SQLite file in WAL mode with synchronous=FULL, the
+//                schema versioned in the file (kStateSchemaVersion) and
+//                migrated forward on open; a file that is corrupt or from a
+//                newer rescaled stops the open with an error naming the
+//                file and what to do, and is never rewritten
+//
+// Thread safety: a StateStore is used by one thread at a time (the engine
+// calls it under its own lock).
+#ifndef RESCALE_STATE_STORE_H_
+#define RESCALE_STATE_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rescale/types.h"
+
+namespace rescale {
+
+// The schema version this build writes; files at an older version are
+// migrated on open, files at a newer one are refused.
+inline constexpr int kStateSchemaVersion = 1;
+
+// One registered job as the engine keeps it between restarts.
+struct StoredJob {
+  JobSpec spec;
+  // What the cluster runs, as last reported (ReportApplied).
+  uint32_t current_replicas = 0;
+  bool suspended = false;
+  uint64_t last_applied_generation = 0;
+  absl::Time last_applied_at = absl::InfinitePast();
+  bool has_applied = false;
+  absl::Time registered_at = absl::InfinitePast();
+  // When the cluster last changed its size (cooldowns), last started and
+  // stopped running (the planner's tie rules, waiting time).
+  absl::Time last_change_at = absl::InfinitePast();
+  absl::Time started_at = absl::InfinitePast();
+  absl::Time stopped_at = absl::InfinitePast();
+  // The policy memory the cluster's changes write: the size before the
+  // latest change and the recent changes (time, change in replicas).
+  uint32_t previous_replicas = 0;
+  std::vector<std::pair<absl::Time, int32_t>> scale_events;
+  friend bool operator==(const StoredJob&, const StoredJob&) = default;
+};
+
+// Everything a StateStore holds, as Load returns it.
+struct StoredState {
+  std::vector<StoredJob> jobs;  // ordered by job id
+  std::optional<uint32_t> capacity_gpus;
+  // Each job's newest recommendation, ordered by job id.
+  std::vector<Recommendation> recommendations;
+  // The last generation of each job deregistered since (and not registered
+  // again), ordered by job id.
+  std::vector<std::pair<std::string, uint64_t>> retired_generations;
+};
+
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+  // The backend and where it keeps state: "memory", "sqlite:/path/state.db".
+  virtual std::string Describe() const = 0;
+  virtual absl::StatusOr<StoredState> Load() = 0;
+  // Records the job (a new one, or a new spec or applied state).
+  virtual absl::Status PutJob(const StoredJob& job) = 0;
+  // Forgets the job and its recommendation, keeping `last_generation` (0 =
+  // none) so a job registered again under the same id continues from it.
+  virtual absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) = 0;
+  virtual absl::Status PutCapacity(uint32_t total_gpus) = 0;
+  // Records each job's newest recommendation, replacing the one before; the
+  // job's retired generation, if any, is dropped.
+  virtual absl::Status PutRecommendations(std::span<const Recommendation> recs) = 0;
+};
+
+// The store `spec` names: "memory" or "sqlite:PATH". INVALID_ARGUMENT for
+// any other spec; FAILED_PRECONDITION naming the file and what to do when a
+// SQLite file cannot be opened, is corrupt or was written by a newer
+// rescaled.
+absl::StatusOr<std::unique_ptr<StateStore>> OpenStateStore(std::string_view spec);
+
+}  // namespace rescale
+
+#endif  // RESCALE_STATE_STORE_H_

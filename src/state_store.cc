@@ -1,0 +1,253 @@
+// StateStore (see rescale/state_store.h): the spec parser, the in-memory
+// backend and the JSON form of the kept records, which the SQLite backend
+// stores one row per job (state_store_internal.h).
+#include "rescale/state_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "state_store_internal.h"
+
+namespace rescale {
+namespace state_internal {
+namespace {
+
+using nlohmann::json;
+
+// Times as Unix nanoseconds; null stands for "never" (InfinitePast), which
+// has no finite nanosecond count.
+json TimeToJson(absl::Time t) {
+  if (t == absl::InfinitePast()) return nullptr;
+  return absl::ToUnixNanos(t);
+}
+
+absl::Time TimeFromJson(const json& j) {
+  if (j.is_null()) return absl::InfinitePast();
+  return absl::FromUnixNanos(j.get<int64_t>());
+}
+
+// NaN and infinities are not JSON numbers: kept as strings.
+json DoubleToJson(double v) {
+  if (std::isfinite(v)) return v;
+  if (std::isnan(v)) return "nan";
+  return v > 0 ? "inf" : "-inf";
+}
+
+double DoubleFromJson(const json& j) {
+  if (j.is_number()) return j.get<double>();
+  const std::string s = j.get<std::string>();
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+json SpecToJson(const JobSpec& spec) {
+  json prior = json::array();
+  for (const CurvePoint& p : spec.prior) {
+    prior.push_back({{"replicas", p.replicas},
+                     {"samples_per_second", DoubleToJson(p.samples_per_second)},
+                     {"uncertainty", DoubleToJson(p.uncertainty)}});
+  }
+  json out = {{"job_id", spec.job_id},
+              {"min_replicas", spec.min_replicas},
+              {"max_replicas", spec.max_replicas},
+              {"gpus_per_replica", spec.gpus_per_replica},
+              {"priority", spec.priority},
+              {"preemptible", spec.preemptible},
+              {"restart_cost_seconds", DoubleToJson(spec.restart_cost_seconds)},
+              {"local_batch_size", spec.local_batch_size},
+              {"policy", spec.policy},
+              {"prior", std::move(prior)},
+              {"parameters", spec.parameters}};
+  if (spec.total_samples.has_value()) out["total_samples"] = *spec.total_samples;
+  return out;
+}
+
+JobSpec SpecFromJson(const json& j) {
+  JobSpec spec;
+  spec.job_id = j.at("job_id").get<std::string>();
+  spec.min_replicas = j.at("min_replicas").get<uint32_t>();
+  spec.max_replicas = j.at("max_replicas").get<uint32_t>();
+  spec.gpus_per_replica = j.at("gpus_per_replica").get<uint32_t>();
+  spec.priority = j.at("priority").get<int32_t>();
+  spec.preemptible = j.at("preemptible").get<bool>();
+  spec.restart_cost_seconds = DoubleFromJson(j.at("restart_cost_seconds"));
+  spec.local_batch_size = j.at("local_batch_size").get<uint32_t>();
+  spec.policy = j.at("policy").get<std::string>();
+  for (const json& p : j.at("prior")) {
+    CurvePoint point;
+    point.replicas = p.at("replicas").get<uint32_t>();
+    point.samples_per_second = DoubleFromJson(p.at("samples_per_second"));
+    point.uncertainty = DoubleFromJson(p.at("uncertainty"));
+    spec.prior.push_back(point);
+  }
+  spec.parameters = j.at("parameters").get<std::map<std::string, std::string>>();
+  if (j.contains("total_samples")) spec.total_samples = j.at("total_samples").get<uint64_t>();
+  return spec;
+}
+
+}  // namespace
+
+std::string JobToJson(const StoredJob& job) {
+  json events = json::array();
+  for (const auto& [at, delta] : job.scale_events) events.push_back({TimeToJson(at), delta});
+  const json out = {{"spec", SpecToJson(job.spec)},
+                    {"current_replicas", job.current_replicas},
+                    {"suspended", job.suspended},
+                    {"last_applied_generation", job.last_applied_generation},
+                    {"last_applied_at", TimeToJson(job.last_applied_at)},
+                    {"has_applied", job.has_applied},
+                    {"registered_at", TimeToJson(job.registered_at)},
+                    {"last_change_at", TimeToJson(job.last_change_at)},
+                    {"started_at", TimeToJson(job.started_at)},
+                    {"stopped_at", TimeToJson(job.stopped_at)},
+                    {"previous_replicas", job.previous_replicas},
+                    {"scale_events", std::move(events)}};
+  return out.dump();
+}
+
+absl::StatusOr<StoredJob> JobFromJson(std::string_view text) {
+  try {
+    const json j = json::parse(text);
+    StoredJob job;
+    job.spec = SpecFromJson(j.at("spec"));
+    job.current_replicas = j.at("current_replicas").get<uint32_t>();
+    job.suspended = j.at("suspended").get<bool>();
+    job.last_applied_generation = j.at("last_applied_generation").get<uint64_t>();
+    job.last_applied_at = TimeFromJson(j.at("last_applied_at"));
+    job.has_applied = j.at("has_applied").get<bool>();
+    job.registered_at = TimeFromJson(j.at("registered_at"));
+    job.last_change_at = TimeFromJson(j.at("last_change_at"));
+    job.started_at = TimeFromJson(j.at("started_at"));
+    job.stopped_at = TimeFromJson(j.at("stopped_at"));
+    job.previous_replicas = j.at("previous_replicas").get<uint32_t>();
+    for (const json& e : j.at("scale_events")) {
+      job.scale_events.emplace_back(TimeFromJson(e.at(0)), e.at(1).get<int32_t>());
+    }
+    return job;
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrFormat("a job record does not parse: %s", e.what()));
+  }
+}
+
+std::string RecommendationToJson(const Recommendation& rec) {
+  json out = {{"job_id", rec.job_id},
+              {"replicas", rec.replicas},
+              {"suspend", rec.suspend},
+              // Enums by their numbers, as in the rescale.v1 API: append-only.
+              {"action", static_cast<int>(rec.action)},
+              {"generation", rec.generation},
+              {"reason", rec.reason},
+              {"binding_constraint", static_cast<int>(rec.binding_constraint)},
+              {"current_samples_per_second", DoubleToJson(rec.current_samples_per_second)},
+              {"predicted_samples_per_second", DoubleToJson(rec.predicted_samples_per_second)},
+              {"queue_position", rec.queue_position},
+              {"decided_at", TimeToJson(rec.decided_at)},
+              {"policy", rec.policy},
+              {"gpus", rec.gpus}};
+  if (rec.value_one_more) out["value_one_more"] = DoubleToJson(*rec.value_one_more);
+  if (rec.value_one_fewer) out["value_one_fewer"] = DoubleToJson(*rec.value_one_fewer);
+  return out.dump();
+}
+
+absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text) {
+  try {
+    const json j = json::parse(text);
+    Recommendation rec;
+    rec.job_id = j.at("job_id").get<std::string>();
+    rec.replicas = j.at("replicas").get<uint32_t>();
+    rec.suspend = j.at("suspend").get<bool>();
+    rec.action = static_cast<Action>(j.at("action").get<int>());
+    rec.generation = j.at("generation").get<uint64_t>();
+    rec.reason = j.at("reason").get<std::string>();
+    rec.binding_constraint = static_cast<BindingConstraint>(j.at("binding_constraint").get<int>());
+    rec.current_samples_per_second = DoubleFromJson(j.at("current_samples_per_second"));
+    rec.predicted_samples_per_second = DoubleFromJson(j.at("predicted_samples_per_second"));
+    rec.queue_position = j.at("queue_position").get<uint32_t>();
+    rec.decided_at = TimeFromJson(j.at("decided_at"));
+    rec.policy = j.at("policy").get<std::string>();
+    rec.gpus = j.at("gpus").get<uint32_t>();
+    if (j.contains("value_one_more")) rec.value_one_more = DoubleFromJson(j.at("value_one_more"));
+    if (j.contains("value_one_fewer"))
+      rec.value_one_fewer = DoubleFromJson(j.at("value_one_fewer"));
+    return rec;
+  } catch (const json::exception& e) {
+    return absl::DataLossError(
+        absl::StrFormat("a recommendation record does not parse: %s", e.what()));
+  }
+}
+
+}  // namespace state_internal
+
+namespace {
+
+// Kept in this process: a map per kind of record, so Load returns them
+// ordered by job id as the SQLite backend does.
+class MemoryStateStore : public StateStore {
+ public:
+  std::string Describe() const override { return "memory"; }
+
+  absl::StatusOr<StoredState> Load() override {
+    StoredState state;
+    for (const auto& [id, job] : jobs_) state.jobs.push_back(job);
+    state.capacity_gpus = capacity_gpus_;
+    for (const auto& [id, rec] : recommendations_) state.recommendations.push_back(rec);
+    for (const auto& [id, generation] : retired_)
+      state.retired_generations.emplace_back(id, generation);
+    return state;
+  }
+
+  absl::Status PutJob(const StoredJob& job) override {
+    jobs_[job.spec.job_id] = job;
+    return absl::OkStatus();
+  }
+
+  absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override {
+    const std::string id(job_id);
+    jobs_.erase(id);
+    recommendations_.erase(id);
+    if (last_generation > 0) retired_[id] = last_generation;
+    return absl::OkStatus();
+  }
+
+  absl::Status PutCapacity(uint32_t total_gpus) override {
+    capacity_gpus_ = total_gpus;
+    return absl::OkStatus();
+  }
+
+  absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
+    for (const Recommendation& rec : recs) {
+      recommendations_[rec.job_id] = rec;
+      retired_.erase(rec.job_id);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::map<std::string, StoredJob> jobs_;
+  std::optional<uint32_t> capacity_gpus_;
+  std::map<std::string, Recommendation> recommendations_;
+  std::map<std::string, uint64_t> retired_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStore>> OpenStateStore(std::string_view spec) {
+  if (spec == "memory") return std::make_unique<MemoryStateStore>();
+  if (spec.starts_with("sqlite:")) {
+    const std::string_view path = spec.substr(std::string_view("sqlite:").size());
+    if (path.empty()) {
+      return absl::InvalidArgumentError(
+          "--state sqlite:PATH needs a file path, e.g. sqlite:rescale-state.db");
+    }
+    return state_internal::OpenSqliteStateStore(std::string(path));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--state \"%s\" is not a state backend; use memory or sqlite:PATH", spec));
+}
+
+}  // namespace rescale

@@ -1,0 +1,28 @@
+// Internals of the state stores (state_store.cc, state_store_sqlite.cc),
+// shared with their white-box tests: the JSON form of the kept records and
+// the SQLite backend's constructor.
+#ifndef RESCALE_STATE_STORE_INTERNAL_H_
+#define RESCALE_STATE_STORE_INTERNAL_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "rescale/state_store.h"
+
+namespace rescale::state_internal {
+
+// One record per row, as JSON: a field added later is simply absent from
+// older rows, so most schema changes need no migration of the data.
+std::string JobToJson(const StoredJob& job);
+absl::StatusOr<StoredJob> JobFromJson(std::string_view text);
+std::string RecommendationToJson(const Recommendation& rec);
+absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text);
+
+// The SQLite backend on `path` (created when missing).
+absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path);
+
+}  // namespace rescale::state_internal
+
+#endif  // RESCALE_STATE_STORE_INTERNAL_H_

@@ -1,0 +1,296 @@
+// The SQLite state store (--state sqlite:PATH; see rescale/state_store.h).
+//
+// One file, in WAL mode with synchronous=FULL: each Put is one transaction,
+// on disk when it returns, and a crash at any point leaves the file as of
+// the last committed one. The file is held with an exclusive lock from open
+// to close, so a second rescaled on the same file fails at start-up instead
+// of both writing it. Records are JSON, one row per job (see
+// state_store_internal.h); the schema version lives in the file's `meta`
+// table and older files are migrated forward in one transaction on open.
+#include <sqlite3.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "rescale/status_macros.h"
+#include "state_store_internal.h"
+
+namespace rescale::state_internal {
+namespace {
+
+// Schema steps: kMigrations[v] takes a file at version v to v + 1; version 0
+// is an empty file. A new version appends its step and bumps
+// kStateSchemaVersion.
+constexpr const char* kMigrations[] = {
+    // 0 -> 1
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);"
+    "CREATE TABLE recommendations (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);"
+    "CREATE TABLE retired_generations (job_id TEXT PRIMARY KEY, generation INTEGER NOT NULL);"
+    "CREATE TABLE cluster (key TEXT PRIMARY KEY, value INTEGER NOT NULL);",
+};
+static_assert(std::size(kMigrations) == kStateSchemaVersion);
+
+struct DbCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+struct StatementFinalizer {
+  void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
+};
+using Statement = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
+
+class SqliteStateStore : public StateStore {
+ public:
+  SqliteStateStore(std::string path, std::unique_ptr<sqlite3, DbCloser> db)
+      : path_(std::move(path)), db_(std::move(db)) {}
+
+  std::string Describe() const override { return "sqlite:" + path_; }
+
+  // Takes the lock, checks the file and brings its schema up to date.
+  absl::Status Init() {
+    // The lock first: the checks below would otherwise race another
+    // rescaled starting on the same file.
+    RETURN_IF_ERROR(Exec("PRAGMA locking_mode=EXCLUSIVE"));
+    RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
+    RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL"));
+    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    absl::Status status = CheckAndMigrate();
+    RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
+    return status;
+  }
+
+  absl::StatusOr<StoredState> Load() override {
+    StoredState state;
+    ASSIGN_OR_RETURN(Statement jobs, Prepare("SELECT job_id, record FROM jobs ORDER BY job_id"));
+    while (sqlite3_step(jobs.get()) == SQLITE_ROW) {
+      absl::StatusOr<StoredJob> job = JobFromJson(Text(jobs.get(), 1));
+      if (!job.ok()) return Corrupt(absl::StrFormat("job %s", Text(jobs.get(), 0)), job.status());
+      state.jobs.push_back(*std::move(job));
+    }
+    ASSIGN_OR_RETURN(Statement recs,
+                     Prepare("SELECT job_id, record FROM recommendations ORDER BY job_id"));
+    while (sqlite3_step(recs.get()) == SQLITE_ROW) {
+      absl::StatusOr<Recommendation> rec = RecommendationFromJson(Text(recs.get(), 1));
+      if (!rec.ok()) {
+        return Corrupt(absl::StrFormat("the recommendation of %s", Text(recs.get(), 0)),
+                       rec.status());
+      }
+      state.recommendations.push_back(*std::move(rec));
+    }
+    ASSIGN_OR_RETURN(Statement retired,
+                     Prepare("SELECT job_id, generation FROM retired_generations ORDER BY job_id"));
+    while (sqlite3_step(retired.get()) == SQLITE_ROW) {
+      state.retired_generations.emplace_back(
+          Text(retired.get(), 0), static_cast<uint64_t>(sqlite3_column_int64(retired.get(), 1)));
+    }
+    ASSIGN_OR_RETURN(Statement capacity,
+                     Prepare("SELECT value FROM cluster WHERE key = 'capacity_gpus'"));
+    if (sqlite3_step(capacity.get()) == SQLITE_ROW) {
+      state.capacity_gpus = static_cast<uint32_t>(sqlite3_column_int64(capacity.get(), 0));
+    }
+    return state;
+  }
+
+  absl::Status PutJob(const StoredJob& job) override {
+    ASSIGN_OR_RETURN(Statement put,
+                     Prepare("INSERT OR REPLACE INTO jobs (job_id, record) VALUES (?, ?)"));
+    Bind(put.get(), 1, job.spec.job_id);
+    Bind(put.get(), 2, JobToJson(job));
+    return Run(put.get(), "record the job");
+  }
+
+  absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override {
+    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    absl::Status status = DeleteJobInTransaction(job_id, last_generation);
+    RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
+    return status;
+  }
+
+  absl::Status PutCapacity(uint32_t total_gpus) override {
+    ASSIGN_OR_RETURN(
+        Statement put,
+        Prepare("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_gpus', ?)"));
+    sqlite3_bind_int64(put.get(), 1, total_gpus);
+    return Run(put.get(), "record the capacity");
+  }
+
+  absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
+    if (recs.empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    absl::Status status = PutRecommendationsInTransaction(recs);
+    RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
+    return status;
+  }
+
+ private:
+  absl::Status CheckAndMigrate() {
+    // A file that is not a database, or is damaged, fails here or below.
+    ASSIGN_OR_RETURN(Statement check, Prepare("PRAGMA quick_check"));
+    if (sqlite3_step(check.get()) != SQLITE_ROW) return Failed("PRAGMA quick_check");
+    if (const std::string verdict = Text(check.get(), 0); verdict != "ok") {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "state file %s is damaged (SQLite's quick_check: %s); restore it from a backup, or "
+          "move it aside to start with no state",
+          path_, verdict));
+    }
+    int version = 0;
+    ASSIGN_OR_RETURN(Statement has_meta,
+                     Prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"));
+    if (sqlite3_step(has_meta.get()) == SQLITE_ROW) {
+      ASSIGN_OR_RETURN(Statement read,
+                       Prepare("SELECT value FROM meta WHERE key = 'schema_version'"));
+      if (sqlite3_step(read.get()) != SQLITE_ROW) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "state file %s has no schema version; it was not written by rescaled, or is "
+            "damaged: restore it from a backup, or move it aside to start with no state",
+            path_));
+      }
+      version = sqlite3_column_int(read.get(), 0);
+    } else {
+      ASSIGN_OR_RETURN(Statement tables, Prepare("SELECT count(*) FROM sqlite_master"));
+      if (sqlite3_step(tables.get()) == SQLITE_ROW && sqlite3_column_int(tables.get(), 0) > 0) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s is a SQLite file, but not a Rescale state file (no meta table); point --state "
+            "at another file",
+            path_));
+      }
+    }
+    if (version > kStateSchemaVersion) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "state file %s was written by a newer rescaled (schema version %d; this one reads up "
+          "to %d): run that version or newer, or restore a backup made by this one",
+          path_, version, kStateSchemaVersion));
+    }
+    for (int v = version; v < kStateSchemaVersion; ++v) {
+      RETURN_IF_ERROR(Exec(kMigrations[v]));
+    }
+    if (version != kStateSchemaVersion) {
+      RETURN_IF_ERROR(Exec(absl::StrFormat(
+          "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '%d')",
+          kStateSchemaVersion)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DeleteJobInTransaction(std::string_view job_id, uint64_t last_generation) {
+    for (const char* sql :
+         {"DELETE FROM jobs WHERE job_id = ?", "DELETE FROM recommendations WHERE job_id = ?"}) {
+      ASSIGN_OR_RETURN(Statement del, Prepare(sql));
+      Bind(del.get(), 1, job_id);
+      RETURN_IF_ERROR(Run(del.get(), "forget the job"));
+    }
+    if (last_generation == 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(Statement keep, Prepare("INSERT OR REPLACE INTO retired_generations "
+                                             "(job_id, generation) VALUES (?, ?)"));
+    Bind(keep.get(), 1, job_id);
+    sqlite3_bind_int64(keep.get(), 2, static_cast<int64_t>(last_generation));
+    return Run(keep.get(), "keep the job's last generation");
+  }
+
+  absl::Status PutRecommendationsInTransaction(std::span<const Recommendation> recs) {
+    ASSIGN_OR_RETURN(Statement put, Prepare("INSERT OR REPLACE INTO recommendations "
+                                            "(job_id, record) VALUES (?, ?)"));
+    ASSIGN_OR_RETURN(Statement unretire,
+                     Prepare("DELETE FROM retired_generations WHERE job_id = ?"));
+    for (const Recommendation& rec : recs) {
+      Bind(put.get(), 1, rec.job_id);
+      Bind(put.get(), 2, RecommendationToJson(rec));
+      RETURN_IF_ERROR(Run(put.get(), "record a recommendation"));
+      Bind(unretire.get(), 1, rec.job_id);
+      RETURN_IF_ERROR(Run(unretire.get(), "record a recommendation"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Statement> Prepare(std::string_view sql) {
+    sqlite3_stmt* statement = nullptr;
+    if (sqlite3_prepare_v2(db_.get(), sql.data(), static_cast<int>(sql.size()), &statement,
+                           nullptr) != SQLITE_OK) {
+      return Failed(absl::StrFormat("prepare \"%s\"", sql));
+    }
+    return Statement(statement);
+  }
+
+  static void Bind(sqlite3_stmt* statement, int index, std::string_view text) {
+    sqlite3_bind_text(statement, index, text.data(), static_cast<int>(text.size()),
+                      SQLITE_TRANSIENT);
+  }
+
+  static std::string Text(sqlite3_stmt* statement, int column) {
+    const unsigned char* text = sqlite3_column_text(statement, column);
+    return text == nullptr ? std::string()
+                           : std::string(reinterpret_cast<const char*>(text),
+                                         sqlite3_column_bytes(statement, column));
+  }
+
+  // Steps a statement that returns no rows, and resets it for reuse.
+  absl::Status Run(sqlite3_stmt* statement, std::string_view what) {
+    const int rc = sqlite3_step(statement);
+    sqlite3_reset(statement);
+    sqlite3_clear_bindings(statement);
+    if (rc != SQLITE_DONE) return Failed(what);
+    return absl::OkStatus();
+  }
+
+  absl::Status Exec(const std::string& sql) {
+    if (sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return Failed(absl::StrFormat("run \"%s\"", sql.substr(0, 60)));
+    }
+    return absl::OkStatus();
+  }
+
+  // The connection's last error, naming the file and what was attempted. A
+  // file that is not a database or is damaged says what to do about it.
+  absl::Status Failed(std::string_view what) const {
+    const int code = sqlite3_extended_errcode(db_.get());
+    const std::string message = sqlite3_errmsg(db_.get());
+    if ((code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED) return InUse();
+    if ((code & 0xff) == SQLITE_NOTADB || (code & 0xff) == SQLITE_CORRUPT) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "state file %s is not a usable SQLite database (%s); restore it from a backup, or "
+          "move it aside to start with no state",
+          path_, message));
+    }
+    return absl::UnavailableError(
+        absl::StrFormat("state file %s: could not %s: %s", path_, what, message));
+  }
+
+  absl::Status InUse() const {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "state file %s is in use by another process (another rescaled?); give each rescaled "
+        "its own file",
+        path_));
+  }
+
+  absl::Status Corrupt(std::string_view what, const absl::Status& status) const {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "state file %s: %s cannot be read (%s); restore the file from a backup, or move it "
+        "aside to start with no state",
+        path_, what, status.message()));
+  }
+
+  const std::string path_;
+  std::unique_ptr<sqlite3, DbCloser> db_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path) {
+  sqlite3* raw = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  std::unique_ptr<sqlite3, DbCloser> db(raw);
+  if (rc != SQLITE_OK) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cannot open state file %s: %s; check that its directory exists and is writable", path,
+        raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+  }
+  auto store = std::make_unique<SqliteStateStore>(path, std::move(db));
+  RETURN_IF_ERROR(store->Init());
+  return store;
+}
+
+}  // namespace rescale::state_internal

@@ -1,0 +1,351 @@
+// Tests of the state stores (rescale/state_store.h): what is put comes back
+// on Load, from the same memory store and from a SQLite file reopened by a
+// new store; files in use, from a newer rescaled, damaged or not ours are
+// refused with an error naming the file, and left as they were.
+#include "rescale/state_store.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "rescale/read_file.h"
+
+namespace rescale {
+namespace {
+
+// A fresh directory under the system's temporary one, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "rescale-state-XXXXXX");
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+StoredJob SampleJob(const std::string& id) {
+  StoredJob job;
+  job.spec.job_id = id;
+  job.spec.min_replicas = 2;
+  job.spec.max_replicas = 16;
+  job.spec.gpus_per_replica = 4;
+  job.spec.priority = -3;
+  job.spec.preemptible = false;
+  job.spec.restart_cost_seconds = 42.5;
+  job.spec.local_batch_size = 64;
+  job.spec.policy = "hpa";
+  job.spec.prior = {{.replicas = 1, .samples_per_second = 100.25, .uncertainty = 3},
+                    {.replicas = 4, .samples_per_second = 350, .uncertainty = 0}};
+  job.spec.parameters = {{"cooldown_seconds", "120"}};
+  job.spec.total_samples = 1'000'000'000'000ull;
+  job.current_replicas = 4;
+  job.suspended = true;
+  job.last_applied_generation = 7;
+  job.last_applied_at = absl::FromUnixNanos(1'700'000'000'123'456'789);
+  job.has_applied = true;
+  job.registered_at = absl::FromUnixSeconds(1'699'999'000);
+  job.last_change_at = absl::FromUnixSeconds(1'700'000'000);
+  // started_at stays "never"; InfinitePast must survive the round trip.
+  job.stopped_at = absl::FromUnixSeconds(1'700'000'100);
+  job.previous_replicas = 2;
+  job.scale_events = {{absl::FromUnixSeconds(1'699'999'500), 2},
+                      {absl::FromUnixSeconds(1'700'000'000), -1}};
+  return job;
+}
+
+Recommendation SampleRecommendation(const std::string& id, uint64_t generation) {
+  Recommendation rec;
+  rec.job_id = id;
+  rec.replicas = 3;
+  rec.action = Action::kScaleDown;
+  rec.generation = generation;
+  rec.reason = "3 replicas (12 GPUs): one more replica would add only 1.5% throughput";
+  rec.binding_constraint = BindingConstraint::kEfficiency;
+  rec.current_samples_per_second = 812.5;
+  rec.predicted_samples_per_second = std::numeric_limits<double>::infinity();
+  rec.queue_position = 0;
+  rec.decided_at = absl::FromUnixNanos(1'700'000'200'000'000'001);
+  rec.policy = "planner";
+  rec.gpus = 12;
+  rec.value_one_fewer = -0.25;
+  return rec;
+}
+
+void CheckSameRecommendation(const Recommendation& got, const Recommendation& want) {
+  CHECK(got.job_id == want.job_id);
+  CHECK(got.replicas == want.replicas);
+  CHECK(got.suspend == want.suspend);
+  CHECK(got.action == want.action);
+  CHECK(got.generation == want.generation);
+  CHECK(got.reason == want.reason);
+  CHECK(got.binding_constraint == want.binding_constraint);
+  CHECK(got.current_samples_per_second == want.current_samples_per_second);
+  CHECK(got.predicted_samples_per_second == want.predicted_samples_per_second);
+  CHECK(got.queue_position == want.queue_position);
+  CHECK(got.decided_at == want.decided_at);
+  CHECK(got.policy == want.policy);
+  CHECK(got.gpus == want.gpus);
+  CHECK(got.value_one_more == want.value_one_more);
+  CHECK(got.value_one_fewer == want.value_one_fewer);
+}
+
+std::unique_ptr<StateStore> MustOpen(const std::string& spec) {
+  absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore(spec);
+  INFO(store.status());
+  REQUIRE(store.ok());
+  return *std::move(store);
+}
+
+// Puts two jobs, capacity and recommendations, deregisters one, and checks
+// what `reopen` then loads.
+void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
+  {
+    std::unique_ptr<StateStore> store = open();
+    REQUIRE(store->PutJob(SampleJob("ns/a")).ok());
+    REQUIRE(store->PutJob(SampleJob("ns/b")).ok());
+    StoredJob changed = SampleJob("ns/a");
+    changed.current_replicas = 8;
+    REQUIRE(store->PutJob(changed).ok());  // replaces
+    REQUIRE(store->PutCapacity(64).ok());
+    const std::vector<Recommendation> recs = {SampleRecommendation("ns/a", 5),
+                                              SampleRecommendation("ns/b", 9)};
+    REQUIRE(store->PutRecommendations(recs).ok());
+    REQUIRE(store->DeleteJob("ns/b", 9).ok());
+  }
+  std::unique_ptr<StateStore> store = open();
+  absl::StatusOr<StoredState> state = store->Load();
+  INFO(state.status());
+  REQUIRE(state.ok());
+  REQUIRE(state->jobs.size() == 1);
+  StoredJob want = SampleJob("ns/a");
+  want.current_replicas = 8;
+  CHECK(state->jobs[0] == want);
+  CHECK(state->jobs[0].started_at == absl::InfinitePast());
+  CHECK(state->capacity_gpus == 64u);
+  REQUIRE(state->recommendations.size() == 1);
+  CheckSameRecommendation(state->recommendations[0], SampleRecommendation("ns/a", 5));
+  REQUIRE(state->retired_generations.size() == 1);
+  CHECK(state->retired_generations[0] == std::make_pair(std::string("ns/b"), uint64_t{9}));
+
+  // Registered again: a new recommendation takes over from the retired one.
+  REQUIRE(store->PutJob(SampleJob("ns/b")).ok());
+  REQUIRE(store->PutRecommendations({{SampleRecommendation("ns/b", 10)}}).ok());
+  state = store->Load();
+  REQUIRE(state.ok());
+  CHECK(state->retired_generations.empty());
+  REQUIRE(state->recommendations.size() == 2);
+  CHECK(state->recommendations[1].generation == 10);
+}
+
+TEST_CASE("memory state store gives back what was put, to the next user of the same store") {
+  std::unique_ptr<StateStore> shared = MustOpen("memory");
+  CHECK(shared->Describe() == "memory");
+  // A "restart" hands the same store to a new user: nothing is copied.
+  struct Borrowed : StateStore {
+    StateStore* inner;
+    explicit Borrowed(StateStore* s) : inner(s) {}
+    std::string Describe() const override { return inner->Describe(); }
+    absl::StatusOr<StoredState> Load() override { return inner->Load(); }
+    absl::Status PutJob(const StoredJob& job) override { return inner->PutJob(job); }
+    absl::Status DeleteJob(std::string_view id, uint64_t g) override {
+      return inner->DeleteJob(id, g);
+    }
+    absl::Status PutCapacity(uint32_t gpus) override { return inner->PutCapacity(gpus); }
+    absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
+      return inner->PutRecommendations(recs);
+    }
+  };
+  CheckRoundTrip([&] { return std::make_unique<Borrowed>(shared.get()); });
+}
+
+TEST_CASE("sqlite state store: a new store on the same file loads every record put before") {
+  TempDir dir;
+  const std::string spec = "sqlite:" + dir.File("state.db");
+  CheckRoundTrip([&] { return MustOpen(spec); });
+  CHECK(MustOpen(spec)->Describe() == spec);
+}
+
+TEST_CASE("sqlite state store: a new file loads as empty") {
+  TempDir dir;
+  absl::StatusOr<StoredState> state = MustOpen("sqlite:" + dir.File("new.db"))->Load();
+  REQUIRE(state.ok());
+  CHECK(state->jobs.empty());
+  CHECK(!state->capacity_gpus.has_value());
+  CHECK(state->recommendations.empty());
+}
+
+TEST_CASE("sqlite state store: a file in use by another store is refused, naming it") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  std::unique_ptr<StateStore> first = MustOpen("sqlite:" + path);
+  REQUIRE(first->PutCapacity(8).ok());
+  absl::StatusOr<std::unique_ptr<StateStore>> second = OpenStateStore("sqlite:" + path);
+  REQUIRE(!second.ok());
+  CHECK(second.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(second.status().message()),
+             Catch::Contains(path) && Catch::Contains("in use"));
+  // The first goes on writing.
+  CHECK(first->PutCapacity(16).ok());
+}
+
+// Runs `sql` on the file directly, as a damaged or foreign file would be.
+void RunSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  INFO((error != nullptr ? error : ""));
+  sqlite3_free(error);
+  sqlite3_close(db);
+  REQUIRE(rc == SQLITE_OK);
+}
+
+std::string Bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+TEST_CASE("sqlite state store: a file from a newer rescaled is refused and left as it was") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity(8).ok());
+  RunSql(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+  const std::string before = Bytes(path);
+  absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore("sqlite:" + path);
+  REQUIRE(!store.ok());
+  CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(store.status().message()), Catch::Contains(path) &&
+                                                        Catch::Contains("newer rescaled") &&
+                                                        Catch::Contains("schema version 99"));
+  CHECK(Bytes(path) == before);
+}
+
+TEST_CASE("sqlite state store: a file that is not a database is refused and left as it was") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  const std::string garbage(8192, 'x');
+  std::ofstream(path, std::ios::binary) << garbage;
+  absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore("sqlite:" + path);
+  REQUIRE(!store.ok());
+  CHECK(store.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(store.status().message()),
+             Catch::Contains(path) && Catch::Contains("backup"));
+  CHECK(Bytes(path) == garbage);
+}
+
+TEST_CASE("sqlite state store: another program's SQLite file is refused") {
+  TempDir dir;
+  const std::string path = dir.File("other.db");
+  RunSql(path, "CREATE TABLE customers (id INTEGER)");
+  absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore("sqlite:" + path);
+  REQUIRE(!store.ok());
+  CHECK_THAT(std::string(store.status().message()),
+             Catch::Contains(path) && Catch::Contains("not a Rescale state file"));
+}
+
+TEST_CASE("sqlite state store: a record that does not parse stops Load, naming the job") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  REQUIRE(MustOpen("sqlite:" + path)->PutJob(SampleJob("ns/a")).ok());
+  RunSql(path, "UPDATE jobs SET record = '{\"spec\": 1}' WHERE job_id = 'ns/a'");
+  absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
+  REQUIRE(!state.ok());
+  CHECK(state.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(state.status().message()),
+             Catch::Contains(path) && Catch::Contains("job ns/a"));
+}
+
+// A child process writes jobs one after another, telling the parent over a
+// pipe after each write returns; the parent kills it (SIGKILL) after a
+// random number of them, mid-way through the next. The file must then open
+// and load, with every job the child was told is durable.
+TEST_CASE("sqlite state store: a writer killed at random points leaves a file that loads") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  std::mt19937 rng(20261204);
+  int next_job = 0;
+  for (int round = 0; round < 6; ++round) {
+    int acks[2];
+    REQUIRE(pipe(acks) == 0);
+    const int first = next_job;
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      close(acks[0]);
+      absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore("sqlite:" + path);
+      if (!store.ok()) _exit(2);
+      for (int i = first;; ++i) {
+        StoredJob job = SampleJob("ns/job-" + std::to_string(i));
+        job.last_applied_generation = static_cast<uint64_t>(i);
+        if (!(*store)->PutJob(job).ok()) _exit(3);
+        if (i % 3 == 0 &&
+            !(*store)->PutRecommendations({{SampleRecommendation(job.spec.job_id, i)}}).ok())
+          _exit(4);
+        if (write(acks[1], &i, sizeof i) != sizeof i) _exit(5);
+      }
+    }
+    close(acks[1]);
+    const int wanted = std::uniform_int_distribution<int>(5, 60)(rng);
+    int last_acked = -1;
+    for (int k = 0; k < wanted; ++k) {
+      REQUIRE(read(acks[0], &last_acked, sizeof last_acked) == sizeof last_acked);
+    }
+    REQUIRE(kill(child, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    close(acks[0]);
+    CHECK(WIFSIGNALED(status));
+
+    absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore("sqlite:" + path);
+    INFO("round " << round << ": " << store.status());
+    REQUIRE(store.ok());
+    absl::StatusOr<StoredState> state = (*store)->Load();
+    REQUIRE(state.ok());
+    // Every acknowledged job is there, whole; at most the one being written
+    // when the kill came is there too.
+    CHECK(static_cast<int>(state->jobs.size()) >= last_acked + 1);
+    CHECK(static_cast<int>(state->jobs.size()) <= last_acked + 2);
+    for (const StoredJob& job : state->jobs) {
+      const int i = std::stoi(job.spec.job_id.substr(std::string("ns/job-").size()));
+      StoredJob want = SampleJob(job.spec.job_id);
+      want.last_applied_generation = static_cast<uint64_t>(i);
+      CHECK(job == want);
+    }
+    next_job = static_cast<int>(state->jobs.size());
+  }
+}
+
+TEST_CASE("OpenStateStore names the flag and the backends for an unknown spec") {
+  for (const char* spec : {"", "sqlite:", "postgres://db/rescale", "SQLITE:x.db"}) {
+    absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore(spec);
+    INFO(spec);
+    REQUIRE(!store.ok());
+    CHECK(store.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(store.status().message()), Catch::Contains("--state"));
+  }
+  TempDir dir;
+  absl::StatusOr<std::unique_ptr<StateStore>> missing_dir =
+      OpenStateStore("sqlite:" + dir.File("no/such/dir/state.db"));
+  REQUIRE(!missing_dir.ok());
+  CHECK(missing_dir.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(missing_dir.status().message()), Catch::Contains("no/such/dir"));
+}
+
+}  // namespace
+}  // namespace rescale
