@@ -18,6 +18,7 @@
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "rescale/logging.h"
+#include "rescale/state_store.h"
 #include "server/server.h"
 
 namespace {
@@ -60,7 +61,8 @@ ABSL_FLAG(absl::Duration, cooldown, kEngine.policy.cooldown,
           "parameters.cooldown_seconds)");
 ABSL_FLAG(absl::Duration, horizon, kEngine.policy.horizon,
           "a scale-up must repay its restart cost within this span");
-ABSL_FLAG(std::string, objective, std::string(rescale::PlanObjectiveName(kEngine.planner.objective)),
+ABSL_FLAG(std::string, objective,
+          std::string(rescale::PlanObjectiveName(kEngine.planner.objective)),
           "what the planner optimises above the gang and priority rules: jct (lowest average "
           "job completion time: GPUs to the jobs with the least work left) or fair (balanced "
           "speedups)");
@@ -79,6 +81,11 @@ ABSL_FLAG(int, plan_thread_nice, kEngine.plan_thread_nice,
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM server certificate chain; enables TLS with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, state, "memory",
+          "where jobs, applied state, capacity and recommendations are kept across "
+          "restarts: memory (nothing is kept) or sqlite:PATH (one SQLite file, e.g. "
+          "sqlite:rescale-state.db; a file that is damaged, in use or from a newer "
+          "rescaled stops start-up)");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "how long in-flight calls may run after SIGINT/SIGTERM");
 
@@ -144,18 +151,30 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  const std::string state = absl::GetFlag(FLAGS_state);
+  if (state != "memory") {
+    absl::StatusOr<std::unique_ptr<rescale::StateStore>> store = rescale::OpenStateStore(state);
+    if (!store.ok()) {
+      spdlog::critical("cannot start: {}", std::string(store.status().message()));
+      return 1;
+    }
+    engine.state = *std::move(store);
+  }
+
   auto server = rescale::server::RescaleServer::Start(options);
   if (!server.ok()) {
     spdlog::critical("cannot start: {}", std::string(server.status().message()));
     return 1;
   }
+  // The capacity as the engine has it: a kept one wins over the flag.
+  const std::optional<uint32_t> capacity_now = (*server)->engine().GetCluster().total_gpus;
   spdlog::info(
-      "rescaled serving on {} ({}; capacity {}; default policy {}; objective {}; plan interval {})",
-               (*server)->address(), options.tls_cert_file.empty() ? "plaintext" : "TLS",
-               engine.capacity_gpus ? std::to_string(*engine.capacity_gpus) + " GPUs"
-                                    : std::string("unknown"),
-               engine.default_policy, rescale::PlanObjectiveName(engine.planner.objective),
-               absl::FormatDuration(engine.plan_interval));
+      "rescaled serving on {} ({}; state {}; capacity {}; default policy {}; objective {}; plan "
+      "interval {})",
+      (*server)->address(), options.tls_cert_file.empty() ? "plaintext" : "TLS", state,
+      capacity_now ? std::to_string(*capacity_now) + " GPUs" : std::string("unknown"),
+      engine.default_policy, rescale::PlanObjectiveName(engine.planner.objective),
+      absl::FormatDuration(engine.plan_interval));
 
   int received = 0;
   sigwait(&signals, &received);

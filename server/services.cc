@@ -326,9 +326,12 @@ grpc::ServerUnaryReactor* RecommendationServiceImpl::ReportApplied(
 grpc::ServerUnaryReactor* ClusterServiceImpl::SetCapacity(grpc::CallbackServerContext* context,
                                                           const v1::SetCapacityRequest* request,
                                                           v1::Cluster* response) {
-  ToProto(engine_.SetCapacity(request->total_gpus()), response);
-  spdlog::info("capacity set to {} GPUs", request->total_gpus());
-  return FinishUnary(context, absl::OkStatus());
+  absl::StatusOr<ClusterView> view = engine_.SetCapacity(request->total_gpus());
+  if (view.ok()) {
+    ToProto(*view, response);
+    spdlog::info("capacity set to {} GPUs", request->total_gpus());
+  }
+  return FinishUnary(context, view.status());
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetCluster(grpc::CallbackServerContext* context,

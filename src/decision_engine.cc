@@ -111,7 +111,79 @@ absl::Status DecisionEngine::ValidateOptions(const EngineOptions& options) {
 absl::StatusOr<std::unique_ptr<DecisionEngine>> DecisionEngine::Create(EngineOptions options,
                                                                        Clock* clock) {
   RETURN_IF_ERROR(ValidateOptions(options));
-  return std::unique_ptr<DecisionEngine>(new DecisionEngine(std::move(options), clock));
+  std::unique_ptr<DecisionEngine> engine(new DecisionEngine(std::move(options), clock));
+  if (engine->options_.state != nullptr) {
+    std::lock_guard<std::mutex> lock(engine->mu_);
+    RETURN_IF_ERROR(engine->RestoreLocked());
+  }
+  return engine;
+}
+
+absl::Status DecisionEngine::RestoreLocked() {
+  StateStore& state = *options_.state;
+  ASSIGN_OR_RETURN(StoredState stored, state.Load());
+  if (static_cast<int>(stored.jobs.size()) > options_.max_jobs) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s holds %d jobs, more than --max_jobs (%d); raise --max_jobs",
+                        state.Describe(), stored.jobs.size(), options_.max_jobs));
+  }
+  for (StoredJob& kept : stored.jobs) {
+    absl::StatusOr<JobSpec> spec = Normalize(kept.spec);
+    if (!spec.ok()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: the kept spec of job %s is not valid on this server (%s); start with the "
+          "limits and policies it was registered under",
+          state.Describe(), kept.spec.job_id, spec.status().message()));
+    }
+    RETURN_IF_ERROR(store_.AddJob(spec->job_id, spec->max_replicas, spec->local_batch_size));
+    JobEntry entry;
+    entry.spec = *std::move(spec);
+    entry.status.current_replicas = kept.current_replicas;
+    entry.status.suspended = kept.suspended;
+    entry.status.last_applied_generation = kept.last_applied_generation;
+    entry.status.last_applied_at = kept.last_applied_at;
+    entry.status.registered_at = kept.registered_at;
+    entry.has_applied = kept.has_applied;
+    entry.last_change_at = kept.last_change_at;
+    entry.started_at = kept.started_at;
+    entry.stopped_at = kept.stopped_at;
+    entry.memory.previous_replicas = kept.previous_replicas;
+    entry.memory.scale_events = std::move(kept.scale_events);
+    entry.registration = entry.version = entry.spec_version = ++change_counter_;
+    auto it = jobs_.emplace(entry.spec.job_id, std::move(entry)).first;
+    MarkChangedLocked(it->first);
+    PublishEntryLocked(it->second);
+  }
+  if (stored.capacity_gpus.has_value()) capacity_gpus_ = stored.capacity_gpus;
+  // Recommendations of jobs no longer kept (none, unless the file was
+  // edited) would have no job to describe.
+  std::erase_if(stored.recommendations,
+                [&](const Recommendation& rec) { return !jobs_.contains(rec.job_id); });
+  board_.Restore(std::move(stored.recommendations), std::move(stored.retired_generations));
+  spdlog::info("restored {} jobs from {}", jobs_.size(), state.Describe());
+  return absl::OkStatus();
+}
+
+StoredJob DecisionEngine::StoredJobOf(const JobEntry& entry) {
+  StoredJob kept;
+  kept.spec = entry.spec;
+  kept.current_replicas = entry.status.current_replicas;
+  kept.suspended = entry.status.suspended;
+  kept.last_applied_generation = entry.status.last_applied_generation;
+  kept.last_applied_at = entry.status.last_applied_at;
+  kept.has_applied = entry.has_applied;
+  kept.registered_at = entry.status.registered_at;
+  kept.last_change_at = entry.last_change_at;
+  kept.started_at = entry.started_at;
+  kept.stopped_at = entry.stopped_at;
+  kept.previous_replicas = entry.memory.previous_replicas;
+  kept.scale_events = entry.memory.scale_events;
+  return kept;
+}
+
+absl::Status DecisionEngine::PersistJobLocked(const JobEntry& entry) {
+  if (options_.state == nullptr) return absl::OkStatus();
+  return options_.state->PutJob(StoredJobOf(entry));
 }
 
 DecisionEngine::DecisionEngine(EngineOptions options, Clock* clock)
@@ -277,6 +349,10 @@ absl::StatusOr<DecisionEngine::JobEntry*> DecisionEngine::AddJobLocked(JobSpec s
   JobEntry entry;
   entry.spec = spec;
   entry.status.registered_at = clock_->Now();
+  if (absl::Status kept = PersistJobLocked(entry); !kept.ok()) {
+    store_.RemoveJob(spec.job_id);
+    return kept;
+  }
   entry.registration = entry.version = entry.spec_version = ++change_counter_;
   auto it = jobs_.emplace(spec.job_id, std::move(entry)).first;
   MarkChangedLocked(it->first);
@@ -320,6 +396,9 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
       return absl::NotFoundError(
           absl::StrFormat("job \"%s\" is not registered; use RegisterJob to add it", spec.job_id));
     }
+    JobEntry changed = it->second;
+    changed.spec = spec;
+    RETURN_IF_ERROR(PersistJobLocked(changed));
     RETURN_IF_ERROR(store_.AddJob(spec.job_id, spec.max_replicas, spec.local_batch_size));
     it->second.spec = spec;
     it->second.version = it->second.spec_version = ++change_counter_;
@@ -373,9 +452,14 @@ absl::Status DecisionEngine::DeregisterJob(const std::string& job_id) {
   {
     const DeliverOnExit deliver(board_);  // after the lock below is released
     std::lock_guard<std::mutex> lock(mu_);
-    if (jobs_.erase(job_id) == 0) {
+    if (!jobs_.contains(job_id)) {
       return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
     }
+    if (options_.state != nullptr) {
+      const std::optional<Recommendation> last = board_.Get(job_id);
+      RETURN_IF_ERROR(options_.state->DeleteJob(job_id, last ? last->generation : 0));
+    }
+    jobs_.erase(job_id);
     MarkChangedLocked(job_id);
     UnpublishEntryLocked(job_id);
     store_.RemoveJob(job_id);
@@ -481,7 +565,8 @@ absl::StatusOr<DecisionEngine::JobEntry> DecisionEngine::ApplyLocked(const std::
   if (it == jobs_.end()) {
     return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
   }
-  JobEntry& entry = it->second;
+  // Changed on a copy, which replaces the entry once it is recorded.
+  JobEntry entry = it->second;
   if (replicas > entry.spec.max_replicas) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "replicas %d exceeds the job's max_replicas %d", replicas, entry.spec.max_replicas));
@@ -519,7 +604,9 @@ absl::StatusOr<DecisionEngine::JobEntry> DecisionEngine::ApplyLocked(const std::
         std::max(entry.status.last_applied_generation, generation);
   }
   entry.status.last_applied_at = clock_->Now();
+  RETURN_IF_ERROR(PersistJobLocked(entry));
   entry.version = ++change_counter_;
+  it->second = entry;
   MarkChangedLocked(it->first);
   PublishEntryLocked(entry);
   return entry;
@@ -550,10 +637,11 @@ std::vector<std::shared_ptr<const Recommendation>> DecisionEngine::Recommendatio
   return board_.Snapshot(namespace_filter);
 }
 
-ClusterView DecisionEngine::SetCapacity(uint32_t total_gpus) {
+absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(uint32_t total_gpus) {
   bool deferred;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (options_.state != nullptr) RETURN_IF_ERROR(options_.state->PutCapacity(total_gpus));
     capacity_gpus_ = total_gpus;
     deferred = RequestReplanLocked(options_.plan_coalesce);
   }
@@ -676,6 +764,21 @@ void DecisionEngine::CommitLocked(PlanResult result, absl::Time now) {
       return rec.replicas > spec.max_replicas ||
              (rec.replicas != 0 && rec.replicas < spec.min_replicas);
     });
+  }
+  if (options_.state != nullptr) {
+    // Generations go to the state store before anyone can see them, so a
+    // restart never hands out a generation again for another target.
+    const std::vector<size_t> changed = board_.AssignGenerations(result.recs);
+    if (!changed.empty()) {
+      std::vector<Recommendation> kept;
+      kept.reserve(changed.size());
+      for (size_t i : changed) kept.push_back(result.recs[i]);
+      if (absl::Status recorded = options_.state->PutRecommendations(kept); !recorded.ok()) {
+        spdlog::error("plan not published: its {} new generations could not be recorded: {}",
+                      kept.size(), recorded.ToString());
+        return;
+      }
+    }
   }
   last_plan_utility_ = result.utility;
   last_plan_upper_bound_ = result.upper_bound;

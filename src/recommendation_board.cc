@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/hash/hash.h"
-
 #include "rescale/job_rules.h"
 
 namespace rescale {
@@ -143,7 +142,8 @@ void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
         rec.generation = base + 1;
         events.emplace_back(i, RecommendationEvent{RecommendationEvent::Type::kAdded, rec});
         std::string id = rec.job_id;
-        shard.current.emplace(std::move(id), std::make_shared<const Recommendation>(std::move(rec)));
+        shard.current.emplace(std::move(id),
+                              std::make_shared<const Recommendation>(std::move(rec)));
       } else {
         const Recommendation& old = *it->second;
         rec.generation = old.SameTarget(rec) ? old.generation : old.generation + 1;
@@ -164,6 +164,46 @@ void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
     const Shard& shard = ShardOf(id);
     std::lock_guard<std::mutex> shard_lock(shard.mu);
     stored->push_back(*shard.current.at(id));
+  }
+}
+
+std::vector<size_t> RecommendationBoard::AssignGenerations(
+    std::vector<Recommendation>& decisions) const {
+  // The same rule as StageInto.
+  std::vector<size_t> changed;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < decisions.size(); ++i) {
+    Recommendation& rec = decisions[i];
+    const Shard& shard = ShardOf(rec.job_id);
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    if (auto it = shard.current.find(rec.job_id); it != shard.current.end()) {
+      const Recommendation& old = *it->second;
+      rec.generation = old.SameTarget(rec) ? old.generation : old.generation + 1;
+      if (!old.SameVisibleDecision(rec)) changed.push_back(i);
+      continue;
+    }
+    auto retired = shard.retired_generations.find(rec.job_id);
+    rec.generation = (retired != shard.retired_generations.end() ? retired->second : 0) + 1;
+    changed.push_back(i);
+  }
+  return changed;
+}
+
+void RecommendationBoard::Restore(
+    std::vector<Recommendation> recommendations,
+    std::vector<std::pair<std::string, uint64_t>> retired_generations) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [job_id, generation] : retired_generations) {
+    Shard& shard = ShardOf(job_id);
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    shard.retired_generations[job_id] = generation;
+  }
+  for (Recommendation& rec : recommendations) {
+    Shard& shard = ShardOf(rec.job_id);
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    shard.retired_generations.erase(rec.job_id);
+    std::string id = rec.job_id;
+    shard.current[std::move(id)] = std::make_shared<const Recommendation>(std::move(rec));
   }
 }
 

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "client/common/backoff.h"
 #include "rescale/read_file.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
@@ -55,19 +56,7 @@ TEST_CASE("backoff without an injected source stays within [d/2, d]") {
   }
 }
 
-class TempDir {
- public:
-  TempDir()
-      : path_(std::filesystem::temp_directory_path() /
-              ("rescale-read-file-" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using rescale::testing::TempDir;
 
 TEST_CASE("ReadFileToString returns the whole file, bytes as they are") {
   TempDir dir;

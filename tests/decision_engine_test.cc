@@ -31,6 +31,7 @@ using testing::MustCreate;
 using testing::MustIngest;
 using testing::MustRecommendation;
 using testing::MustRegister;
+using testing::MustSetCapacity;
 
 // Most tests here are about the engine's plumbing, not a policy: they use
 // the simplest policy, static-min, as the default.
@@ -272,7 +273,7 @@ TEST_CASE("engine makes the lower-priority job wait when capacity falls below de
   REQUIRE(MustRecommendation(engine, "ns/low").replicas == 4);
 
   clock.Advance(absl::Minutes(1));
-  ClusterView cluster = engine.SetCapacity(6);
+  ClusterView cluster = MustSetCapacity(engine, 6);
   REQUIRE(cluster.total_gpus.has_value());
   CHECK(*cluster.total_gpus == 6);
   CHECK(cluster.allocated_gpus == 4);
@@ -326,7 +327,7 @@ TEST_CASE("engine suspends a running lower-priority job preempted by a higher-pr
 
   // Once suspended, more capacity brings it back with RESUME.
   REQUIRE(engine.ReportApplied("ns/low", 4, true, 2).ok());
-  engine.SetCapacity(8);
+  MustSetCapacity(engine, 8);
   low = MustRecommendation(engine, "ns/low");
   CHECK(low.replicas == 4);
   CHECK(low.action == Action::kResume);
@@ -410,7 +411,7 @@ TEST_CASE("watchers' ready callbacks run after the engine's lock is released, fo
   REQUIRE(engine.UpdateJob(bigger).ok());  // MODIFIED: 3 replicas
   REQUIRE(jobs_seen.size() == 2);
   drain_and_arm();
-  engine.SetCapacity(2);  // too few for its gang of 3: suspended
+  MustSetCapacity(engine, 2);  // too few for its gang of 3: suspended
   REQUIRE(jobs_seen.size() == 3);
   CHECK(jobs_seen.back() == 1);
   drain_and_arm();
@@ -925,7 +926,7 @@ TEST_CASE(
   // A report (300 ms debounce) and then a capacity change (5 ms): one plan
   // when the earlier window ends covers both.
   REQUIRE(engine->ReportApplied("ns/a", 2, false, 1).ok());
-  ClusterView cluster = engine->SetCapacity(4);
+  ClusterView cluster = MustSetCapacity(*engine, 4);
   CHECK(cluster.plan_pending);
   CHECK(cluster.total_gpus == 4u);
   clock.Advance(absl::Milliseconds(5));
@@ -1031,7 +1032,7 @@ TEST_CASE("a change planned inline while a plan computes is planned after it, an
   options.plan_compute_hook = [&gate] { gate.Hook(); };
   auto engine = MustCreate(options, &clock);
   MustRegister(*engine, Spec("ns/a", 2, 8));
-  engine->SetCapacity(8);
+  MustSetCapacity(*engine, 8);
   REQUIRE(MustRecommendation(*engine, "ns/a").replicas == 2);
   const uint64_t plans_before = engine->GetCluster().plans_run;
   gate.Arm();
@@ -1039,10 +1040,12 @@ TEST_CASE("a change planned inline while a plan computes is planned after it, an
   gate.AwaitComputing();
   // Without the timer this call plans itself, on newer state (1 GPU: too
   // few for ns/a's 2 replicas); it waits for the plan computing on 8.
-  std::thread shrink([&] { engine->SetCapacity(1); });
+  absl::Status shrunk;
+  std::thread shrink([&] { shrunk = engine->SetCapacity(1).status(); });
   gate.Release();
   planner.join();
   shrink.join();
+  CHECK(shrunk.ok());
   CHECK(engine->GetCluster().plans_run == plans_before + 2);
   CHECK(engine->GetCluster().total_gpus == 1u);
   // The plan on 8 GPUs was published first, then overwritten by the newer.
@@ -1074,7 +1077,7 @@ TEST_CASE("engine's default planner gives spare GPUs to the job that scales bett
   good.restart_cost_seconds = poor.restart_cost_seconds = 5;
   MustRegister(engine, good);
   MustRegister(engine, poor);
-  engine.SetCapacity(16);
+  MustSetCapacity(engine, 16);
   const std::map<std::string, double> laws = {{"ns/scales-well", 0.002}, {"ns/scales-poorly", 0.2}};
   for (int round = 0; round < 10; ++round) ApplyAndMeasure(engine, clock, laws);
   const Recommendation well = MustRecommendation(engine, "ns/scales-well");
@@ -1102,7 +1105,7 @@ TEST_CASE("engine's jct objective gives spare GPUs to the job with less work lef
     far.total_samples = 200'000'000;
     MustRegister(*engine, near);
     MustRegister(*engine, far);
-    engine->SetCapacity(16);
+    MustSetCapacity(*engine, 16);
     for (int round = 0; round < 10; ++round) ApplyAndMeasure(*engine, clock, laws);
     return std::pair{MustRecommendation(*engine, "ns/near-done").replicas,
                      MustRecommendation(*engine, "ns/far-from-done").replicas};
@@ -1123,7 +1126,7 @@ TEST_CASE("engine keeps a planner job that keeps changing size in a longer coold
   spec.prior = {{.replicas = 1, .samples_per_second = 100},
                 {.replicas = 8, .samples_per_second = 800}};
   MustRegister(engine, spec);
-  engine.SetCapacity(8);
+  MustSetCapacity(engine, 8);
   Recommendation rec = MustRecommendation(engine, "ns/flapping");
   REQUIRE(rec.replicas == 8);
   REQUIRE(engine.ReportApplied("ns/flapping", 8, false, rec.generation).ok());
@@ -1155,13 +1158,13 @@ TEST_CASE(
   DecisionEngine& engine = *engine_owner;
   MustRegister(engine, Spec("ns/high", 2, 4, /*priority=*/10));
   MustRegister(engine, Spec("ns/low", 2, 4, /*priority=*/0));
-  engine.SetCapacity(8);
+  MustSetCapacity(engine, 8);
   const std::map<std::string, double> laws = {{"ns/high", 0.001}, {"ns/low", 0.001}};
   for (int round = 0; round < 6; ++round) ApplyAndMeasure(engine, clock, laws);
   CHECK(MustRecommendation(engine, "ns/high").replicas == 4);
   CHECK(MustRecommendation(engine, "ns/low").replicas == 4);
 
-  engine.SetCapacity(6);  // both shrink (the fair split), neither stops
+  MustSetCapacity(engine, 6);  // both shrink (the fair split), neither stops
   Recommendation high = MustRecommendation(engine, "ns/high");
   Recommendation low = MustRecommendation(engine, "ns/low");
   CHECK(high.replicas >= 2);
@@ -1169,12 +1172,12 @@ TEST_CASE(
   CHECK(high.replicas + low.replicas <= 6);
   ApplyAndMeasure(engine, clock, laws);
 
-  engine.SetCapacity(4);  // both at their minimum before any is suspended
+  MustSetCapacity(engine, 4);  // both at their minimum before any is suspended
   CHECK(MustRecommendation(engine, "ns/high").replicas == 2);
   CHECK(MustRecommendation(engine, "ns/low").replicas == 2);
   ApplyAndMeasure(engine, clock, laws);
 
-  engine.SetCapacity(3);  // now one must stop: the lower priority
+  MustSetCapacity(engine, 3);  // now one must stop: the lower priority
   low = MustRecommendation(engine, "ns/low");
   CHECK(low.replicas == 0);
   CHECK(low.action == Action::kSuspend);
@@ -1183,7 +1186,7 @@ TEST_CASE(
   CHECK(MustRecommendation(engine, "ns/high").replicas == 3);
   ApplyAndMeasure(engine, clock, laws);
 
-  engine.SetCapacity(8);  // GPUs come back: the suspended job resumes
+  MustSetCapacity(engine, 8);  // GPUs come back: the suspended job resumes
   low = MustRecommendation(engine, "ns/low");
   CHECK(low.replicas >= 2);
   CHECK(low.action == Action::kResume);
@@ -1321,7 +1324,7 @@ TEST_CASE("engine drops a planner job's kept policy input when the capacity beco
   CHECK(rec.binding_constraint == BindingConstraint::kInsufficientData);
   engine.Replan();  // nothing moved: the kept input, the same answer
   CHECK(MustRecommendation(engine, "ns/learner").replicas == 4);
-  engine.SetCapacity(64);
+  MustSetCapacity(engine, 64);
   rec = MustRecommendation(engine, "ns/learner");
   CHECK(rec.replicas > 4);
   CHECK(rec.binding_constraint != BindingConstraint::kInsufficientData);
@@ -1338,7 +1341,7 @@ TEST_CASE("a plan computed on a snapshot hands the policies' memory back to the 
   JobSpec spec = Spec("ns/explorer", 1, 8);
   spec.policy = "kubedl";
   MustRegister(engine, spec);
-  engine.SetCapacity(64);
+  MustSetCapacity(engine, 64);
   auto measure = [&](uint32_t size, double step_seconds) {
     MustIngest(engine, "ns/explorer", {"explorer-worker-0", "explorer-worker-1"}, size,
                step_seconds, 20);

@@ -50,6 +50,13 @@ inline void MustIngest(DecisionEngine& engine, std::string_view job_id,
   REQUIRE(engine.Ingest(batch).accepted == batch.size());
 }
 
+inline ClusterView MustSetCapacity(DecisionEngine& engine, uint32_t total_gpus) {
+  absl::StatusOr<ClusterView> view = engine.SetCapacity(total_gpus);
+  INFO(view.status().ToString());
+  REQUIRE(view.ok());
+  return *view;
+}
+
 inline Recommendation MustRecommendation(const DecisionEngine& engine, const std::string& id) {
   absl::StatusOr<Recommendation> rec = engine.GetRecommendation(id);
   INFO(rec.status().ToString());

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "rescale/clock.h"
-#include "tests/engine_helpers.h"
 #include "rescale/cluster_planner.h"
 #include "rescale/decision_engine.h"
 #include "rescale/job_rules.h"
 #include "rescale/policy.h"
+#include "tests/engine_helpers.h"
 
 namespace rescale {
 namespace {
@@ -29,6 +29,7 @@ namespace {
 using testing::MustCreate;
 using testing::MustRecommendation;
 using testing::MustRegister;
+using testing::MustSetCapacity;
 
 using Catch::Matchers::Contains;
 
@@ -66,7 +67,7 @@ void Measure(DecisionEngine& engine, const std::string& job, uint32_t world_size
 TEST_CASE("a lone job with a linear prior on an idle 8-GPU cluster gets 8 GPUs at once") {
   ManualClock clock;
   auto engine = MustCreate(EngineOptions{}, &clock);  // default policy: planner
-  engine->SetCapacity(8);
+  MustSetCapacity(*engine, 8);
   JobSpec spec = Spec("ns/linear", 1, 8);
   spec.prior = LinearPrior({1, 2, 4, 8});
   MustRegister(*engine, spec);
@@ -80,7 +81,7 @@ TEST_CASE("a lone job with a linear prior on an idle 8-GPU cluster gets 8 GPUs a
   JobSpec shorter = Spec("ns/short", 1, 8);
   shorter.prior = LinearPrior({1, 2, 4});
   auto known = MustCreate(EngineOptions{}, &clock);
-  known->SetCapacity(8);
+  MustSetCapacity(*known, 8);
   MustRegister(*known, shorter);
   CHECK(MustRecommendation(*known, "ns/short").replicas == 8);
 
@@ -128,7 +129,7 @@ TEST_CASE(
     options.model.gpus_per_node = instance % 3 == 0 ? 4 : 0;
     auto engine = MustCreate(options, &clock);
     const uint64_t capacity = uniform(2, 12);
-    engine->SetCapacity(static_cast<uint32_t>(capacity));
+    MustSetCapacity(*engine, static_cast<uint32_t>(capacity));
     const int job_count = uniform(1, 4);
     for (int j = 0; j < job_count; ++j) {
       JobSpec spec = Spec("ns/job-" + std::to_string(j), uniform(1, 2), uniform(2, 6));
@@ -183,7 +184,7 @@ TEST_CASE("a job without data starts where the default prior says it pays") {
   ManualClock clock;
   SECTION("node size unknown: the prior is near-linear, so the whole idle cluster") {
     auto engine = MustCreate(EngineOptions{}, &clock);
-    engine->SetCapacity(8);
+    MustSetCapacity(*engine, 8);
     MustRegister(*engine, Spec("ns/new", 1, 8));
     const Recommendation rec = MustRecommendation(*engine, "ns/new");
     CHECK(rec.replicas == 8);
@@ -195,7 +196,7 @@ TEST_CASE("a job without data starts where the default prior says it pays") {
     EngineOptions options;
     options.model.gpus_per_node = 4;
     auto engine = MustCreate(options, &clock);
-    engine->SetCapacity(6);
+    MustSetCapacity(*engine, 6);
     MustRegister(*engine, Spec("ns/new", 1, 6));
     CHECK(MustRecommendation(*engine, "ns/new").replicas == 4);
   }
@@ -204,7 +205,7 @@ TEST_CASE("a job without data starts where the default prior says it pays") {
     // what the GPUs are worth. (Its synchronisation cost starts at 2
     // replicas, so 7 + 1 pays it once where 4 + 4 pays it twice.)
     auto engine = MustCreate(EngineOptions{}, &clock);
-    engine->SetCapacity(8);
+    MustSetCapacity(*engine, 8);
     MustRegister(*engine, Spec("ns/a", 1, 8));
     MustRegister(*engine, Spec("ns/b", 1, 8));
     const uint32_t a = MustRecommendation(*engine, "ns/a").replicas;
@@ -237,7 +238,7 @@ TEST_CASE("a running job steps beyond 2x its measured size when its curve says i
   CHECK_THAT(rec.reason, Contains("2x the largest measured size (1)"));
   // With 16 GPUs known the planner weighs the restart (5 s over the 600 s
   // horizon) against the gain the fitted curve predicts, all the way up.
-  engine->SetCapacity(16);
+  MustSetCapacity(*engine, 16);
   rec = MustRecommendation(*engine, "ns/job");
   CHECK(rec.replicas == 16);
 }
@@ -251,7 +252,7 @@ TEST_CASE("measurements that contradict a prior move the GPUs to the job that sc
   EngineOptions options;
   options.planner.objective = PlanObjectiveKind::kFair;
   auto engine = MustCreate(options, &clock);
-  engine->SetCapacity(8);
+  MustSetCapacity(*engine, 8);
   JobSpec claims = Spec("ns/claims-linear", 1, 8);
   JobSpec truly = Spec("ns/truly-linear", 1, 8);
   claims.prior = truly.prior = LinearPrior({1, 2, 4, 8});

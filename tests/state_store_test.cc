@@ -19,23 +19,12 @@
 #include <string>
 
 #include "rescale/read_file.h"
+#include "tests/temp_dir.h"
 
 namespace rescale {
 namespace {
 
-// A fresh directory under the system's temporary one, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "rescale-state-XXXXXX");
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 StoredJob SampleJob(const std::string& id) {
   StoredJob job;

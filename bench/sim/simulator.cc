@@ -595,7 +595,9 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
     while (next_capacity < changes.size() && changes[next_capacity].at_seconds <= now_) {
       capacity_ = changes[next_capacity++].gpus;
       // A cluster-native scheduler's engine never learns the capacity.
-      if (kind_ != PolicyKind::kClusterNative) engine_->SetCapacity(capacity_);
+      if (kind_ != PolicyKind::kClusterNative) {
+        if (absl::Status s = engine_->SetCapacity(capacity_).status(); !s.ok()) return s;
+      }
     }
     while (next_arrival < jobs_.size() && jobs_[next_arrival].desc->arrival_seconds <= now_) {
       if (in_system_ == 0) {

@@ -14,7 +14,8 @@
 //
 // Construction: DecisionEngine::Create validates EngineOptions once (limits,
 // durations, default_policy); every caller (rescaled, rescale-sim, tests)
-// goes through it, so no caller re-checks options.
+// goes through it, so no caller re-checks options. With options.state it
+// also loads the kept jobs, capacity and recommendations.
 //
 // Thread safety: every public method is thread-safe and returns quickly
 // (no I/O, no waiting on other callers beyond short critical sections). A
@@ -57,6 +58,7 @@
 #include "rescale/metrics_store.h"
 #include "rescale/policy.h"
 #include "rescale/recommendation_board.h"
+#include "rescale/state_store.h"
 #include "rescale/throughput_model.h"
 #include "rescale/types.h"
 #include "rescale/validation.h"
@@ -115,6 +117,13 @@ struct EngineOptions {
   // the README) and fairness; its horizon is policy.horizon.
   ClusterPlannerOptions planner = {.objective = PlanObjectiveKind::kJct};
   ModelOptions model;
+  // Where the jobs, their applied state, the capacity and the generations
+  // are kept across restarts (see StateStore); null = nowhere. Create loads
+  // what it holds; every acknowledged change is written through before its
+  // call returns, and a recommendation's generation before it is published.
+  // A write that fails fails the call (UNAVAILABLE) and changes nothing;
+  // a plan whose generations cannot be recorded is not published.
+  std::shared_ptr<StateStore> state;
   // Tests only: called by Replan after it copied the changed jobs, while it computes
   // without the engine's lock, so a test can hold a plan there and check
   // what goes on meanwhile. Empty in production.
@@ -162,7 +171,8 @@ class DecisionEngine {
   std::vector<std::shared_ptr<const Recommendation>> RecommendationSnapshot(
       const std::string& namespace_filter = "") const;
 
-  ClusterView SetCapacity(uint32_t total_gpus);
+  // UNAVAILABLE when options.state cannot record it (nothing changes).
+  absl::StatusOr<ClusterView> SetCapacity(uint32_t total_gpus);
   ClusterView GetCluster() const;
 
   // A stream of recommendation changes: ADDED for every current job in
@@ -278,6 +288,13 @@ class DecisionEngine {
     bool exact = true;
   };
   DecisionEngine(EngineOptions options, Clock* clock);
+  // Puts back what options_.state holds (Create). FAILED_PRECONDITION when
+  // a kept job no longer fits this server's limits or policies.
+  absl::Status RestoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What options_.state keeps of `entry`.
+  static StoredJob StoredJobOf(const JobEntry& entry);
+  // options_.state->PutJob, if any.
+  absl::Status PersistJobLocked(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<JobSpec> Normalize(JobSpec spec) const;
   // Registers the job without planning; the caller replans.

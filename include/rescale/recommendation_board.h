@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -111,6 +112,17 @@ class RecommendationBoard {
   // Publish and Remove without the fan-out: the events wait for Deliver.
   // Readers (Get, List) see the change at once; watchers once delivered.
   void Stage(std::vector<Recommendation> decisions);
+  // The generation each of `decisions` gets if staged now (set in place),
+  // and the indices of those that are new or change what a watcher sees
+  // (the target, and with it the generation, among it): what must be
+  // recorded (StateStore) before they are staged. The caller keeps other
+  // stagings out until it stages them.
+  std::vector<size_t> AssignGenerations(std::vector<Recommendation>& decisions) const;
+  // Puts back what a StateStore kept: each job's newest recommendation and
+  // the last generation of jobs deregistered since. Before any watcher
+  // subscribes (no events).
+  void Restore(std::vector<Recommendation> recommendations,
+               std::vector<std::pair<std::string, uint64_t>> retired_generations);
   void StageRemove(const std::string& job_id);
   // Hands every staged event to the subscriptions, in staging order, then
   // runs the ready callbacks of the readers that were waiting, without any

@@ -1,0 +1,207 @@
+// Tests of the engine on a StateStore (EngineOptions::state): a new engine on
+// the same SQLite file, as rescaled after a restart, has every job, applied
+// state, cooldown, capacity and generation back; generations never go
+// backwards or repeat; a write the store refuses fails the call and changes
+// nothing; a kept job this server cannot take stops start-up.
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+
+#include "rescale/clock.h"
+#include "rescale/decision_engine.h"
+#include "rescale/state_store.h"
+#include "tests/engine_helpers.h"
+#include "tests/temp_dir.h"
+
+namespace rescale {
+namespace {
+
+using testing::MustCreate;
+using testing::MustRecommendation;
+using testing::MustRegister;
+using testing::MustSetCapacity;
+using testing::TempDir;
+
+JobSpec Spec(const std::string& id, uint32_t min, uint32_t max) {
+  JobSpec spec;
+  spec.job_id = id;
+  spec.min_replicas = min;
+  spec.max_replicas = max;
+  spec.policy = "static-max";
+  spec.priority = id == "ns/high" ? 10 : 0;
+  return spec;
+}
+
+// An engine on the SQLite file at `path`, as rescaled --state sqlite:PATH
+// starts: the file is the only thing carried over.
+std::unique_ptr<DecisionEngine> Start(const std::string& path, Clock* clock,
+                                      EngineOptions options = {}) {
+  absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore("sqlite:" + path);
+  INFO(store.status().ToString());
+  REQUIRE(store.ok());
+  options.state = *std::move(store);
+  return MustCreate(std::move(options), clock);
+}
+
+TEST_CASE("a restarted engine has every job, applied state, capacity and generation back") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  ManualClock clock;
+  Recommendation before;
+  JobView view_before;
+  {
+    auto engine = Start(path, &clock);
+    MustRegister(*engine, Spec("ns/a", 1, 4));
+    JobSpec updated = Spec("ns/a", 2, 6);
+    updated.total_samples = 1'000'000;
+    absl::StatusOr<JobView> changed = engine->UpdateJob(updated);
+    INFO(changed.status().ToString());
+    REQUIRE(changed.ok());
+    MustRegister(*engine, Spec("ns/b", 1, 2));
+    MustSetCapacity(*engine, 6);
+    before = MustRecommendation(*engine, "ns/a");
+    REQUIRE(before.replicas == 4);  // 6 GPUs: ns/b takes 2
+    REQUIRE(engine->ReportApplied("ns/a", 2, false, 0).ok());
+    clock.Advance(absl::Seconds(10));
+    // A change the cluster made: its cooldown starts now.
+    REQUIRE(engine->ReportApplied("ns/a", before.replicas, false, before.generation).ok());
+    before = MustRecommendation(*engine, "ns/a");
+    absl::StatusOr<JobView> view = engine->GetJob("ns/a");
+    REQUIRE(view.ok());
+    view_before = *view;
+  }  // the engine is gone; the file stays
+
+  auto engine = Start(path, &clock);
+  absl::StatusOr<JobView> view = engine->GetJob("ns/a");
+  REQUIRE(view.ok());
+  CHECK(view->spec == view_before.spec);
+  CHECK(view->status.current_replicas == 4);
+  CHECK(view->status.last_applied_generation == before.generation);
+  CHECK(view->status.last_applied_at == view_before.status.last_applied_at);
+  CHECK(view->status.registered_at == view_before.status.registered_at);
+  CHECK(engine->ListJobs().size() == 2);
+  CHECK(engine->GetCluster().total_gpus == 6u);
+  // Served at once, before any plan: the recommendation and its generation.
+  const Recommendation restored = MustRecommendation(*engine, "ns/a");
+  CHECK(restored.generation == before.generation);
+  CHECK(restored.replicas == before.replicas);
+  CHECK(restored.reason == before.reason);
+  // The first plan after the restart changes nothing the cluster runs.
+  engine->Replan();
+  CHECK(MustRecommendation(*engine, "ns/a").generation == before.generation);
+  CHECK(MustRecommendation(*engine, "ns/a").replicas == before.replicas);
+}
+
+TEST_CASE("generations continue across restarts, also for a job registered again") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  ManualClock clock;
+  uint64_t last = 0;
+  {
+    auto engine = Start(path, &clock);
+    MustRegister(*engine, Spec("ns/a", 1, 4));
+    MustSetCapacity(*engine, 4);
+    MustSetCapacity(*engine, 2);  // a new target: a new generation
+    last = MustRecommendation(*engine, "ns/a").generation;
+    REQUIRE(last == 2);
+  }
+  {
+    auto engine = Start(path, &clock);
+    MustSetCapacity(*engine, 3);
+    const uint64_t next = MustRecommendation(*engine, "ns/a").generation;
+    CHECK(next == last + 1);
+    last = next;
+    REQUIRE(engine->DeregisterJob("ns/a").ok());
+  }
+  auto engine = Start(path, &clock);
+  CHECK(engine->GetJob("ns/a").status().code() == absl::StatusCode::kNotFound);
+  MustRegister(*engine, Spec("ns/a", 1, 4));
+  // Registered again after a restart: it continues from the last generation
+  // a controller may have applied, never from 1.
+  CHECK(MustRecommendation(*engine, "ns/a").generation == last + 1);
+}
+
+// A state store that refuses writes when told to: a disk that fills up or
+// a file that goes away, which a real SQLite file cannot be made to do on
+// cue. Everything else goes to a real in-memory store.
+class RefusingStore : public StateStore {
+ public:
+  RefusingStore() : inner_(*OpenStateStore("memory")) {}
+  bool refuse = false;
+  std::string Describe() const override { return "refusing"; }
+  absl::StatusOr<StoredState> Load() override { return inner_->Load(); }
+  absl::Status PutJob(const StoredJob& job) override {
+    return refuse ? Refusal() : inner_->PutJob(job);
+  }
+  absl::Status DeleteJob(std::string_view id, uint64_t generation) override {
+    return refuse ? Refusal() : inner_->DeleteJob(id, generation);
+  }
+  absl::Status PutCapacity(uint32_t gpus) override {
+    return refuse ? Refusal() : inner_->PutCapacity(gpus);
+  }
+  absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
+    return refuse ? Refusal() : inner_->PutRecommendations(recs);
+  }
+
+ private:
+  static absl::Status Refusal() { return absl::UnavailableError("disk full"); }
+  std::unique_ptr<StateStore> inner_;
+};
+
+TEST_CASE("a change the state store cannot record fails its call and changes nothing") {
+  ManualClock clock;
+  auto store = std::make_shared<RefusingStore>();
+  EngineOptions options;
+  options.state = store;
+  auto engine = MustCreate(options, &clock);
+  MustRegister(*engine, Spec("ns/a", 1, 4));
+  MustSetCapacity(*engine, 4);
+  const Recommendation rec = MustRecommendation(*engine, "ns/a");
+
+  store->refuse = true;
+  absl::StatusOr<JobView> registered = engine->RegisterJob(Spec("ns/b", 1, 4));
+  CHECK(registered.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(engine->GetJob("ns/b").status().code() == absl::StatusCode::kNotFound);
+  CHECK(engine->UpdateJob(Spec("ns/a", 2, 4)).status().code() == absl::StatusCode::kUnavailable);
+  CHECK(engine->GetJob("ns/a")->spec.min_replicas == 1);
+  CHECK(engine->ReportApplied("ns/a", 4, false, rec.generation).status().code() ==
+        absl::StatusCode::kUnavailable);
+  CHECK(engine->GetJob("ns/a")->status.current_replicas == 0);
+  CHECK(engine->SetCapacity(1).status().code() == absl::StatusCode::kUnavailable);
+  CHECK(engine->GetCluster().total_gpus == 4u);
+  CHECK(engine->DeregisterJob("ns/a").code() == absl::StatusCode::kUnavailable);
+  CHECK(engine->GetJob("ns/a").ok());
+  // A plan that would hand out a new generation is not published while its
+  // generation cannot be recorded (here: the spec allows only 2 now).
+  store->refuse = false;
+  REQUIRE(engine->UpdateJob(Spec("ns/a", 1, 2)).ok());
+  const Recommendation shrunk = MustRecommendation(*engine, "ns/a");
+  CHECK(shrunk.generation == rec.generation + 1);
+  store->refuse = true;
+  clock.Advance(absl::Seconds(1));
+  engine->Replan();
+  CHECK(MustRecommendation(*engine, "ns/a").generation == shrunk.generation);
+}
+
+TEST_CASE("a kept job this server cannot take stops start-up, naming the job and the file") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  ManualClock clock;
+  {
+    auto engine = Start(path, &clock);
+    MustRegister(*engine, Spec("ns/a", 1, 64));
+  }
+  absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore("sqlite:" + path);
+  REQUIRE(store.ok());
+  EngineOptions options;
+  options.spec_limits.max_replicas = 16;
+  options.state = *std::move(store);
+  absl::StatusOr<std::unique_ptr<DecisionEngine>> engine = DecisionEngine::Create(options, &clock);
+  REQUIRE(!engine.ok());
+  CHECK(engine.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(engine.status().message()),
+             Catch::Contains(path) && Catch::Contains("ns/a"));
+}
+
+}  // namespace
+}  // namespace rescale
