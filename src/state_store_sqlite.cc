@@ -2,13 +2,19 @@
 //
 // One file, in WAL mode with synchronous=FULL: each Put is one transaction,
 // on disk when it returns, and a crash at any point leaves the file as of
-// the last committed one. The file is held with an exclusive lock from open
-// to close, so a second rescaled on the same file fails at start-up instead
-// of both writing it. Records are JSON, one row per job (see
-// state_store_internal.h); the schema version lives in the file's `meta`
-// table and older files are migrated forward in one transaction on open.
+// the last committed one. A lock file beside it (PATH.lock, flock: the
+// kernel drops it when the process dies) is held from open to close, so a
+// second rescaled on the same file fails at start-up instead of both
+// writing it, while other readers (sqlite3's .backup) may still read it. Records are JSON, one row
+// per job (see state_store_internal.h); the schema version lives in the file's `meta` table and
+// older files are migrated forward in one transaction on open.
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,18 +48,30 @@ struct StatementFinalizer {
 };
 using Statement = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
 
+// An open file descriptor, closed (and its flock released) on destruction.
+class LockFile {
+ public:
+  explicit LockFile(int fd) : fd_(fd) {}
+  ~LockFile() {
+    if (fd_ >= 0) close(fd_);
+  }
+  LockFile(const LockFile&) = delete;
+  LockFile& operator=(const LockFile&) = delete;
+
+ private:
+  int fd_;
+};
+
 class SqliteStateStore : public StateStore {
  public:
-  SqliteStateStore(std::string path, std::unique_ptr<sqlite3, DbCloser> db)
-      : path_(std::move(path)), db_(std::move(db)) {}
+  SqliteStateStore(std::string path, std::unique_ptr<LockFile> lock,
+                   std::unique_ptr<sqlite3, DbCloser> db)
+      : path_(std::move(path)), lock_(std::move(lock)), db_(std::move(db)) {}
 
   std::string Describe() const override { return "sqlite:" + path_; }
 
-  // Takes the lock, checks the file and brings its schema up to date.
+  // Checks the file and brings its schema up to date.
   absl::Status Init() {
-    // The lock first: the checks below would otherwise race another
-    // rescaled starting on the same file.
-    RETURN_IF_ERROR(Exec("PRAGMA locking_mode=EXCLUSIVE"));
     RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
     RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL"));
     RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
@@ -273,12 +291,30 @@ class SqliteStateStore : public StateStore {
   }
 
   const std::string path_;
+  const std::unique_ptr<LockFile> lock_;  // closed after db_
   std::unique_ptr<sqlite3, DbCloser> db_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path) {
+  // The lock first: the checks in Init would otherwise race another
+  // rescaled starting on the same file.
+  const std::string lock_path = path + ".lock";
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("cannot open state file %s: cannot create its lock file %s: %s; check "
+                        "that its directory exists and is writable",
+                        path, lock_path, std::strerror(errno)));
+  }
+  auto lock = std::make_unique<LockFile>(fd);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "state file %s is in use by another process (another rescaled?), which holds %s; give "
+        "each rescaled its own file",
+        path, lock_path));
+  }
   sqlite3* raw = nullptr;
   const int rc =
       sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
@@ -288,7 +324,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::stri
         "cannot open state file %s: %s; check that its directory exists and is writable", path,
         raw != nullptr ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
   }
-  auto store = std::make_unique<SqliteStateStore>(path, std::move(db));
+  auto store = std::make_unique<SqliteStateStore>(path, std::move(lock), std::move(db));
   RETURN_IF_ERROR(store->Init());
   return store;
 }

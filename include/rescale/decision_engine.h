@@ -120,7 +120,8 @@ struct EngineOptions {
   // Where the jobs, their applied state, the capacity and the generations
   // are kept across restarts (see StateStore); null = nowhere. Create loads
   // what it holds; every acknowledged change is written through before its
-  // call returns, and a recommendation's generation before it is published.
+  // call returns, and each changed recommendation (with its generation)
+  // before it is published.
   // A write that fails fails the call (UNAVAILABLE) and changes nothing;
   // a plan whose generations cannot be recorded is not published.
   std::shared_ptr<StateStore> state;
