@@ -154,6 +154,12 @@ absl::Status DecisionEngine::RestoreLocked() {
     MarkChangedLocked(it->first);
     PublishEntryLocked(it->second);
   }
+  for (StoredMeasurements& measured : stored.measurements) {
+    auto it = jobs_.find(measured.job_id);
+    if (it == jobs_.end()) continue;
+    it->second.restored = std::make_shared<const std::vector<SizeStats>>(std::move(measured.sizes));
+    PublishEntryLocked(it->second);
+  }
   if (stored.capacity_gpus.has_value()) capacity_gpus_ = stored.capacity_gpus;
   // Recommendations of jobs no longer kept (none, unless the file was
   // edited) would have no job to describe.
@@ -227,13 +233,79 @@ void DecisionEngine::FitInto(PlanSlot& slot, absl::Time now, bool& refitted) con
   refitted = stats.has_value() || slot.fitted == nullptr;
   if (!refitted) return;
   if (!stats.has_value()) stats = store_.Stats(slot.entry.spec.job_id, now);
-  slot.fitted = std::make_shared<const Fitted>(Fit(slot.entry.spec, *stats, now));
+  slot.fitted = std::make_shared<const Fitted>(
+      Fit(slot.entry.spec, WithRestored(*std::move(stats), slot.entry), now));
   slot.fitted_spec_version = slot.entry.spec_version;
+  ++slot.fit_serial;
 }
 
 DecisionEngine::Fitted DecisionEngine::FitNow(const JobEntry& entry) const {
   const absl::Time now = clock_->Now();
-  return Fit(entry.spec, store_.Stats(entry.spec.job_id, now), now);
+  return Fit(entry.spec, WithRestored(store_.Stats(entry.spec.job_id, now), entry), now);
+}
+
+std::vector<SizeStats> DecisionEngine::WithRestored(std::vector<SizeStats> live,
+                                                    const JobEntry& entry) const {
+  if (entry.restored == nullptr) return live;
+  for (const SizeStats& kept : *entry.restored) {
+    auto same = std::find_if(live.begin(), live.end(),
+                             [&](const SizeStats& s) { return s.world_size == kept.world_size; });
+    if (same == live.end()) {
+      live.push_back(kept);
+      continue;
+    }
+    // Measured again since the restart: the new measurements win once they
+    // are enough to fit on; the progress made before counts either way.
+    const uint64_t steps_before = kept.steps_processed;
+    const uint64_t samples_before = kept.samples_processed;
+    if (same->lifetime_count < options_.policy.min_samples) {
+      const uint64_t steps_since = same->steps_processed;
+      const uint64_t samples_since = same->samples_processed;
+      *same = kept;
+      same->steps_processed = steps_since;
+      same->samples_processed = samples_since;
+    }
+    same->steps_processed += steps_before;
+    same->samples_processed += samples_before;
+  }
+  std::sort(live.begin(), live.end(),
+            [](const SizeStats& a, const SizeStats& b) { return a.world_size < b.world_size; });
+  return live;
+}
+
+void DecisionEngine::CheckpointMeasurements(absl::Time now) {
+  if (options_.state == nullptr || now - last_checkpoint_at_ < options_.plan_interval) return;
+  last_checkpoint_at_ = now;
+  // In transactions of at most this many jobs: a call that writes the state
+  // store (RegisterJob, ReportApplied...) waits for one of them at most,
+  // not for the whole checkpoint.
+  constexpr size_t kJobsPerTransaction = 128;
+  const absl::Time started = absl::Now();  // the cost, for the log (not the injected clock)
+  std::vector<StoredMeasurements> batch;
+  std::vector<PlanSlot*> in_batch;
+  size_t written = 0;
+  auto flush = [&]() -> bool {
+    if (batch.empty()) return true;
+    if (absl::Status kept = options_.state->PutMeasurements(batch); !kept.ok()) {
+      // Tried again at the next checkpoint; nothing is lost but this window.
+      spdlog::error("measurements of {} jobs not checkpointed: {}", batch.size(), kept.ToString());
+      return false;
+    }
+    for (PlanSlot* slot : in_batch) slot->checkpointed_fit = slot->fit_serial;
+    written += batch.size();
+    batch.clear();
+    in_batch.clear();
+    return true;
+  };
+  for (auto& [id, slot] : plan_slots_) {
+    if (slot.fitted == nullptr || slot.fit_serial == slot.checkpointed_fit) continue;
+    batch.push_back({id, slot.fitted->stats});
+    in_batch.push_back(&slot);
+    if (batch.size() == kJobsPerTransaction && !flush()) return;
+  }
+  if (!flush() || written == 0) return;
+  spdlog::debug("checkpointed the measurements of {} jobs to {} in {}", written,
+                options_.state->Describe(), absl::FormatDuration(absl::Now() - started));
 }
 
 DecisionEngine::Fitted DecisionEngine::Fit(const JobSpec& spec, std::span<const SizeStats> stats,
@@ -256,6 +328,7 @@ DecisionEngine::Fitted DecisionEngine::Fit(const JobSpec& spec, std::span<const 
   if (spec.local_batch_size > 0) model_options.default_local_batch = spec.local_batch_size;
   fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
   for (const SizeStats& s : stats) fitted.samples_processed += s.samples_processed;
+  if (options_.state != nullptr) fitted.stats.assign(stats.begin(), stats.end());
   if (!fitted.model.empty()) {
     const uint32_t sizes = std::min(spec.max_replicas, kCachedSizes);
     fitted.samples_per_second.reserve(sizes);
@@ -290,6 +363,10 @@ JobStatus DecisionEngine::StatusOf(const JobEntry& entry, const ThroughputModel*
   JobStatus status = entry.status;
   status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
   status.samples_processed = store_.SamplesProcessed(entry.spec.job_id);
+  if (entry.restored != nullptr) {
+    for (const SizeStats& kept : *entry.restored)
+      status.samples_processed += kept.samples_processed;
+  }
   // At the size it runs now: the estimate answers "when does it finish if
   // nothing changes", and a job that does not run does not finish. Only then
   // is a curve needed; a caller without one (ReportApplied) pays for a fit
@@ -716,9 +793,13 @@ void DecisionEngine::Replan() {
   const absl::Time now = clock_->Now();
   store_.Tick(now);
   PlanResult result = ComputePlan(plan_slots_, capacity_gpus, now);
-  const DeliverOnExit deliver(board_);  // after the lock below is released
-  std::lock_guard<std::mutex> lock(mu_);
-  CommitLocked(std::move(result), now);
+  {
+    const DeliverOnExit deliver(board_);  // after the lock below is released
+    std::lock_guard<std::mutex> lock(mu_);
+    CommitLocked(std::move(result), now);
+  }
+  // Without the engine's lock: calls and reads go on while it writes.
+  CheckpointMeasurements(now);
 }
 
 std::optional<uint32_t> DecisionEngine::SyncSlotsLocked() {
@@ -731,7 +812,8 @@ std::optional<uint32_t> DecisionEngine::SyncSlotsLocked() {
     const JobEntry& entry = live->second;
     PlanSlot& slot = plan_slots_[job_id];
     if (slot.entry.registration != entry.registration) {
-      slot = PlanSlot{.entry = entry};  // new, or registered again: nothing kept
+      slot = PlanSlot();  // new, or registered again: nothing kept
+      slot.entry = entry;
       continue;
     }
     // The plan's own memory stays; the cluster's changes come from the entry.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <mutex>
 
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -181,6 +182,49 @@ absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text) {
   }
 }
 
+std::string MeasurementsToJson(const std::vector<SizeStats>& sizes) {
+  json out = json::array();
+  for (const SizeStats& s : sizes) {
+    out.push_back({{"world_size", s.world_size},
+                   {"sample_count", s.sample_count},
+                   {"lifetime_count", s.lifetime_count},
+                   {"step_seconds", DoubleToJson(s.step_seconds)},
+                   {"spread_seconds", DoubleToJson(s.spread_seconds)},
+                   {"mean_batch", DoubleToJson(s.mean_batch)},
+                   {"steps_processed", s.steps_processed},
+                   {"samples_processed", s.samples_processed},
+                   {"samples_per_second", DoubleToJson(s.samples_per_second)},
+                   {"from_window", s.from_window},
+                   {"last_sample_at", TimeToJson(s.last_sample_at)}});
+  }
+  return out.dump();
+}
+
+absl::StatusOr<std::vector<SizeStats>> MeasurementsFromJson(std::string_view text) {
+  try {
+    std::vector<SizeStats> sizes;
+    for (const json& j : json::parse(text)) {
+      SizeStats s;
+      s.world_size = j.at("world_size").get<uint32_t>();
+      s.sample_count = j.at("sample_count").get<uint64_t>();
+      s.lifetime_count = j.at("lifetime_count").get<uint64_t>();
+      s.step_seconds = DoubleFromJson(j.at("step_seconds"));
+      s.spread_seconds = DoubleFromJson(j.at("spread_seconds"));
+      s.mean_batch = DoubleFromJson(j.at("mean_batch"));
+      s.steps_processed = j.at("steps_processed").get<uint64_t>();
+      s.samples_processed = j.at("samples_processed").get<uint64_t>();
+      s.samples_per_second = DoubleFromJson(j.at("samples_per_second"));
+      s.from_window = j.at("from_window").get<bool>();
+      s.last_sample_at = TimeFromJson(j.at("last_sample_at"));
+      sizes.push_back(s);
+    }
+    return sizes;
+  } catch (const json::exception& e) {
+    return absl::DataLossError(
+        absl::StrFormat("a measurements record does not parse: %s", e.what()));
+  }
+}
+
 }  // namespace state_internal
 
 namespace {
@@ -192,7 +236,9 @@ class MemoryStateStore : public StateStore {
   std::string Describe() const override { return "memory"; }
 
   absl::StatusOr<StoredState> Load() override {
+    std::lock_guard<std::mutex> lock(mu_);
     StoredState state;
+    for (const auto& [id, sizes] : measurements_) state.measurements.push_back({id, sizes});
     for (const auto& [id, job] : jobs_) state.jobs.push_back(job);
     state.capacity_gpus = capacity_gpus_;
     for (const auto& [id, rec] : recommendations_) state.recommendations.push_back(rec);
@@ -202,24 +248,29 @@ class MemoryStateStore : public StateStore {
   }
 
   absl::Status PutJob(const StoredJob& job) override {
+    std::lock_guard<std::mutex> lock(mu_);
     jobs_[job.spec.job_id] = job;
     return absl::OkStatus();
   }
 
   absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override {
+    std::lock_guard<std::mutex> lock(mu_);
     const std::string id(job_id);
     jobs_.erase(id);
     recommendations_.erase(id);
+    measurements_.erase(id);
     if (last_generation > 0) retired_[id] = last_generation;
     return absl::OkStatus();
   }
 
   absl::Status PutCapacity(uint32_t total_gpus) override {
+    std::lock_guard<std::mutex> lock(mu_);
     capacity_gpus_ = total_gpus;
     return absl::OkStatus();
   }
 
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
+    std::lock_guard<std::mutex> lock(mu_);
     for (const Recommendation& rec : recs) {
       recommendations_[rec.job_id] = rec;
       retired_.erase(rec.job_id);
@@ -227,11 +278,19 @@ class MemoryStateStore : public StateStore {
     return absl::OkStatus();
   }
 
+  absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const StoredMeasurements& job : jobs) measurements_[job.job_id] = job.sizes;
+    return absl::OkStatus();
+  }
+
  private:
+  std::mutex mu_;
   std::map<std::string, StoredJob> jobs_;
   std::optional<uint32_t> capacity_gpus_;
   std::map<std::string, Recommendation> recommendations_;
   std::map<std::string, uint64_t> retired_;
+  std::map<std::string, std::vector<SizeStats>> measurements_;
 };
 
 }  // namespace

@@ -19,6 +19,9 @@ std::string JobToJson(const StoredJob& job);
 absl::StatusOr<StoredJob> JobFromJson(std::string_view text);
 std::string RecommendationToJson(const Recommendation& rec);
 absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text);
+// A job's measurements per size (StoredMeasurements::sizes).
+std::string MeasurementsToJson(const std::vector<SizeStats>& sizes);
+absl::StatusOr<std::vector<SizeStats>> MeasurementsFromJson(std::string_view text);
 
 // The SQLite backend on `path` (created when missing).
 absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path);

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +38,8 @@ constexpr const char* kMigrations[] = {
     "CREATE TABLE recommendations (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);"
     "CREATE TABLE retired_generations (job_id TEXT PRIMARY KEY, generation INTEGER NOT NULL);"
     "CREATE TABLE cluster (key TEXT PRIMARY KEY, value INTEGER NOT NULL);",
+    // 1 -> 2: measurement checkpoints
+    "CREATE TABLE measurements (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);",
 };
 static_assert(std::size(kMigrations) == kStateSchemaVersion);
 
@@ -81,7 +84,18 @@ class SqliteStateStore : public StateStore {
   }
 
   absl::StatusOr<StoredState> Load() override {
+    std::lock_guard<std::mutex> lock(mu_);
     StoredState state;
+    ASSIGN_OR_RETURN(Statement measured,
+                     Prepare("SELECT job_id, record FROM measurements ORDER BY job_id"));
+    while (sqlite3_step(measured.get()) == SQLITE_ROW) {
+      absl::StatusOr<std::vector<SizeStats>> sizes = MeasurementsFromJson(Text(measured.get(), 1));
+      if (!sizes.ok()) {
+        return Corrupt(absl::StrFormat("the measurements of %s", Text(measured.get(), 0)),
+                       sizes.status());
+      }
+      state.measurements.push_back({Text(measured.get(), 0), *std::move(sizes)});
+    }
     ASSIGN_OR_RETURN(Statement jobs, Prepare("SELECT job_id, record FROM jobs ORDER BY job_id"));
     while (sqlite3_step(jobs.get()) == SQLITE_ROW) {
       absl::StatusOr<StoredJob> job = JobFromJson(Text(jobs.get(), 1));
@@ -113,6 +127,7 @@ class SqliteStateStore : public StateStore {
   }
 
   absl::Status PutJob(const StoredJob& job) override {
+    std::lock_guard<std::mutex> lock(mu_);
     ASSIGN_OR_RETURN(Statement put,
                      Prepare("INSERT OR REPLACE INTO jobs (job_id, record) VALUES (?, ?)"));
     Bind(put.get(), 1, job.spec.job_id);
@@ -121,6 +136,7 @@ class SqliteStateStore : public StateStore {
   }
 
   absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override {
+    std::lock_guard<std::mutex> lock(mu_);
     RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     absl::Status status = DeleteJobInTransaction(job_id, last_generation);
     RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
@@ -128,6 +144,7 @@ class SqliteStateStore : public StateStore {
   }
 
   absl::Status PutCapacity(uint32_t total_gpus) override {
+    std::lock_guard<std::mutex> lock(mu_);
     ASSIGN_OR_RETURN(
         Statement put,
         Prepare("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_gpus', ?)"));
@@ -137,8 +154,18 @@ class SqliteStateStore : public StateStore {
 
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
     if (recs.empty()) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(mu_);
     RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     absl::Status status = PutRecommendationsInTransaction(recs);
+    RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
+    return status;
+  }
+
+  absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override {
+    if (jobs.empty()) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    absl::Status status = PutMeasurementsInTransaction(jobs);
     RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
     return status;
   }
@@ -195,7 +222,8 @@ class SqliteStateStore : public StateStore {
 
   absl::Status DeleteJobInTransaction(std::string_view job_id, uint64_t last_generation) {
     for (const char* sql :
-         {"DELETE FROM jobs WHERE job_id = ?", "DELETE FROM recommendations WHERE job_id = ?"}) {
+         {"DELETE FROM jobs WHERE job_id = ?", "DELETE FROM recommendations WHERE job_id = ?",
+          "DELETE FROM measurements WHERE job_id = ?"}) {
       ASSIGN_OR_RETURN(Statement del, Prepare(sql));
       Bind(del.get(), 1, job_id);
       RETURN_IF_ERROR(Run(del.get(), "forget the job"));
@@ -219,6 +247,17 @@ class SqliteStateStore : public StateStore {
       RETURN_IF_ERROR(Run(put.get(), "record a recommendation"));
       Bind(unretire.get(), 1, rec.job_id);
       RETURN_IF_ERROR(Run(unretire.get(), "record a recommendation"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status PutMeasurementsInTransaction(std::span<const StoredMeasurements> jobs) {
+    ASSIGN_OR_RETURN(Statement put, Prepare("INSERT OR REPLACE INTO measurements "
+                                            "(job_id, record) VALUES (?, ?)"));
+    for (const StoredMeasurements& job : jobs) {
+      Bind(put.get(), 1, job.job_id);
+      Bind(put.get(), 2, MeasurementsToJson(job.sizes));
+      RETURN_IF_ERROR(Run(put.get(), "record measurements"));
     }
     return absl::OkStatus();
   }
@@ -291,6 +330,9 @@ class SqliteStateStore : public StateStore {
   }
 
   const std::string path_;
+  // One transaction at a time on the connection: the engine writes from
+  // its calls and from the plan thread (checkpoints).
+  std::mutex mu_;
   const std::unique_ptr<LockFile> lock_;  // closed after db_
   std::unique_ptr<sqlite3, DbCloser> db_;
 };

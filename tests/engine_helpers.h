@@ -47,7 +47,9 @@ inline void MustIngest(DecisionEngine& engine, std::string_view job_id,
     batch[k].world_size = world_size;
     batch[k].step_seconds = step_seconds;
   }
-  REQUIRE(engine.Ingest(batch).accepted == batch.size());
+  const IngestResult result = engine.Ingest(batch);
+  INFO((result.rejections.empty() ? std::string() : result.rejections[0].reason));
+  REQUIRE(result.accepted == batch.size());
 }
 
 inline ClusterView MustSetCapacity(DecisionEngine& engine, uint32_t total_gpus) {

@@ -28,6 +28,7 @@ JobSpec Spec(const std::string& id, uint32_t min, uint32_t max) {
   spec.min_replicas = min;
   spec.max_replicas = max;
   spec.policy = "static-max";
+  spec.local_batch_size = 32;
   spec.priority = id == "ns/high" ? 10 : 0;
   return spec;
 }
@@ -92,6 +93,51 @@ TEST_CASE("a restarted engine has every job, applied state, capacity and generat
   CHECK(MustRecommendation(*engine, "ns/a").replicas == before.replicas);
 }
 
+TEST_CASE("a restarted engine fits on the checkpointed measurements and keeps its sizes") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  ManualClock clock;
+  EngineOptions options;  // the planner policy: it sizes jobs by their curves
+  Recommendation before;
+  uint64_t processed_before = 0;
+  {
+    auto engine = Start(path, &clock, options);
+    JobSpec spec = Spec("ns/a", 1, 8);
+    spec.policy = "";
+    spec.total_samples = 100'000'000;
+    MustRegister(*engine, spec);
+    MustSetCapacity(*engine, 8);
+    // Measured at 1, 2 and 4 replicas: a job that scales well.
+    for (uint32_t n : {1u, 2u, 4u}) {
+      REQUIRE(engine->ReportApplied("ns/a", n, false, 0).ok());
+      testing::MustIngest(*engine, "ns/a", {"a-worker-0", "a-worker-1"}, n, 0.2 + 0.005 * (n - 1),
+                          20);
+      clock.Advance(absl::Seconds(61));
+      engine->Replan();
+    }
+    before = MustRecommendation(*engine, "ns/a");
+    REQUIRE(engine->ReportApplied("ns/a", before.replicas, false, before.generation).ok());
+    clock.Advance(absl::Seconds(31));  // past plan_interval: the next plan checkpoints
+    engine->Replan();
+    before = MustRecommendation(*engine, "ns/a");
+    processed_before = engine->GetJob("ns/a")->status.samples_processed;
+    REQUIRE(processed_before > 0);
+  }
+
+  auto engine = Start(path, &clock, options);
+  absl::StatusOr<JobView> view = engine->GetJob("ns/a");
+  REQUIRE(view.ok());
+  int observed = 0;
+  for (const CurvePoint& p : view->curve) observed += p.observed;
+  CHECK(observed == 3);  // 1, 2 and 4, from the checkpoint
+  CHECK(view->status.samples_processed == processed_before);
+  clock.Advance(absl::Seconds(1));
+  engine->Replan();
+  const Recommendation after = MustRecommendation(*engine, "ns/a");
+  CHECK(after.replicas == before.replicas);
+  CHECK(after.generation == before.generation);
+}
+
 TEST_CASE("generations continue across restarts, also for a job registered again") {
   TempDir dir;
   const std::string path = dir.File("state.db");
@@ -141,6 +187,9 @@ class RefusingStore : public StateStore {
   }
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
     return refuse ? Refusal() : inner_->PutRecommendations(recs);
+  }
+  absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override {
+    return refuse ? Refusal() : inner_->PutMeasurements(jobs);
   }
 
  private:

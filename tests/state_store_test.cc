@@ -92,6 +92,47 @@ void CheckSameRecommendation(const Recommendation& got, const Recommendation& wa
   CHECK(got.value_one_fewer == want.value_one_fewer);
 }
 
+StoredMeasurements SampleMeasurements(const std::string& id) {
+  StoredMeasurements m;
+  m.job_id = id;
+  for (uint32_t n : {1u, 2u, 4u}) {
+    SizeStats s;
+    s.world_size = n;
+    s.sample_count = 40 * n;
+    s.lifetime_count = 100 * n;
+    s.step_seconds = 0.2 + 0.01 * n;
+    s.spread_seconds = 0.003;
+    s.mean_batch = 32;
+    s.steps_processed = 1000 + n;
+    s.samples_processed = 32'000 * n;
+    s.samples_per_second = n * 32 / s.step_seconds;
+    s.from_window = n != 4;
+    s.last_sample_at = absl::FromUnixNanos(1'700'000'000'000'000'000 + n);
+    m.sizes.push_back(s);
+  }
+  return m;
+}
+
+void CheckSameMeasurements(const StoredMeasurements& got, const StoredMeasurements& want) {
+  CHECK(got.job_id == want.job_id);
+  REQUIRE(got.sizes.size() == want.sizes.size());
+  for (size_t i = 0; i < got.sizes.size(); ++i) {
+    const SizeStats& a = got.sizes[i];
+    const SizeStats& b = want.sizes[i];
+    CHECK(a.world_size == b.world_size);
+    CHECK(a.sample_count == b.sample_count);
+    CHECK(a.lifetime_count == b.lifetime_count);
+    CHECK(a.step_seconds == b.step_seconds);
+    CHECK(a.spread_seconds == b.spread_seconds);
+    CHECK(a.mean_batch == b.mean_batch);
+    CHECK(a.steps_processed == b.steps_processed);
+    CHECK(a.samples_processed == b.samples_processed);
+    CHECK(a.samples_per_second == b.samples_per_second);
+    CHECK(a.from_window == b.from_window);
+    CHECK(a.last_sample_at == b.last_sample_at);
+  }
+}
+
 std::unique_ptr<StateStore> MustOpen(const std::string& spec) {
   absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore(spec);
   INFO(store.status());
@@ -113,6 +154,8 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
     const std::vector<Recommendation> recs = {SampleRecommendation("ns/a", 5),
                                               SampleRecommendation("ns/b", 9)};
     REQUIRE(store->PutRecommendations(recs).ok());
+    REQUIRE(
+        store->PutMeasurements({{SampleMeasurements("ns/a"), SampleMeasurements("ns/b")}}).ok());
     REQUIRE(store->DeleteJob("ns/b", 9).ok());
   }
   std::unique_ptr<StateStore> store = open();
@@ -129,6 +172,8 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
   CheckSameRecommendation(state->recommendations[0], SampleRecommendation("ns/a", 5));
   REQUIRE(state->retired_generations.size() == 1);
   CHECK(state->retired_generations[0] == std::make_pair(std::string("ns/b"), uint64_t{9}));
+  REQUIRE(state->measurements.size() == 1);  // ns/b's went with it
+  CheckSameMeasurements(state->measurements[0], SampleMeasurements("ns/a"));
 
   // Registered again: a new recommendation takes over from the retired one.
   REQUIRE(store->PutJob(SampleJob("ns/b")).ok());
@@ -156,6 +201,9 @@ TEST_CASE("memory state store gives back what was put, to the next user of the s
     absl::Status PutCapacity(uint32_t gpus) override { return inner->PutCapacity(gpus); }
     absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
       return inner->PutRecommendations(recs);
+    }
+    absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override {
+      return inner->PutMeasurements(jobs);
     }
   };
   CheckRoundTrip([&] { return std::make_unique<Borrowed>(shared.get()); });
@@ -223,6 +271,41 @@ TEST_CASE("sqlite state store: a file from a newer rescaled is refused and left 
                                                         Catch::Contains("newer rescaled") &&
                                                         Catch::Contains("schema version 99"));
   CHECK(Bytes(path) == before);
+}
+
+TEST_CASE("sqlite state store: a file of schema version 1 is migrated, its records kept") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  // What a version-1 rescaled wrote: its tables, no measurements table.
+  RunSql(path,
+         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+         "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);"
+         "CREATE TABLE recommendations (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);"
+         "CREATE TABLE retired_generations (job_id TEXT PRIMARY KEY, generation INTEGER NOT "
+         "NULL);"
+         "CREATE TABLE cluster (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+         "INSERT INTO meta VALUES ('schema_version', '1');"
+         "INSERT INTO cluster VALUES ('capacity_gpus', 12);");
+  {
+    std::unique_ptr<StateStore> store = MustOpen("sqlite:" + path);
+    absl::StatusOr<StoredState> state = store->Load();
+    REQUIRE(state.ok());
+    CHECK(state->capacity_gpus == 12u);
+    CHECK(state->measurements.empty());
+    REQUIRE(store->PutMeasurements({{SampleMeasurements("ns/a")}}).ok());
+  }
+  absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
+  REQUIRE(state.ok());
+  REQUIRE(state->measurements.size() == 1);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* read = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &read,
+                             nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(read) == SQLITE_ROW);
+  CHECK(sqlite3_column_int(read, 0) == kStateSchemaVersion);
+  sqlite3_finalize(read);
+  sqlite3_close(db);
 }
 
 TEST_CASE("sqlite state store: a file that is not a database is refused and left as it was") {

@@ -211,6 +211,10 @@ class DecisionEngine {
     std::vector<double> samples_per_second;
     // The store's progress of the job with these statistics.
     uint64_t samples_processed = 0;
+    // The statistics it was fitted on (with the restored ones, see
+    // JobEntry::restored), kept only with a state store: what a checkpoint
+    // writes.
+    std::vector<SizeStats> stats;
     double SamplesPerSecond(uint32_t n) const {
       return n >= 1 && n <= samples_per_second.size() ? samples_per_second[n - 1]
                                                       : model.SamplesPerSecond(n);
@@ -260,6 +264,10 @@ class DecisionEngine {
     uint64_t registration = 0;
     uint64_t version = 0;
     uint64_t spec_version = 0;
+    // The measurements a state store kept of this job before the restart
+    // (null: none): its curve is fitted on them for the sizes the store has
+    // not measured again since (WithRestored).
+    std::shared_ptr<const std::vector<SizeStats>> restored;
   };
   using JobMap = absl::btree_map<std::string, JobEntry>;
   // A plan's copy of one job, kept from plan to plan (plan_slots_) and
@@ -278,6 +286,10 @@ class DecisionEngine {
     std::shared_ptr<const PlanInput> plan_input;  // see PlanInput
     MetricsStore::StatsRevision stats_revision;
     uint64_t fitted_spec_version = 0;
+    // Bumped by every refit; the checkpoint writes the jobs whose fit
+    // moved on since the last (checkpointed_fit).
+    uint64_t fit_serial = 0;
+    uint64_t checkpointed_fit = 0;
   };
   using SlotMap = absl::btree_map<std::string, PlanSlot>;
   // What a plan computes from the jobs, before it is published.
@@ -309,6 +321,13 @@ class DecisionEngine {
   void FitInto(PlanSlot& slot, absl::Time now, bool& refitted) const;
   // A fit of the job's statistics now, for readers.
   Fitted FitNow(const JobEntry& entry) const;
+  // `live` (the store's statistics of the job) with the restored ones for
+  // the sizes the store has too few samples of, and the progress made
+  // before the restart added to each size's.
+  std::vector<SizeStats> WithRestored(std::vector<SizeStats> live, const JobEntry& entry) const;
+  // Writes the measurements of the jobs refitted since the last checkpoint
+  // to options_.state (the plan thread, after a plan).
+  void CheckpointMeasurements(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(plan_mu_);
   // The model's curve for n in [1, max_replicas] (at most 256 points).
   static std::vector<CurvePoint> CurveOf(const JobSpec& spec, const Fitted& fitted);
   // The entry's status with the store's counts and the job's progress: samples processed and
@@ -381,6 +400,8 @@ class DecisionEngine {
   // next plan copies only the jobs whose input changed or moved.
   std::vector<PlannerJob> planner_jobs_ ABSL_GUARDED_BY(plan_mu_);
   std::vector<std::shared_ptr<const PlanInput>> planner_job_sources_ ABSL_GUARDED_BY(plan_mu_);
+  // When measurements were last checkpointed (once a plan_interval).
+  absl::Time last_checkpoint_at_ ABSL_GUARDED_BY(plan_mu_) = absl::InfinitePast();
   // Guards the jobs and what plans publish; held by mutations and reads
   // only briefly, and by a plan only to sync its copies and to commit.
   mutable std::mutex mu_;

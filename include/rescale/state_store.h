@@ -1,10 +1,11 @@
 // StateStore: what rescaled keeps across restarts, and where (--state).
 //
 // Kept: job specs, each job's applied state and the times its cooldowns and
-// the planner's ordering read, the cluster's capacity, and each job's newest
+// the planner's ordering read, the cluster's capacity, each job's newest
 // recommendation with its generation (and the last generation of jobs
 // deregistered since), so generations never go backwards or repeat across
-// restarts. Every Put returns once the change is durable.
+// restarts, and each job's measurement summaries per size as last
+// checkpointed. Every Put returns once the change is durable.
 //
 // Backends, chosen by OpenStateStore's spec (rescaled's --state):
 //   memory       kept in this process only (tests, the simulator); a new
@@ -15,8 +16,7 @@
 //                newer rescaled stops the open with an error naming the
 //                file and what to do, and is never rewritten
 //
-// Thread safety: a StateStore is used by one thread at a time (the engine
-// calls it under its own lock).
+// Thread safety: every method is thread-safe; each is one transaction.
 #ifndef RESCALE_STATE_STORE_H_
 #define RESCALE_STATE_STORE_H_
 
@@ -32,13 +32,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rescale/metrics_store.h"
 #include "rescale/types.h"
 
 namespace rescale {
 
 // The schema version this build writes; files at an older version are
 // migrated on open, files at a newer one are refused.
-inline constexpr int kStateSchemaVersion = 1;
+inline constexpr int kStateSchemaVersion = 2;
 
 // One registered job as the engine keeps it between restarts.
 struct StoredJob {
@@ -62,6 +63,13 @@ struct StoredJob {
   friend bool operator==(const StoredJob&, const StoredJob&) = default;
 };
 
+// A job's measurement summaries per size (what its curve is fitted on), as
+// of a checkpoint.
+struct StoredMeasurements {
+  std::string job_id;
+  std::vector<SizeStats> sizes;  // by world size
+};
+
 // Everything a StateStore holds, as Load returns it.
 struct StoredState {
   std::vector<StoredJob> jobs;  // ordered by job id
@@ -71,6 +79,8 @@ struct StoredState {
   // The last generation of each job deregistered since (and not registered
   // again), ordered by job id.
   std::vector<std::pair<std::string, uint64_t>> retired_generations;
+  // Each job's last checkpointed measurements, ordered by job id.
+  std::vector<StoredMeasurements> measurements;
 };
 
 class StateStore {
@@ -81,13 +91,17 @@ class StateStore {
   virtual absl::StatusOr<StoredState> Load() = 0;
   // Records the job (a new one, or a new spec or applied state).
   virtual absl::Status PutJob(const StoredJob& job) = 0;
-  // Forgets the job and its recommendation, keeping `last_generation` (0 =
-  // none) so a job registered again under the same id continues from it.
+  // Forgets the job, its recommendation and its measurements, keeping
+  // `last_generation` (0 = none) so a job registered again under the same
+  // id continues from it.
   virtual absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) = 0;
   virtual absl::Status PutCapacity(uint32_t total_gpus) = 0;
   // Records each job's newest recommendation, replacing the one before; the
   // job's retired generation, if any, is dropped.
   virtual absl::Status PutRecommendations(std::span<const Recommendation> recs) = 0;
+  // Records each job's measurements, replacing the ones before (a
+  // checkpoint: one transaction for all of them).
+  virtual absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) = 0;
 };
 
 // The store `spec` names: "memory" or "sqlite:PATH". INVALID_ARGUMENT for
