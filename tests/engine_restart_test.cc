@@ -3,9 +3,12 @@
 // state, cooldown, capacity and generation back; generations never go
 // backwards or repeat; a write the store refuses fails the call and changes
 // nothing; a kept job this server cannot take stops start-up.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "rescale/clock.h"
 #include "rescale/decision_engine.h"
@@ -250,6 +253,53 @@ TEST_CASE("a kept job this server cannot take stops start-up, naming the job and
   CHECK(engine.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(engine.status().message()),
              Catch::Contains(path) && Catch::Contains("ns/a"));
+}
+
+// Calls write the state store while plans checkpoint to it from another
+// thread (ThreadSanitizer in CI): every acknowledged change is in the file.
+TEST_CASE("changes and checkpoints write one state file at once, and all of it is kept",
+          "[concurrency]") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  ManualClock clock;
+  constexpr int kJobs = 40;
+  {
+    auto engine = Start(path, &clock);
+    MustSetCapacity(*engine, 4 * kJobs);
+    std::atomic<bool> done{false};
+    std::thread planner([&] {
+      while (!done.load()) {
+        clock.Advance(absl::Seconds(31));  // each plan is due a checkpoint
+        engine->Replan();
+      }
+    });
+    int failures = 0;
+    for (int i = 0; i < kJobs; ++i) {
+      const std::string id = "ns/job-" + std::to_string(i);
+      failures += !engine->RegisterJob(Spec(id, 1, 4)).ok();
+      std::vector<StepSample> batch(10);
+      for (StepSample& sample : batch) {
+        sample.job_id = id;
+        sample.pod = "worker-0";
+        sample.world_size = 1;
+        sample.step_seconds = 0.2;
+      }
+      failures += engine->Ingest(batch).accepted != batch.size();
+      failures += !engine->ReportApplied(id, 2, false, 0).ok();
+    }
+    done.store(true);
+    planner.join();
+    REQUIRE(failures == 0);
+    clock.Advance(absl::Seconds(31));
+    engine->Replan();  // a last checkpoint, due after the last plan's
+  }
+  auto engine = Start(path, &clock);
+  REQUIRE(engine->ListJobs().size() == kJobs);
+  for (const JobView& view : engine->ListJobs()) {
+    CHECK(view.status.current_replicas == 2);
+    CHECK(view.curve.size() == 4);
+    CHECK(view.curve[0].observed);  // measured at 1 replica, from the checkpoint
+  }
 }
 
 }  // namespace
