@@ -223,16 +223,34 @@ TEST_CASE("a change the state store cannot record fails its call and changes not
   CHECK(engine->GetCluster().total_gpus == 4u);
   CHECK(engine->DeregisterJob("ns/a").code() == absl::StatusCode::kUnavailable);
   CHECK(engine->GetJob("ns/a").ok());
-  // A plan that would hand out a new generation is not published while its
-  // generation cannot be recorded (here: the spec allows only 2 now).
-  store->refuse = false;
-  REQUIRE(engine->UpdateJob(Spec("ns/a", 1, 2)).ok());
-  const Recommendation shrunk = MustRecommendation(*engine, "ns/a");
-  CHECK(shrunk.generation == rec.generation + 1);
+}
+
+TEST_CASE("a plan whose new recommendations cannot be recorded is not published") {
+  ManualClock clock;
+  auto store = std::make_shared<RefusingStore>();
+  EngineOptions options;
+  options.state = store;
+  options.plan_coalesce = absl::Hours(1);  // registrations wait for a plan we run
+  auto engine = MustCreate(options, &clock);
+  engine->StartTimer();
+  MustSetCapacity(*engine, 8);
+  absl::StatusOr<JobView> registered = engine->RegisterJob(Spec("ns/a", 1, 4));
+  REQUIRE(registered.ok());
+  REQUIRE(registered->plan_pending);
+
+  // Its first recommendation (generation 1) cannot be recorded: nobody sees it.
   store->refuse = true;
-  clock.Advance(absl::Seconds(1));
   engine->Replan();
-  CHECK(MustRecommendation(*engine, "ns/a").generation == shrunk.generation);
+  CHECK(engine->GetRecommendation("ns/a").status().code() == absl::StatusCode::kUnavailable);
+  // Once it can, the next plan publishes it.
+  store->refuse = false;
+  engine->Replan();
+  CHECK(MustRecommendation(*engine, "ns/a").generation == 1);
+  absl::StatusOr<StoredState> kept = store->Load();
+  REQUIRE(kept.ok());
+  REQUIRE(kept->recommendations.size() == 1);
+  CHECK(kept->recommendations[0].generation == 1);
+  engine->StopTimer();
 }
 
 TEST_CASE("a kept job this server cannot take stops start-up, naming the job and the file") {
