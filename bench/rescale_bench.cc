@@ -27,6 +27,13 @@
 //                                        three sizes (four when <4th size> is
 //                                        1), after fresh samples for
 //                                        <changed %> of them
+//   BM_StatePutJob                        a durable job write to a SQLite
+//                                         state file (what RegisterJob and
+//                                         ReportApplied wait for)
+//   BM_StateCheckpoint/<jobs>             a checkpoint of <jobs> jobs'
+//                                         measurements (three sizes each) to
+//                                         a SQLite state file, in the
+//                                         engine's 128-job transactions
 // Counters: ns_per_sample is wall time per sample per thread; with 2 threads
 // the aggregate rate is items_per_second.
 // Run: make bench, or ./build/rescale-bench --benchmark_filter=Ingest
@@ -36,6 +43,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <new>
@@ -49,6 +57,7 @@
 #include "rescale/decision_engine.h"
 #include "rescale/metrics_store.h"
 #include "rescale/recommendation_board.h"
+#include "rescale/state_store.h"
 #include "rescale/throughput_model.h"
 
 // ---- allocation accounting (for BM_StoreMemory) -------------------------------
@@ -495,6 +504,68 @@ BENCHMARK(BM_EngineReplan)
     ->Args({10000, 1, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// A SQLite state file in a fresh temporary directory, removed at the end.
+struct StateFile {
+  std::string dir;
+  std::unique_ptr<rescale::StateStore> store;
+  StateFile() {
+    std::string pattern = std::filesystem::temp_directory_path() / "rescale-bench-XXXXXX";
+    dir = mkdtemp(pattern.data());
+    store = rescale::OpenStateStore("sqlite:" + dir + "/state.db").value();
+  }
+  ~StateFile() {
+    store.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+
+void BM_StatePutJob(benchmark::State& state) {
+  StateFile file;
+  rescale::StoredJob job;
+  job.spec.job_id = "ns/job";
+  job.spec.min_replicas = 1;
+  job.spec.max_replicas = 16;
+  job.has_applied = true;
+  for (auto _ : state) {
+    ++job.current_replicas;
+    if (!file.store->PutJob(job).ok()) std::abort();
+  }
+}
+BENCHMARK(BM_StatePutJob)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_StateCheckpoint(benchmark::State& state) {
+  const int jobs = static_cast<int>(state.range(0));
+  StateFile file;
+  std::vector<rescale::StoredMeasurements> all(jobs);
+  for (int i = 0; i < jobs; ++i) {
+    all[i].job_id = "ns/job-" + std::to_string(i);
+    for (uint32_t n : {1u, 2u, 4u}) {
+      rescale::SizeStats s;
+      s.world_size = n;
+      s.sample_count = s.lifetime_count = 100 + i % 7;
+      s.step_seconds = 0.2 + 0.01 * n;
+      s.spread_seconds = 0.004;
+      s.mean_batch = 32;
+      s.steps_processed = 1000;
+      s.samples_processed = 32'000 * n;
+      s.samples_per_second = n * 32 / s.step_seconds;
+      s.from_window = true;
+      s.last_sample_at = absl::FromUnixSeconds(1'700'000'000 + i);
+      all[i].sizes.push_back(s);
+    }
+  }
+  constexpr int kJobsPerTransaction = 128;  // as DecisionEngine's checkpoint
+  for (auto _ : state) {
+    for (int first = 0; first < jobs; first += kJobsPerTransaction) {
+      const int count = std::min(kJobsPerTransaction, jobs - first);
+      if (!file.store->PutMeasurements(std::span(all).subspan(first, count)).ok()) std::abort();
+    }
+  }
+  state.counters["seconds_per_job"] = benchmark::Counter(
+      jobs, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_StateCheckpoint)->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

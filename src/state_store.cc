@@ -182,20 +182,23 @@ absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text) {
   }
 }
 
+// Measurements are written every checkpoint, for thousands of jobs: each
+// size as a positional array (no keys to build and hash), in the order of
+// kMeasurementFields. Rows written as keyed objects (the first version-2
+// files) are still read.
+constexpr const char* kMeasurementFields[] = {
+    "world_size",         "sample_count", "lifetime_count",  "step_seconds",
+    "spread_seconds",     "mean_batch",   "steps_processed", "samples_processed",
+    "samples_per_second", "from_window",  "last_sample_at"};
+
 std::string MeasurementsToJson(const std::vector<SizeStats>& sizes) {
   json out = json::array();
   for (const SizeStats& s : sizes) {
-    out.push_back({{"world_size", s.world_size},
-                   {"sample_count", s.sample_count},
-                   {"lifetime_count", s.lifetime_count},
-                   {"step_seconds", DoubleToJson(s.step_seconds)},
-                   {"spread_seconds", DoubleToJson(s.spread_seconds)},
-                   {"mean_batch", DoubleToJson(s.mean_batch)},
-                   {"steps_processed", s.steps_processed},
-                   {"samples_processed", s.samples_processed},
-                   {"samples_per_second", DoubleToJson(s.samples_per_second)},
-                   {"from_window", s.from_window},
-                   {"last_sample_at", TimeToJson(s.last_sample_at)}});
+    out.push_back(
+        json::array({s.world_size, s.sample_count, s.lifetime_count, DoubleToJson(s.step_seconds),
+                     DoubleToJson(s.spread_seconds), DoubleToJson(s.mean_batch), s.steps_processed,
+                     s.samples_processed, DoubleToJson(s.samples_per_second), s.from_window,
+                     TimeToJson(s.last_sample_at)}));
   }
   return out.dump();
 }
@@ -203,19 +206,23 @@ std::string MeasurementsToJson(const std::vector<SizeStats>& sizes) {
 absl::StatusOr<std::vector<SizeStats>> MeasurementsFromJson(std::string_view text) {
   try {
     std::vector<SizeStats> sizes;
-    for (const json& j : json::parse(text)) {
+    for (const json& row : json::parse(text)) {
+      // Field k, by position or by name.
+      auto field = [&](int k) -> const json& {
+        return row.is_array() ? row.at(k) : row.at(kMeasurementFields[k]);
+      };
       SizeStats s;
-      s.world_size = j.at("world_size").get<uint32_t>();
-      s.sample_count = j.at("sample_count").get<uint64_t>();
-      s.lifetime_count = j.at("lifetime_count").get<uint64_t>();
-      s.step_seconds = DoubleFromJson(j.at("step_seconds"));
-      s.spread_seconds = DoubleFromJson(j.at("spread_seconds"));
-      s.mean_batch = DoubleFromJson(j.at("mean_batch"));
-      s.steps_processed = j.at("steps_processed").get<uint64_t>();
-      s.samples_processed = j.at("samples_processed").get<uint64_t>();
-      s.samples_per_second = DoubleFromJson(j.at("samples_per_second"));
-      s.from_window = j.at("from_window").get<bool>();
-      s.last_sample_at = TimeFromJson(j.at("last_sample_at"));
+      s.world_size = field(0).get<uint32_t>();
+      s.sample_count = field(1).get<uint64_t>();
+      s.lifetime_count = field(2).get<uint64_t>();
+      s.step_seconds = DoubleFromJson(field(3));
+      s.spread_seconds = DoubleFromJson(field(4));
+      s.mean_batch = DoubleFromJson(field(5));
+      s.steps_processed = field(6).get<uint64_t>();
+      s.samples_processed = field(7).get<uint64_t>();
+      s.samples_per_second = DoubleFromJson(field(8));
+      s.from_window = field(9).get<bool>();
+      s.last_sample_at = TimeFromJson(field(10));
       sizes.push_back(s);
     }
     return sizes;

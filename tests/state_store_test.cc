@@ -308,6 +308,33 @@ TEST_CASE("sqlite state store: a file of schema version 1 is migrated, its recor
   sqlite3_close(db);
 }
 
+TEST_CASE("sqlite state store: measurements written as keyed objects are still read") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity(1).ok());
+  // How the first version-2 files wrote a size: an object with named fields.
+  RunSql(path,
+         "INSERT INTO measurements VALUES ('ns/a', '[{\"world_size\": 2, \"sample_count\": 7, "
+         "\"lifetime_count\": 9, \"step_seconds\": 0.25, \"spread_seconds\": 0.01, "
+         "\"mean_batch\": 32, \"steps_processed\": 5, \"samples_processed\": 320, "
+         "\"samples_per_second\": \"inf\", \"from_window\": true, \"last_sample_at\": "
+         "null}]')");
+  absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
+  INFO(state.status().ToString());
+  REQUIRE(state.ok());
+  REQUIRE(state->measurements.size() == 1);
+  REQUIRE(state->measurements[0].sizes.size() == 1);
+  const SizeStats& s = state->measurements[0].sizes[0];
+  CHECK(s.world_size == 2);
+  CHECK(s.sample_count == 7);
+  CHECK(s.lifetime_count == 9);
+  CHECK(s.step_seconds == 0.25);
+  CHECK(s.samples_processed == 320);
+  CHECK(std::isinf(s.samples_per_second));
+  CHECK(s.from_window);
+  CHECK(s.last_sample_at == absl::InfinitePast());
+}
+
 TEST_CASE("sqlite state store: a file that is not a database is refused and left as it was") {
   TempDir dir;
   const std::string path = dir.File("state.db");
