@@ -158,6 +158,10 @@ absl::Status DecisionEngine::RestoreLocked() {
     auto it = jobs_.find(measured.job_id);
     if (it == jobs_.end()) continue;
     it->second.restored = std::make_shared<const std::vector<SizeStats>>(std::move(measured.sizes));
+    // The plans' own policy memory: the job's plan slot takes it from the
+    // entry when it is created (SyncSlotsLocked), and keeps its own after.
+    it->second.memory.exploration_stopped = measured.exploration_stopped;
+    it->second.memory.recommendations = std::move(measured.recent_recommendations);
     PublishEntryLocked(it->second);
   }
   if (stored.capacity_gpus.has_value()) capacity_gpus_ = stored.capacity_gpus;
@@ -291,15 +295,26 @@ void DecisionEngine::CheckpointMeasurements(absl::Time now) {
       spdlog::error("measurements of {} jobs not checkpointed: {}", batch.size(), kept.ToString());
       return false;
     }
-    for (PlanSlot* slot : in_batch) slot->checkpointed_fit = slot->fit_serial;
+    for (PlanSlot* slot : in_batch) {
+      slot->checkpointed_fit = slot->fit_serial;
+      slot->checkpointed_exploration_stopped = slot->entry.memory.exploration_stopped;
+      slot->checkpointed_recommendations = slot->entry.memory.recommendations;
+    }
     written += batch.size();
     batch.clear();
     in_batch.clear();
     return true;
   };
   for (auto& [id, slot] : plan_slots_) {
-    if (slot.fitted == nullptr || slot.fit_serial == slot.checkpointed_fit) continue;
-    batch.push_back({id, slot.fitted->stats});
+    const PolicyMemory& memory = slot.entry.memory;
+    const bool memory_moved = memory.exploration_stopped != slot.checkpointed_exploration_stopped ||
+                              memory.recommendations != slot.checkpointed_recommendations;
+    if (slot.fitted == nullptr || (slot.fit_serial == slot.checkpointed_fit && !memory_moved))
+      continue;
+    batch.push_back({.job_id = id,
+                     .sizes = slot.fitted->stats,
+                     .exploration_stopped = memory.exploration_stopped,
+                     .recent_recommendations = memory.recommendations});
     in_batch.push_back(&slot);
     if (batch.size() == kJobsPerTransaction && !flush()) return;
   }

@@ -232,6 +232,29 @@ absl::StatusOr<std::vector<SizeStats>> MeasurementsFromJson(std::string_view tex
   }
 }
 
+std::string PolicyMemoryToJson(const StoredMeasurements& m) {
+  json recent = json::array();
+  for (const auto& [at, replicas] : m.recent_recommendations)
+    recent.push_back({TimeToJson(at), replicas});
+  return json({{"exploration_stopped", m.exploration_stopped},
+               {"recent_recommendations", std::move(recent)}})
+      .dump();
+}
+
+absl::Status PolicyMemoryFromJson(std::string_view text, StoredMeasurements& m) {
+  try {
+    const json j = json::parse(text);
+    m.exploration_stopped = j.at("exploration_stopped").get<bool>();
+    m.recent_recommendations.clear();
+    for (const json& r : j.at("recent_recommendations"))
+      m.recent_recommendations.emplace_back(TimeFromJson(r.at(0)), r.at(1).get<uint32_t>());
+    return absl::OkStatus();
+  } catch (const json::exception& e) {
+    return absl::DataLossError(
+        absl::StrFormat("a policy memory record does not parse: %s", e.what()));
+  }
+}
+
 }  // namespace state_internal
 
 namespace {
@@ -245,7 +268,7 @@ class MemoryStateStore : public StateStore {
   absl::StatusOr<StoredState> Load() override {
     std::lock_guard<std::mutex> lock(mu_);
     StoredState state;
-    for (const auto& [id, sizes] : measurements_) state.measurements.push_back({id, sizes});
+    for (const auto& [id, measured] : measurements_) state.measurements.push_back(measured);
     for (const auto& [id, job] : jobs_) state.jobs.push_back(job);
     state.capacity_gpus = capacity_gpus_;
     for (const auto& [id, rec] : recommendations_) state.recommendations.push_back(rec);
@@ -287,7 +310,7 @@ class MemoryStateStore : public StateStore {
 
   absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const StoredMeasurements& job : jobs) measurements_[job.job_id] = job.sizes;
+    for (const StoredMeasurements& job : jobs) measurements_[job.job_id] = job;
     return absl::OkStatus();
   }
 
@@ -297,7 +320,7 @@ class MemoryStateStore : public StateStore {
   std::optional<uint32_t> capacity_gpus_;
   std::map<std::string, Recommendation> recommendations_;
   std::map<std::string, uint64_t> retired_;
-  std::map<std::string, std::vector<SizeStats>> measurements_;
+  std::map<std::string, StoredMeasurements> measurements_;
 };
 
 }  // namespace

@@ -22,6 +22,10 @@ absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text);
 // A job's measurements per size (StoredMeasurements::sizes).
 std::string MeasurementsToJson(const std::vector<SizeStats>& sizes);
 absl::StatusOr<std::vector<SizeStats>> MeasurementsFromJson(std::string_view text);
+// The policy memory of a checkpoint (exploration_stopped and
+// recent_recommendations of StoredMeasurements).
+std::string PolicyMemoryToJson(const StoredMeasurements& m);
+absl::Status PolicyMemoryFromJson(std::string_view text, StoredMeasurements& m);
 
 // The SQLite backend on `path` (created when missing).
 absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path);

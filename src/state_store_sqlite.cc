@@ -40,6 +40,8 @@ constexpr const char* kMigrations[] = {
     "CREATE TABLE cluster (key TEXT PRIMARY KEY, value INTEGER NOT NULL);",
     // 1 -> 2: measurement checkpoints
     "CREATE TABLE measurements (job_id TEXT PRIMARY KEY, record TEXT NOT NULL);",
+    // 2 -> 3: the policies' memory, checkpointed with the measurements
+    "ALTER TABLE measurements ADD COLUMN policy_memory TEXT;",
 };
 static_assert(std::size(kMigrations) == kStateSchemaVersion);
 
@@ -87,14 +89,22 @@ class SqliteStateStore : public StateStore {
     std::lock_guard<std::mutex> lock(mu_);
     StoredState state;
     ASSIGN_OR_RETURN(Statement measured,
-                     Prepare("SELECT job_id, record FROM measurements ORDER BY job_id"));
+                     Prepare("SELECT job_id, record, policy_memory FROM measurements ORDER "
+                             "BY job_id"));
     while (sqlite3_step(measured.get()) == SQLITE_ROW) {
       absl::StatusOr<std::vector<SizeStats>> sizes = MeasurementsFromJson(Text(measured.get(), 1));
       if (!sizes.ok()) {
         return Corrupt(absl::StrFormat("the measurements of %s", Text(measured.get(), 0)),
                        sizes.status());
       }
-      state.measurements.push_back({Text(measured.get(), 0), *std::move(sizes)});
+      StoredMeasurements m;
+      m.job_id = Text(measured.get(), 0);
+      m.sizes = *std::move(sizes);
+      if (sqlite3_column_type(measured.get(), 2) != SQLITE_NULL) {
+        if (absl::Status memory = PolicyMemoryFromJson(Text(measured.get(), 2), m); !memory.ok())
+          return Corrupt(absl::StrFormat("the policy memory of %s", m.job_id), memory);
+      }
+      state.measurements.push_back(std::move(m));
     }
     ASSIGN_OR_RETURN(Statement jobs, Prepare("SELECT job_id, record FROM jobs ORDER BY job_id"));
     while (sqlite3_step(jobs.get()) == SQLITE_ROW) {
@@ -253,10 +263,11 @@ class SqliteStateStore : public StateStore {
 
   absl::Status PutMeasurementsInTransaction(std::span<const StoredMeasurements> jobs) {
     ASSIGN_OR_RETURN(Statement put, Prepare("INSERT OR REPLACE INTO measurements "
-                                            "(job_id, record) VALUES (?, ?)"));
+                                            "(job_id, record, policy_memory) VALUES (?, ?, ?)"));
     for (const StoredMeasurements& job : jobs) {
       Bind(put.get(), 1, job.job_id);
       Bind(put.get(), 2, MeasurementsToJson(job.sizes));
+      Bind(put.get(), 3, PolicyMemoryToJson(job));
       RETURN_IF_ERROR(Run(put.get(), "record measurements"));
     }
     return absl::OkStatus();

@@ -141,6 +141,42 @@ TEST_CASE("a restarted engine fits on the checkpointed measurements and keeps it
   CHECK(after.generation == before.generation);
 }
 
+TEST_CASE("a restarted engine keeps a kubedl job's finished exploration") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  ManualClock clock;
+  // Runs the job at `replicas`, measured at `step_seconds`, and plans.
+  auto run_at = [&](DecisionEngine& engine, uint32_t replicas, double step_seconds) {
+    const Recommendation rec = MustRecommendation(engine, "ns/a");
+    REQUIRE(rec.replicas == replicas);
+    REQUIRE(engine.ReportApplied("ns/a", replicas, false, rec.generation).ok());
+    testing::MustIngest(engine, "ns/a", {"a-worker-0"}, replicas, step_seconds, 20);
+    clock.Advance(absl::Seconds(61));  // past the cooldown and the plan interval
+    engine.Replan();
+  };
+  {
+    auto engine = Start(path, &clock);
+    JobSpec spec = Spec("ns/a", 1, 8);
+    spec.policy = "kubedl";
+    MustRegister(*engine, spec);
+    MustSetCapacity(*engine, 8);
+    run_at(*engine, 1, 0.2);  // doubles to 2
+    run_at(*engine, 2, 0.5);  // slower at 2: back to 1, exploration over
+    run_at(*engine, 1, 0.2);
+    const Recommendation settled = MustRecommendation(*engine, "ns/a");
+    REQUIRE(settled.replicas == 1);
+    REQUIRE_THAT(settled.reason, Catch::Contains("finished exploring"));
+  }
+  auto engine = Start(path, &clock);
+  clock.Advance(absl::Seconds(61));
+  engine->Replan();
+  // Without its memory kubedl would explore from 1 again (here its own
+  // restart-payback check would hold it back, with another reason).
+  const Recommendation after = MustRecommendation(*engine, "ns/a");
+  CHECK(after.replicas == 1);
+  CHECK_THAT(after.reason, Catch::Contains("finished exploring"));
+}
+
 TEST_CASE("generations continue across restarts, also for a job registered again") {
   TempDir dir;
   const std::string path = dir.File("state.db");

@@ -110,11 +110,16 @@ StoredMeasurements SampleMeasurements(const std::string& id) {
     s.last_sample_at = absl::FromUnixNanos(1'700'000'000'000'000'000 + n);
     m.sizes.push_back(s);
   }
+  m.exploration_stopped = true;
+  m.recent_recommendations = {{absl::FromUnixSeconds(1'700'000'000), 3},
+                              {absl::FromUnixSeconds(1'700'000'030), 4}};
   return m;
 }
 
 void CheckSameMeasurements(const StoredMeasurements& got, const StoredMeasurements& want) {
   CHECK(got.job_id == want.job_id);
+  CHECK(got.exploration_stopped == want.exploration_stopped);
+  CHECK(got.recent_recommendations == want.recent_recommendations);
   REQUIRE(got.sizes.size() == want.sizes.size());
   for (size_t i = 0; i < got.sizes.size(); ++i) {
     const SizeStats& a = got.sizes[i];
@@ -314,7 +319,8 @@ TEST_CASE("sqlite state store: measurements written as keyed objects are still r
   REQUIRE(MustOpen("sqlite:" + path)->PutCapacity(1).ok());
   // How the first version-2 files wrote a size: an object with named fields.
   RunSql(path,
-         "INSERT INTO measurements VALUES ('ns/a', '[{\"world_size\": 2, \"sample_count\": 7, "
+         "INSERT INTO measurements (job_id, record) VALUES ('ns/a', '[{\"world_size\": 2, "
+         "\"sample_count\": 7, "
          "\"lifetime_count\": 9, \"step_seconds\": 0.25, \"spread_seconds\": 0.01, "
          "\"mean_batch\": 32, \"steps_processed\": 5, \"samples_processed\": 320, "
          "\"samples_per_second\": \"inf\", \"from_window\": true, \"last_sample_at\": "
@@ -333,6 +339,9 @@ TEST_CASE("sqlite state store: measurements written as keyed objects are still r
   CHECK(std::isinf(s.samples_per_second));
   CHECK(s.from_window);
   CHECK(s.last_sample_at == absl::InfinitePast());
+  // Written before the policies' memory was kept: none.
+  CHECK(!state->measurements[0].exploration_stopped);
+  CHECK(state->measurements[0].recent_recommendations.empty());
 }
 
 TEST_CASE("sqlite state store: a file that is not a database is refused and left as it was") {

@@ -290,6 +290,10 @@ class DecisionEngine {
     // moved on since the last (checkpointed_fit).
     uint64_t fit_serial = 0;
     uint64_t checkpointed_fit = 0;
+    // The plan-written policy memory as last checkpointed: written again
+    // when entry.memory's exploration_stopped or recommendations differ.
+    bool checkpointed_exploration_stopped = false;
+    std::vector<std::pair<absl::Time, uint32_t>> checkpointed_recommendations;
   };
   using SlotMap = absl::btree_map<std::string, PlanSlot>;
   // What a plan computes from the jobs, before it is published.

@@ -39,7 +39,7 @@ namespace rescale {
 
 // The schema version this build writes; files at an older version are
 // migrated on open, files at a newer one are refused.
-inline constexpr int kStateSchemaVersion = 2;
+inline constexpr int kStateSchemaVersion = 3;
 
 // One registered job as the engine keeps it between restarts.
 struct StoredJob {
@@ -63,11 +63,16 @@ struct StoredJob {
   friend bool operator==(const StoredJob&, const StoredJob&) = default;
 };
 
-// A job's measurement summaries per size (what its curve is fitted on), as
-// of a checkpoint.
+// What a checkpoint keeps of a job: its measurement summaries per size
+// (what its curve is fitted on) and the memory its policy keeps between
+// plans.
 struct StoredMeasurements {
   std::string job_id;
   std::vector<SizeStats> sizes;  // by world size
+  // kubedl: exploration is over; hpa: recent raw recommendations (time,
+  // replicas), oldest first (see PolicyMemory).
+  bool exploration_stopped = false;
+  std::vector<std::pair<absl::Time, uint32_t>> recent_recommendations;
 };
 
 // Everything a StateStore holds, as Load returns it.
