@@ -196,6 +196,10 @@ void ToProto(const ClusterView& view, v1::Cluster* proto) {
                              ? double(view.allocated_gpus) / *view.total_gpus
                              : 0.0);
   proto->set_plan_pending(view.plan_pending);
+  proto->set_state_backend(view.state_backend);
+  if (IsSet(view.last_checkpoint_at)) {
+    SetTimestamp(view.last_checkpoint_at, proto->mutable_last_checkpoint_at());
+  }
 }
 
 void ToProto(const IngestResult& result, v1::IngestSummary* proto) {

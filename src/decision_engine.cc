@@ -318,7 +318,12 @@ void DecisionEngine::CheckpointMeasurements(absl::Time now) {
     in_batch.push_back(&slot);
     if (batch.size() == kJobsPerTransaction && !flush()) return;
   }
-  if (!flush() || written == 0) return;
+  if (!flush()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    checkpointed_at_ = now;
+  }
+  if (written == 0) return;
   spdlog::debug("checkpointed the measurements of {} jobs to {} in {}", written,
                 options_.state->Describe(), absl::FormatDuration(absl::Now() - started));
 }
@@ -766,6 +771,8 @@ ClusterView DecisionEngine::PlanSummaryLocked() const {
   view.plan_upper_bound = last_plan_upper_bound_;
   view.optimality_gap = last_plan_gap_;
   view.plans_run = plans_run_;
+  if (options_.state != nullptr) view.state_backend = options_.state->Describe();
+  view.last_checkpoint_at = checkpointed_at_;
   view.plan_exact = last_plan_exact_;
   return view;
 }

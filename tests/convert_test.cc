@@ -135,3 +135,17 @@ TEST_CASE("the cluster view reports unknown capacity and free GPUs") {
   CHECK(proto.capacity_known());
   CHECK(proto.free_gpus() == 4);
 }
+
+TEST_CASE("the cluster view carries the state backend and the last checkpoint when there was one") {
+  rescale::ClusterView view;
+  v1::Cluster proto;
+  ToProto(view, &proto);
+  CHECK(proto.state_backend() == "memory");
+  CHECK_FALSE(proto.has_last_checkpoint_at());
+  view.state_backend = "sqlite:/data/state.db";
+  view.last_checkpoint_at = absl::FromUnixSeconds(1'700'000'000);
+  proto.Clear();
+  ToProto(view, &proto);
+  CHECK(proto.state_backend() == "sqlite:/data/state.db");
+  CHECK(proto.last_checkpoint_at().seconds() == 1'700'000'000);
+}

@@ -177,6 +177,29 @@ TEST_CASE("a restarted engine keeps a kubedl job's finished exploration") {
   CHECK_THAT(after.reason, Catch::Contains("finished exploring"));
 }
 
+TEST_CASE("GetCluster says where state is kept and when measurements were last checkpointed") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  ManualClock clock;
+  auto engine = Start(path, &clock);
+  CHECK(engine->GetCluster().state_backend == "sqlite:" + path);
+  CHECK(engine->GetCluster().last_checkpoint_at == absl::InfinitePast());
+  MustRegister(*engine, Spec("ns/a", 1, 4));  // plans, and checkpoints, at once
+  const absl::Time first = clock.Now();
+  CHECK(engine->GetCluster().last_checkpoint_at == first);
+  clock.Advance(absl::Seconds(5));  // within the plan interval: no checkpoint
+  engine->Replan();
+  CHECK(engine->GetCluster().last_checkpoint_at == first);
+  clock.Advance(absl::Seconds(30));
+  engine->Replan();
+  CHECK(engine->GetCluster().last_checkpoint_at == clock.Now());
+
+  auto in_memory = MustCreate(EngineOptions{}, &clock);
+  CHECK(in_memory->GetCluster().state_backend == "memory");
+  in_memory->Replan();
+  CHECK(in_memory->GetCluster().last_checkpoint_at == absl::InfinitePast());
+}
+
 TEST_CASE("generations continue across restarts, also for a job registered again") {
   TempDir dir;
   const std::string path = dir.File("state.db");

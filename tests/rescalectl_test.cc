@@ -1460,6 +1460,28 @@ TEST_CASE("capacity get adds utilisation and the plan gap to the totals", "[resc
         std::vector<std::string>{"unbounded", "48", "unbounded", "2", "-", "1.25%"});
 }
 
+TEST_CASE("status shows where state is kept, its last checkpoint, capacity and the last plan",
+          "[rescalectl][output]") {
+  rescale::v1::Cluster cluster = ThreeQuartersAllocated();
+  const absl::Time now = absl::FromUnixSeconds(1'700'000'100);
+  cluster.mutable_planned_at()->set_seconds(1'700'000'095);
+  cluster.set_state_backend("sqlite:/var/lib/rescale/state.db");
+  cluster.mutable_last_checkpoint_at()->set_seconds(1'700'000'070);
+  std::vector<std::string> lines = SplitLines(rescale::cli::FormatStatus(cluster, now));
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] ==
+        "State:     sqlite:/var/lib/rescale/state.db, last checkpoint 2023-11-14T22:14:30Z (30s "
+        "ago)");
+  CHECK(lines[1] == "Capacity:  64 GPUs, 48 allocated (75%), 2 jobs waiting");
+  CHECK(lines[2] == "Last plan: 2023-11-14T22:14:55Z (5s ago), gap 0.00%");
+
+  cluster.set_state_backend("memory");
+  cluster.clear_last_checkpoint_at();
+  lines = SplitLines(rescale::cli::FormatStatus(cluster, now));
+  REQUIRE(!lines.empty());
+  CHECK(lines[0] == "State:     memory (nothing is kept across restarts)");
+}
+
 TEST_CASE("describe shows the value of one replica more and one fewer when the planner set them",
           "[rescalectl][output]") {
   rescale::v1::Job job = JobWith(true, 4, 4, false);

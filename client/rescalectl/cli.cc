@@ -323,6 +323,18 @@ int GetCapacity(Session& session) {
   return 0;
 }
 
+int Status(Session& session) {
+  v1::Cluster cluster;
+  const v1::GetClusterRequest request;
+  if (!session.Call(&v1::ClusterService::Stub::GetCluster, request, &cluster)) return 1;
+  if (session.table()) {
+    session.out() << FormatStatus(cluster, absl::Now());
+  } else {
+    PrintMessage(cluster, session.format(), session.out());
+  }
+  return 0;
+}
+
 int Health(Session& session) {
   grpc::health::v1::HealthCheckRequest request;
   request.set_service("");  // "" = the server as a whole.
@@ -537,7 +549,11 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   leaf(capacity, "get", "Show total, allocated and free GPUs and each job's allocation",
        [&](Session& s) { return GetCapacity(s); });
 
-  // ---- health / apply-status
+  // ---- status / health / apply-status
+  leaf(&app, "status",
+       "Show where the server keeps its state (and its last checkpoint), its capacity and its "
+       "last plan",
+       [&](Session& s) { return Status(s); });
   leaf(&app, "health", "Check the server's health (exit 0 only when SERVING)",
        [&](Session& s) { return Health(s); });
 

@@ -103,6 +103,9 @@ std::string JobState(const v1::Job& job);
 //   "Cluster: 12 GPUs allocated (capacity unknown), 0 jobs waiting; plan gap 0.00%".
 // No trailing newline.
 std::string FormatClusterSummary(const v1::Cluster& cluster);
+// `rescalectl status`: where the server keeps its state and when it last
+// checkpointed, its capacity, and its last plan, as "Key: value" lines.
+std::string FormatStatus(const v1::Cluster& cluster, absl::Time now);
 
 // get recommendations / get recommendation: NAMESPACE NAME REPLICAS ACTION
 // GENERATION CONSTRAINT QUEUE REASON.

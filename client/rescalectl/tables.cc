@@ -138,6 +138,25 @@ std::string FormatRecommendationsTable(
   return table.Render();
 }
 
+std::string FormatStatus(const v1::Cluster& cluster, absl::Time now) {
+  const bool kept = !cluster.state_backend().empty() && cluster.state_backend() != "memory";
+  std::string state =
+      kept ? absl::StrCat(cluster.state_backend(), ", last checkpoint ",
+                          FormatTimestamp(cluster.last_checkpoint_at(), now, "<none yet>"))
+           : "memory (nothing is kept across restarts)";
+  std::string capacity =
+      cluster.capacity_known()
+          ? absl::StrCat(cluster.total_gpus(), " GPUs, ", cluster.allocated_gpus(), " allocated (",
+                         UtilizationPercent(cluster), ")")
+          : absl::StrCat("unknown (unbounded), ", cluster.allocated_gpus(), " GPUs allocated");
+  absl::StrAppend(&capacity, ", ", cluster.waiting_jobs(),
+                  cluster.waiting_jobs() == 1 ? " job" : " jobs", " waiting");
+  const std::string plan = absl::StrCat(FormatTimestamp(cluster.planned_at(), now, "<none yet>"),
+                                        ", gap ", GapPercent(cluster));
+  return absl::StrCat("State:     ", state, "\n", "Capacity:  ", capacity, "\n",
+                      "Last plan: ", plan, "\n");
+}
+
 std::string FormatCluster(const v1::Cluster& cluster) {
   // Until capacity is set the planner hands out GPUs without bound, so the
   // total and the free count are not numbers yet.

@@ -422,6 +422,8 @@ class DecisionEngine {
   double last_plan_gap_ ABSL_GUARDED_BY(mu_) = 0;
   bool last_plan_exact_ ABSL_GUARDED_BY(mu_) = true;
   uint64_t plans_run_ ABSL_GUARDED_BY(mu_) = 0;
+  // When a checkpoint last wrote every job it meant to (GetCluster).
+  absl::Time checkpointed_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   mutable std::array<ReadShard, kReadShards> read_shards_;
 
   // Records that `job_id` changed (dirty_).

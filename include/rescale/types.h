@@ -222,6 +222,10 @@ struct ClusterView {
   // Set on the reply of SetCapacity when its plan had not run yet: the
   // allocations predate the new capacity.
   bool plan_pending = false;
+  // Where state is kept across restarts ("memory", "sqlite:PATH") and when
+  // measurements were last checkpointed there (InfinitePast = never).
+  std::string state_backend = "memory";
+  absl::Time last_checkpoint_at = absl::InfinitePast();
 };
 
 // "namespace" part of a job_id ("" when malformed).
