@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_format.h"
 #include "rescale/status_macros.h"
 #include "state_store_internal.h"
@@ -79,10 +80,7 @@ class SqliteStateStore : public StateStore {
   absl::Status Init() {
     RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
     RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL"));
-    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-    absl::Status status = CheckAndMigrate();
-    RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
-    return status;
+    return InTransaction([&] { return CheckAndMigrate(); });
   }
 
   absl::StatusOr<StoredState> Load() override {
@@ -147,10 +145,7 @@ class SqliteStateStore : public StateStore {
 
   absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override {
     std::lock_guard<std::mutex> lock(mu_);
-    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-    absl::Status status = DeleteJobInTransaction(job_id, last_generation);
-    RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
-    return status;
+    return InTransaction([&] { return DeleteJobInTransaction(job_id, last_generation); });
   }
 
   absl::Status PutCapacity(uint32_t total_gpus) override {
@@ -165,22 +160,28 @@ class SqliteStateStore : public StateStore {
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
     if (recs.empty()) return absl::OkStatus();
     std::lock_guard<std::mutex> lock(mu_);
-    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-    absl::Status status = PutRecommendationsInTransaction(recs);
-    RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
-    return status;
+    return InTransaction([&] { return PutRecommendationsInTransaction(recs); });
   }
 
   absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override {
     if (jobs.empty()) return absl::OkStatus();
     std::lock_guard<std::mutex> lock(mu_);
-    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-    absl::Status status = PutMeasurementsInTransaction(jobs);
-    RETURN_IF_ERROR(Exec(status.ok() ? "COMMIT" : "ROLLBACK"));
-    return status;
+    return InTransaction([&] { return PutMeasurementsInTransaction(jobs); });
   }
 
  private:
+  // Runs `body` in one write transaction: committed when it succeeds, rolled
+  // back when it or the commit fails, so the connection is never left with
+  // a transaction open.
+  absl::Status InTransaction(absl::FunctionRef<absl::Status()> body) {
+    RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    absl::Status status = body();
+    if (status.ok()) status = Exec("COMMIT");
+    // A no-op when the failed COMMIT already ended the transaction.
+    if (!status.ok()) sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    return status;
+  }
+
   absl::Status CheckAndMigrate() {
     // A file that is not a database, or is damaged, fails here or below.
     ASSIGN_OR_RETURN(Statement check, Prepare("PRAGMA quick_check"));
