@@ -81,11 +81,11 @@ ABSL_FLAG(int, plan_thread_nice, kEngine.plan_thread_nice,
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM server certificate chain; enables TLS with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
-ABSL_FLAG(std::string, state, "memory",
-          "where jobs, applied state, capacity and recommendations are kept across "
-          "restarts: memory (nothing is kept) or sqlite:PATH (one SQLite file, e.g. "
-          "sqlite:rescale-state.db; a file that is damaged, in use or from a newer "
-          "rescaled stops start-up)");
+ABSL_FLAG(std::string, state, "sqlite:rescale-state.db",
+          "where jobs, applied state, capacity, recommendations and measurements are kept "
+          "across restarts: sqlite:PATH (one SQLite file; the default is rescale-state.db in "
+          "the working directory; a file that is damaged, in use or from a newer rescaled "
+          "stops start-up) or memory (nothing is kept: tests, trials)");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "how long in-flight calls may run after SIGINT/SIGTERM");
 

@@ -1132,7 +1132,19 @@ TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs"
   CHECK(info->priority == 10);
   CHECK(info->restart_cost_seconds == 90);
   CHECK_FALSE(info->operator_hpa);
-  REQUIRE(by_kind.count("Deployment/rescaled"));
+  // rescaled: one replica with its SQLite state on a volume that outlives
+  // the pod, at the path its --state names.
+  REQUIRE(by_kind.count("StatefulSet/rescaled"));
+  YAML::Node rescaled = by_kind["StatefulSet/rescaled"];
+  CHECK(rescaled["spec"]["replicas"].as<int>() == 1);
+  YAML::Node container = rescaled["spec"]["template"]["spec"]["containers"][0];
+  bool state_flag = false;
+  for (const YAML::Node& arg : container["args"])
+    state_flag |= arg.as<std::string>() == "--state=sqlite:/var/lib/rescale/state.db";
+  CHECK(state_flag);
+  REQUIRE(container["volumeMounts"][0]["mountPath"].as<std::string>() == "/var/lib/rescale");
+  CHECK(container["volumeMounts"][0]["name"].as<std::string>() ==
+        rescaled["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as<std::string>());
   REQUIRE(by_kind.count("Deployment/rescale-adapter"));
   REQUIRE(by_kind.count("Service/rescaled"));
   REQUIRE(by_kind.count("ServiceAccount/rescale-adapter"));
