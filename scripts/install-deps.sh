@@ -26,6 +26,12 @@ packages=(
   libcurl4-openssl-dev
   libcpp-httplib-dev
   libsqlite3-dev
+  # etcd: its v3 API's .proto files (rescaled --state=etcd://, generated at
+  # build time) and the server the HA tests start
+  golang-etcd-server-dev
+  golang-github-gogo-protobuf-dev
+  golang-github-grpc-ecosystem-grpc-gateway-dev
+  etcd-server
 )
 
 missing=()

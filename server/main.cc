@@ -85,7 +85,15 @@ ABSL_FLAG(std::string, state, "sqlite:rescale-state.db",
           "where jobs, applied state, capacity, recommendations and measurements are kept "
           "across restarts: sqlite:PATH (one SQLite file; the default is rescale-state.db in "
           "the working directory; a file that is damaged, in use or from a newer rescaled "
-          "stops start-up) or memory (nothing is kept: tests, trials)");
+          "stops start-up), etcd://HOST:PORT[,HOST:PORT...]/PREFIX (high availability: "
+          "replicas on the same prefix elect one leader) or memory (nothing is kept: tests, "
+          "trials)");
+ABSL_FLAG(absl::Duration, lease_ttl, rescale::server::LeadershipOptions().lease_ttl,
+          "with --state=etcd://: TTL of the leader's etcd lease, how long a leader that "
+          "stopped answering keeps the others from taking over (whole seconds, >= 1s)");
+ABSL_FLAG(std::string, advertise_address, "",
+          "with --state=etcd://: host:port other replicas send clients to when this one "
+          "leads (e.g. the pod's IP and port); empty = the --listen address");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "how long in-flight calls may run after SIGINT/SIGTERM");
 
@@ -152,7 +160,29 @@ int main(int argc, char** argv) {
   }
 
   const std::string state = absl::GetFlag(FLAGS_state);
-  if (state != "memory") {
+  if (state.starts_with("etcd://")) {
+    absl::StatusOr<rescale::server::EtcdSpec> spec = rescale::server::ParseEtcdSpec(state);
+    const absl::Duration ttl = absl::GetFlag(FLAGS_lease_ttl);
+    if (!spec.ok()) {
+      std::cerr << "rescaled: --state: " << spec.status().message() << "\n";
+      return 2;
+    }
+    if (ttl < absl::Seconds(1)) {
+      std::cerr << "rescaled: --lease_ttl must be at least 1s, got " << absl::FormatDuration(ttl)
+                << "\n";
+      return 2;
+    }
+    options.etcd_client = std::make_shared<rescale::server::EtcdClient>(spec->endpoints);
+    absl::StatusOr<std::unique_ptr<rescale::server::EtcdStateStore>> store =
+        rescale::server::EtcdStateStore::Open(state, options.etcd_client, spec->prefix);
+    if (!store.ok()) {
+      spdlog::critical("cannot start: {}", std::string(store.status().message()));
+      return 1;
+    }
+    options.etcd_state = *std::move(store);
+    options.leadership.lease_ttl = ttl;
+    options.leadership.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  } else if (state != "memory") {
     absl::StatusOr<std::unique_ptr<rescale::StateStore>> store = rescale::OpenStateStore(state);
     if (!store.ok()) {
       spdlog::critical("cannot start: {}", std::string(store.status().message()));
@@ -168,6 +198,7 @@ int main(int argc, char** argv) {
   }
   // The capacity as the engine has it: a kept one wins over the flag.
   const std::optional<uint32_t> capacity_now = (*server)->engine().GetCluster().total_gpus;
+  // With etcd the capacity is the leader's: a follower shows what it loaded.
   spdlog::info(
       "rescaled serving on {} ({}; state {}; capacity {}; default policy {}; objective {}; plan "
       "interval {})",

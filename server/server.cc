@@ -35,6 +35,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
   return grpc::SslServerCredentials(ssl);
 }
 
+constexpr const char* kRescaleServices[] = {
+    "rescale.v1.MetricsService", "rescale.v1.JobService", "rescale.v1.RecommendationService",
+    "rescale.v1.ClusterService"};
+
 }  // namespace
 
 struct RescaleServer::Impl {
@@ -43,6 +47,7 @@ struct RescaleServer::Impl {
   std::unique_ptr<RecommendationServiceImpl> recommendations;
   std::unique_ptr<ClusterServiceImpl> cluster;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<EtcdLeadership> leadership;
   std::mutex shutdown_mu;
   bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
   absl::Notification stopped;
@@ -59,6 +64,11 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();
+  if (options.etcd_state != nullptr) {
+    // A follower until elected: it loads the state, plans nothing.
+    options.engine.state = options.etcd_state;
+    options.engine.start_leading = false;
+  }
   absl::StatusOr<std::unique_ptr<DecisionEngine>> engine =
       DecisionEngine::Create(options.engine, options.clock);
   if (!engine.ok()) return engine.status();
@@ -68,11 +78,28 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   self->engine_ = *std::move(engine);
 
   auto impl = std::make_unique<Impl>();
+  if (options.etcd_state != nullptr) {
+    // Its role changes turn the Rescale services' health on and off, so a
+    // Service whose readiness probe asks for one of them routes to the
+    // leader only. The overall health ("") stays SERVING: a follower is
+    // alive.
+    impl->leadership = std::make_unique<EtcdLeadership>(
+        options.leadership, options.etcd_client, options.etcd_state, *self->engine_,
+        [impl = impl.get()](bool leader) {
+          std::lock_guard<std::mutex> lock(impl->shutdown_mu);
+          if (impl->shut_down || impl->server == nullptr) return;
+          for (const char* service : kRescaleServices) {
+            impl->server->GetHealthCheckService()->SetServingStatus(service, leader);
+          }
+        });
+  }
+  const Leadership* leadership = impl->leadership.get();
   impl->metrics = std::make_unique<MetricsServiceImpl>(
-      *self->engine_, ServiceLimits{.max_batch_samples = options.max_batch_samples});
-  impl->jobs = std::make_unique<JobServiceImpl>(*self->engine_);
-  impl->recommendations = std::make_unique<RecommendationServiceImpl>(*self->engine_);
-  impl->cluster = std::make_unique<ClusterServiceImpl>(*self->engine_);
+      *self->engine_, ServiceLimits{.max_batch_samples = options.max_batch_samples}, leadership);
+  impl->jobs = std::make_unique<JobServiceImpl>(*self->engine_, leadership);
+  impl->recommendations =
+      std::make_unique<RecommendationServiceImpl>(*self->engine_, leadership);
+  impl->cluster = std::make_unique<ClusterServiceImpl>(*self->engine_, leadership);
 
   // Both are process-wide switches; they must be set before building.
   grpc::EnableDefaultHealthCheckService(true);
@@ -93,14 +120,21 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   }
   grpc::HealthCheckServiceInterface* health = impl->server->GetHealthCheckService();
   health->SetServingStatus(true);
-  for (const char* service : {"rescale.v1.MetricsService", "rescale.v1.JobService",
-                              "rescale.v1.RecommendationService", "rescale.v1.ClusterService"}) {
-    health->SetServingStatus(service, true);
+  for (const char* service : kRescaleServices) {
+    health->SetServingStatus(service, impl->leadership == nullptr);
   }
   self->impl_ = std::move(impl);
-  self->engine_->Replan();
+  self->engine_->Replan();  // nothing on a follower
   if (options.run_plan_timer) {
     self->engine_->StartTimer();
+  }
+  if (self->impl_->leadership != nullptr) {
+    // Not set: what this server can be dialled at, as tests and a single
+    // machine see it.
+    if (options.leadership.advertise_address.empty()) {
+      self->impl_->leadership->SetAdvertiseAddress(self->address());
+    }
+    self->impl_->leadership->Start();
   }
   return self;
 }
@@ -121,6 +155,8 @@ void RescaleServer::Shutdown(absl::Duration grace) {
     if (impl_->shut_down) return;
     impl_->shut_down = true;
   }
+  // A leader resigns first, so a follower takes over at once.
+  if (impl_->leadership != nullptr) impl_->leadership->Stop();
   engine_->StopTimer();
   impl_->server->GetHealthCheckService()->Shutdown();
   // Watch streams never end on their own: close them first so Shutdown does
@@ -129,6 +165,10 @@ void RescaleServer::Shutdown(absl::Duration grace) {
   impl_->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
   impl_->server->Wait();
   impl_->stopped.Notify();
+}
+
+const Leadership* RescaleServer::leadership() const {
+  return impl_ != nullptr ? impl_->leadership.get() : nullptr;
 }
 
 void RescaleServer::Wait() {

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "rescale/clock.h"
 #include "rescale/decision_engine.h"
+#include "server/etcd/etcd_leadership.h"
 
 namespace rescale::server {
 
@@ -39,6 +40,13 @@ struct ServerOptions {
   // Jobs, limits, the metrics store, policies, the planner and the plan
   // timer (see rescale/decision_engine.h).
   EngineOptions engine;
+  // High availability: the state in etcd, shared with other replicas
+  // (rescaled --state=etcd://...). Set, it replaces engine.state; the
+  // server starts as a follower and campaigns to lead (EtcdLeadership).
+  // An empty leadership.advertise_address advertises address().
+  std::shared_ptr<EtcdClient> etcd_client;
+  std::shared_ptr<EtcdStateStore> etcd_state;
+  LeadershipOptions leadership;
 };
 
 class RescaleServer {
@@ -62,6 +70,8 @@ class RescaleServer {
   void Wait();
 
   DecisionEngine& engine() { return *engine_; }
+  // Null without high availability.
+  const Leadership* leadership() const;
 
  private:
   struct Impl;

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_format.h"
 #include "server/convert.h"
@@ -37,6 +38,37 @@ void ReactorCallbackFromGrpc(void* reactor) { __tsan_acquire(reactor); }
 void ReactorHandedToGrpc(void*) {}
 void ReactorCallbackFromGrpc(void*) {}
 #endif
+
+// Why this replica cannot take a change or samples (it does not lead), with
+// the leader's address added to the trailing metadata; nullopt when it can.
+std::optional<grpc::Status> RefuseUnlessLeader(const Leadership* leadership,
+                                               grpc::CallbackServerContext* context) {
+  if (leadership == nullptr || leadership->IsLeader()) return std::nullopt;
+  const std::string leader = leadership->LeaderAddress();
+  if (!leader.empty()) context->AddTrailingMetadata(kLeaderMetadataKey, leader);
+  return grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      leader.empty()
+          ? absl::StrFormat("this rescaled does not lead and no leader is known (%s); retry",
+                            leadership->Describe())
+          : absl::StrFormat("this rescaled is a follower; the leader is at %s (trailing metadata "
+                            "%s): send changes and samples there",
+                            leader, kLeaderMetadataKey));
+}
+
+grpc::ServerUnaryReactor* FinishRefused(grpc::CallbackServerContext* context,
+                                        const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+// A sample stream refused before its first read.
+class RejectedSampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch> {
+ public:
+  explicit RejectedSampleStreamReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
 
 absl::Status BatchTooLarge(int size, int limit) {
   return absl::InvalidArgumentError(absl::StrFormat(
@@ -206,12 +238,16 @@ class RejectedWatchReactor final : public grpc::ServerWriteReactor<v1::Recommend
 
 grpc::ServerReadReactor<v1::SampleBatch>* MetricsServiceImpl::StreamSamples(
     grpc::CallbackServerContext* context, v1::IngestSummary* summary) {
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) {
+    return new RejectedSampleStreamReactor(*refused);
+  }
   return new SampleStreamReactor(engine_, limits_, summary);
 }
 
 grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServerContext* context,
                                                             const v1::SampleBatch* batch,
                                                             v1::IngestSummary* summary) {
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
   if (batch->samples_size() > limits_.max_batch_samples) {
     return FinishUnary(context, BatchTooLarge(batch->samples_size(), limits_.max_batch_samples));
   }
@@ -236,6 +272,7 @@ grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServer
 grpc::ServerUnaryReactor* JobServiceImpl::RegisterJob(grpc::CallbackServerContext* context,
                                                       const v1::RegisterJobRequest* request,
                                                       v1::Job* response) {
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
   absl::StatusOr<JobView> job = engine_.RegisterJob(FromProto(request->spec()));
   if (job.ok()) {
     ToProto(*job, response);
@@ -248,6 +285,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::RegisterJob(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext* context,
                                                     const v1::UpdateJobRequest* request,
                                                     v1::Job* response) {
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
   absl::StatusOr<JobView> job = engine_.UpdateJob(FromProto(request->spec()));
   if (job.ok()) {
     ToProto(*job, response);
@@ -276,6 +314,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::DeregisterJob(grpc::CallbackServerContext* context,
                                                         const v1::DeregisterJobRequest* request,
                                                         v1::DeregisterJobResponse* response) {
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
   absl::Status status = engine_.DeregisterJob(request->job_id());
   if (status.ok()) spdlog::info("deregistered job {}", request->job_id());
   return FinishUnary(context, status);
@@ -315,6 +354,7 @@ grpc::ServerWriteReactor<v1::RecommendationEvent>* RecommendationServiceImpl::Wa
 grpc::ServerUnaryReactor* RecommendationServiceImpl::ReportApplied(
     grpc::CallbackServerContext* context, const v1::ReportAppliedRequest* request,
     v1::ReportAppliedResponse* response) {
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
   absl::StatusOr<JobStatus> status = engine_.ReportApplied(
       request->job_id(), request->replicas(), request->suspended(), request->generation());
   if (status.ok()) ToProto(*status, response->mutable_status());
@@ -326,6 +366,7 @@ grpc::ServerUnaryReactor* RecommendationServiceImpl::ReportApplied(
 grpc::ServerUnaryReactor* ClusterServiceImpl::SetCapacity(grpc::CallbackServerContext* context,
                                                           const v1::SetCapacityRequest* request,
                                                           v1::Cluster* response) {
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
   absl::StatusOr<ClusterView> view = engine_.SetCapacity(request->total_gpus());
   if (view.ok()) {
     ToProto(*view, response);
@@ -338,6 +379,10 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetCluster(grpc::CallbackServerCon
                                                          const v1::GetClusterRequest* request,
                                                          v1::Cluster* response) {
   ToProto(engine_.GetCluster(), response);
+  if (leadership_ != nullptr) {
+    response->set_leader(leadership_->LeaderAddress());
+    response->set_leadership(leadership_->Describe());
+  }
   return FinishUnary(context, absl::OkStatus());
 }
 

@@ -9,6 +9,7 @@
 
 #include "rescale/decision_engine.h"
 #include "rescale/v1/rescale.grpc.pb.h"
+#include "server/leadership.h"
 
 namespace rescale::server {
 
@@ -17,10 +18,18 @@ struct ServiceLimits {
   int max_batch_samples = 10000;
 };
 
+// With high availability (leadership non-null), calls that change state
+// or carry samples are refused on a replica that does not lead:
+// UNAVAILABLE, the leader's address in the message and in the trailing
+// metadata kLeaderMetadataKey, so a client can call it instead. Reads are
+// served by every replica.
+inline constexpr char kLeaderMetadataKey[] = "rescale-leader";
+
 class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
  public:
-  MetricsServiceImpl(DecisionEngine& engine, ServiceLimits limits)
-      : engine_(engine), limits_(limits) {}
+  MetricsServiceImpl(DecisionEngine& engine, ServiceLimits limits,
+                     const Leadership* leadership = nullptr)
+      : engine_(engine), limits_(limits), leadership_(leadership) {}
 
   grpc::ServerReadReactor<v1::SampleBatch>* StreamSamples(grpc::CallbackServerContext* context,
                                                           v1::IngestSummary* summary) override;
@@ -31,11 +40,13 @@ class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
  private:
   DecisionEngine& engine_;
   const ServiceLimits limits_;
+  const Leadership* const leadership_;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  explicit JobServiceImpl(DecisionEngine& engine) : engine_(engine) {}
+  explicit JobServiceImpl(DecisionEngine& engine, const Leadership* leadership = nullptr)
+      : engine_(engine), leadership_(leadership) {}
 
   grpc::ServerUnaryReactor* RegisterJob(grpc::CallbackServerContext* context,
                                         const v1::RegisterJobRequest* request,
@@ -54,11 +65,13 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
  private:
   DecisionEngine& engine_;
+  const Leadership* const leadership_;
 };
 
 class RecommendationServiceImpl final : public v1::RecommendationService::CallbackService {
  public:
-  explicit RecommendationServiceImpl(DecisionEngine& engine) : engine_(engine) {}
+  explicit RecommendationServiceImpl(DecisionEngine& engine, const Leadership* leadership = nullptr)
+      : engine_(engine), leadership_(leadership) {}
 
   grpc::ServerUnaryReactor* GetRecommendation(grpc::CallbackServerContext* context,
                                               const v1::GetRecommendationRequest* request,
@@ -75,11 +88,13 @@ class RecommendationServiceImpl final : public v1::RecommendationService::Callba
 
  private:
   DecisionEngine& engine_;
+  const Leadership* const leadership_;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
  public:
-  explicit ClusterServiceImpl(DecisionEngine& engine) : engine_(engine) {}
+  explicit ClusterServiceImpl(DecisionEngine& engine, const Leadership* leadership = nullptr)
+      : engine_(engine), leadership_(leadership) {}
 
   grpc::ServerUnaryReactor* SetCapacity(grpc::CallbackServerContext* context,
                                         const v1::SetCapacityRequest* request,
@@ -90,6 +105,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
 
  private:
   DecisionEngine& engine_;
+  const Leadership* const leadership_;
 };
 
 }  // namespace rescale::server

@@ -137,33 +137,13 @@ absl::Status DecisionEngine::RestoreLocked() {
     }
     RETURN_IF_ERROR(store_.AddJob(spec->job_id, spec->max_replicas, spec->local_batch_size));
     JobEntry entry;
-    entry.spec = *std::move(spec);
-    entry.status.current_replicas = kept.current_replicas;
-    entry.status.suspended = kept.suspended;
-    entry.status.last_applied_generation = kept.last_applied_generation;
-    entry.status.last_applied_at = kept.last_applied_at;
-    entry.status.registered_at = kept.registered_at;
-    entry.has_applied = kept.has_applied;
-    entry.last_change_at = kept.last_change_at;
-    entry.started_at = kept.started_at;
-    entry.stopped_at = kept.stopped_at;
-    entry.memory.previous_replicas = kept.previous_replicas;
-    entry.memory.scale_events = std::move(kept.scale_events);
+    FillFromStored(entry, *std::move(spec), kept);
     entry.registration = entry.version = entry.spec_version = ++change_counter_;
     auto it = jobs_.emplace(entry.spec.job_id, std::move(entry)).first;
     MarkChangedLocked(it->first);
     PublishEntryLocked(it->second);
   }
-  for (StoredMeasurements& measured : stored.measurements) {
-    auto it = jobs_.find(measured.job_id);
-    if (it == jobs_.end()) continue;
-    it->second.restored = std::make_shared<const std::vector<SizeStats>>(std::move(measured.sizes));
-    // The plans' own policy memory: the job's plan slot takes it from the
-    // entry when it is created (SyncSlotsLocked), and keeps its own after.
-    it->second.memory.exploration_stopped = measured.exploration_stopped;
-    it->second.memory.recommendations = std::move(measured.recent_recommendations);
-    PublishEntryLocked(it->second);
-  }
+  for (StoredMeasurements& measured : stored.measurements) RestoreMeasurementsLocked(measured);
   if (stored.capacity_gpus.has_value()) capacity_gpus_ = stored.capacity_gpus;
   // Recommendations of jobs no longer kept (none, unless the file was
   // edited) would have no job to describe.
@@ -172,6 +152,105 @@ absl::Status DecisionEngine::RestoreLocked() {
   board_.Restore(std::move(stored.recommendations), std::move(stored.retired_generations));
   spdlog::info("restored {} jobs from {}", jobs_.size(), state.Describe());
   return absl::OkStatus();
+}
+
+void DecisionEngine::FillFromStored(JobEntry& entry, JobSpec spec, StoredJob& kept) {
+  entry.spec = std::move(spec);
+  entry.status.current_replicas = kept.current_replicas;
+  entry.status.suspended = kept.suspended;
+  entry.status.last_applied_generation = kept.last_applied_generation;
+  entry.status.last_applied_at = kept.last_applied_at;
+  entry.status.registered_at = kept.registered_at;
+  entry.has_applied = kept.has_applied;
+  entry.last_change_at = kept.last_change_at;
+  entry.started_at = kept.started_at;
+  entry.stopped_at = kept.stopped_at;
+  entry.memory.previous_replicas = kept.previous_replicas;
+  entry.memory.scale_events = std::move(kept.scale_events);
+}
+
+void DecisionEngine::RestoreMeasurementsLocked(StoredMeasurements& measured) {
+  auto it = jobs_.find(measured.job_id);
+  if (it == jobs_.end()) return;
+  it->second.restored = std::make_shared<const std::vector<SizeStats>>(std::move(measured.sizes));
+  // The plans' own policy memory: the job's plan slot takes it from the
+  // entry when it is created (SyncSlotsLocked), and keeps its own after.
+  it->second.memory.exploration_stopped = measured.exploration_stopped;
+  it->second.memory.recommendations = std::move(measured.recent_recommendations);
+  MarkChangedLocked(it->first);
+  PublishEntryLocked(it->second);
+}
+
+void DecisionEngine::RemoveJobLocked(const std::string& job_id) {
+  jobs_.erase(job_id);
+  MarkChangedLocked(job_id);
+  UnpublishEntryLocked(job_id);
+  store_.RemoveJob(job_id);
+  board_.StageRemove(job_id);
+}
+
+void DecisionEngine::ApplyReplicated(ReplicatedChange change) {
+  const DeliverOnExit deliver(board_);  // after the lock below is released
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::flat_hash_set<std::string> kept_ids;
+  for (StoredJob& kept : change.jobs) {
+    absl::StatusOr<JobSpec> spec = Normalize(kept.spec);
+    absl::Status added = spec.ok() ? store_.AddJob(spec->job_id, spec->max_replicas,
+                                                   spec->local_batch_size)
+                                   : spec.status();
+    if (!added.ok()) {
+      spdlog::error("job {} as the leader recorded it is not valid on this server ({}); left out",
+                    kept.spec.job_id, std::string(added.message()));
+      continue;
+    }
+    kept_ids.insert(spec->job_id);
+    auto [it, inserted] = jobs_.try_emplace(spec->job_id);
+    const bool registered_again =
+        !inserted && it->second.status.registered_at != kept.registered_at;
+    FillFromStored(it->second, *std::move(spec), kept);
+    it->second.version = it->second.spec_version = ++change_counter_;
+    if (inserted || registered_again) {
+      it->second.registration = it->second.version;
+      it->second.restored.reset();
+    }
+    MarkChangedLocked(it->first);
+    PublishEntryLocked(it->second);
+  }
+  if (change.full) {
+    std::vector<std::string> gone;
+    for (const auto& [id, entry] : jobs_) {
+      if (!kept_ids.contains(id)) gone.push_back(id);
+    }
+    for (const std::string& id : gone) RemoveJobLocked(id);
+  }
+  for (const std::string& id : change.removed_jobs) {
+    if (jobs_.contains(id)) RemoveJobLocked(id);
+  }
+  if (change.capacity_gpus.has_value()) capacity_gpus_ = change.capacity_gpus;
+  for (StoredMeasurements& measured : change.measurements) RestoreMeasurementsLocked(measured);
+  std::erase_if(change.recommendations,
+                [&](const Recommendation& rec) { return !jobs_.contains(rec.job_id); });
+  board_.StageReplicated(std::move(change.recommendations),
+                         std::move(change.retired_generations));
+}
+
+void DecisionEngine::SetLeading(bool leading) {
+  {
+    std::lock_guard<std::mutex> plan_lock(plan_mu_);
+    if (leading) {
+      // What earlier plans kept (their slots, policy memory, checkpoint
+      // marks) may be older than the copy a follower kept: plan from the
+      // entries alone.
+      std::lock_guard<std::mutex> lock(mu_);
+      plan_slots_.clear();
+      planner_jobs_.clear();
+      planner_job_sources_.clear();
+      for (const auto& [id, entry] : jobs_) MarkChangedLocked(id);
+      last_checkpoint_at_ = absl::InfinitePast();
+    }
+    leading_.store(leading, std::memory_order_release);
+  }
+  if (leading) Replan();
 }
 
 StoredJob DecisionEngine::StoredJobOf(const JobEntry& entry) {
@@ -205,7 +284,9 @@ DecisionEngine::DecisionEngine(EngineOptions options, Clock* clock)
         return store;
       }()),
       board_(options_.max_watchers),
-      capacity_gpus_(options_.capacity_gpus) {}
+      capacity_gpus_(options_.capacity_gpus) {
+  leading_.store(options_.start_leading, std::memory_order_relaxed);
+}
 
 DecisionEngine::~DecisionEngine() { StopTimer(); }
 
@@ -556,11 +637,7 @@ absl::Status DecisionEngine::DeregisterJob(const std::string& job_id) {
       const std::optional<Recommendation> last = board_.Get(job_id);
       RETURN_IF_ERROR(options_.state->DeleteJob(job_id, last ? last->generation : 0));
     }
-    jobs_.erase(job_id);
-    MarkChangedLocked(job_id);
-    UnpublishEntryLocked(job_id);
-    store_.RemoveJob(job_id);
-    board_.StageRemove(job_id);
+    RemoveJobLocked(job_id);
     deferred = RequestReplanLocked(options_.plan_coalesce);
   }
   if (!deferred) Replan();
@@ -806,6 +883,7 @@ void DecisionEngine::AddAllocations(ClusterView& view) const {
 // slots need no lock of their own.
 void DecisionEngine::Replan() {
   std::lock_guard<std::mutex> plan_lock(plan_mu_);
+  if (!leading_.load(std::memory_order_acquire)) return;  // a follower
   std::optional<uint32_t> capacity_gpus;
   {
     std::lock_guard<std::mutex> lock(mu_);

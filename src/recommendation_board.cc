@@ -207,6 +207,33 @@ void RecommendationBoard::Restore(
   }
 }
 
+void RecommendationBoard::StageReplicated(
+    std::vector<Recommendation> recommendations,
+    std::vector<std::pair<std::string, uint64_t>> retired_generations) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [job_id, generation] : retired_generations) {
+    Shard& shard = ShardOf(job_id);
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    if (!shard.current.contains(job_id)) shard.retired_generations[job_id] = generation;
+  }
+  for (Recommendation& rec : recommendations) {
+    Shard& shard = ShardOf(rec.job_id);
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    shard.retired_generations.erase(rec.job_id);
+    auto it = shard.current.find(rec.job_id);
+    if (it == shard.current.end()) {
+      StageEventLocked({RecommendationEvent::Type::kAdded, rec});
+      std::string id = rec.job_id;
+      shard.current.emplace(std::move(id), std::make_shared<const Recommendation>(std::move(rec)));
+      continue;
+    }
+    if (!it->second->SameVisibleDecision(rec)) {
+      StageEventLocked({RecommendationEvent::Type::kModified, rec});
+    }
+    it->second = std::make_shared<const Recommendation>(std::move(rec));
+  }
+}
+
 void RecommendationBoard::StageRemove(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   Shard& shard = ShardOf(job_id);

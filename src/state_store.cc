@@ -325,6 +325,17 @@ class MemoryStateStore : public StateStore {
 
 }  // namespace
 
+ReplicatedChange ReplicatedChange::Full(StoredState state) {
+  ReplicatedChange change;
+  change.full = true;
+  change.jobs = std::move(state.jobs);
+  change.capacity_gpus = state.capacity_gpus;
+  change.recommendations = std::move(state.recommendations);
+  change.retired_generations = std::move(state.retired_generations);
+  change.measurements = std::move(state.measurements);
+  return change;
+}
+
 absl::StatusOr<std::unique_ptr<StateStore>> OpenStateStore(std::string_view spec) {
   if (spec == "memory") return std::make_unique<MemoryStateStore>();
   if (spec.starts_with("sqlite:")) {

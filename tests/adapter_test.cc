@@ -1147,6 +1147,25 @@ TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs"
         rescaled["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as<std::string>());
   REQUIRE(by_kind.count("Deployment/rescale-adapter"));
   REQUIRE(by_kind.count("Service/rescaled"));
+
+  // docker/k8s/ha: replicas on etcd, each advertising its pod IP, ready
+  // only while it leads (the health of a Rescale service), alive always.
+  std::map<std::string, YAML::Node> ha;
+  for (const YAML::Node& doc : YAML::LoadAllFromFile((dir / "ha" / "rescaled-ha.yaml").string())) {
+    if (doc && !doc.IsNull()) ha[doc["kind"].as<std::string>()] = doc;
+  }
+  REQUIRE(ha.count("Deployment"));
+  REQUIRE(ha.count("Service"));
+  CHECK(ha["Deployment"]["spec"]["replicas"].as<int>() >= 2);
+  YAML::Node ha_container = ha["Deployment"]["spec"]["template"]["spec"]["containers"][0];
+  std::set<std::string> ha_args;
+  for (const YAML::Node& arg : ha_container["args"]) ha_args.insert(arg.as<std::string>());
+  CHECK(ha_args.count("--state=etcd://etcd.rescale.svc:2379/rescale"));
+  CHECK(ha_args.count("--advertise_address=$(POD_IP):50051"));
+  CHECK(ha_container["env"][0]["name"].as<std::string>() == "POD_IP");
+  CHECK(ha_container["readinessProbe"]["grpc"]["service"].as<std::string>() ==
+        "rescale.v1.JobService");
+  CHECK_FALSE(ha_container["livenessProbe"]["grpc"]["service"]);
   REQUIRE(by_kind.count("ServiceAccount/rescale-adapter"));
   REQUIRE(by_kind.count("ClusterRoleBinding/rescale-adapter"));
 }

@@ -30,84 +30,16 @@
 #include "absl/time/time.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "tests/child_process.h"
+#include "tests/rescaled_process.h"
 #include "tests/temp_dir.h"
 
 namespace {
 
 namespace v1 = rescale::v1;
 using rescale::testing::ChildProcess;
+using rescale::testing::FromTimestamp;
+using rescale::testing::Rescaled;
 using rescale::testing::TempDir;
-
-absl::Time FromTimestamp(const google::protobuf::Timestamp& t) {
-  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
-}
-
-// One rescaled process and stubs on its address.
-struct Rescaled {
-  std::unique_ptr<ChildProcess> process;
-  std::string address;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::JobService::Stub> jobs;
-  std::unique_ptr<v1::MetricsService::Stub> metrics;
-  std::unique_ptr<v1::RecommendationService::Stub> recs;
-  std::unique_ptr<v1::ClusterService::Stub> cluster;
-
-  static std::unique_ptr<Rescaled> Start(const std::string& state) {
-    auto started = ChildProcess::Start({RESCALED_BINARY, "--listen=127.0.0.1:0",
-                                        "--state=" + state, "--capacity_gpus=40",
-                                        "--plan_interval=200ms", "--cooldown=0s"});
-    REQUIRE(started.ok());
-    auto rescaled = std::make_unique<Rescaled>();
-    rescaled->process = *std::move(started);
-    const std::optional<std::string> line =
-        rescaled->process->WaitForLine("rescaled serving on ", absl::Seconds(30));
-    INFO(rescaled->process->Output());
-    REQUIRE(line.has_value());
-    const size_t begin = line->find("serving on ") + std::string("serving on ").size();
-    rescaled->address = line->substr(begin, line->find(' ', begin) - begin);
-    rescaled->channel = grpc::CreateChannel(rescaled->address, grpc::InsecureChannelCredentials());
-    rescaled->jobs = v1::JobService::NewStub(rescaled->channel);
-    rescaled->metrics = v1::MetricsService::NewStub(rescaled->channel);
-    rescaled->recs = v1::RecommendationService::NewStub(rescaled->channel);
-    rescaled->cluster = v1::ClusterService::NewStub(rescaled->channel);
-    return rescaled;
-  }
-
-  v1::Cluster GetCluster() {
-    grpc::ClientContext ctx;
-    v1::Cluster cluster_view;
-    grpc::Status status = this->cluster->GetCluster(&ctx, {}, &cluster_view);
-    INFO(status.error_message());
-    REQUIRE(status.ok());
-    return cluster_view;
-  }
-
-  // Waits (asking GetCluster, at most 30 s) until rescaled has published a
-  // plan and checkpointed the measurements after `after`.
-  void AwaitPlanAndCheckpointAfter(absl::Time after) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (true) {
-      v1::Cluster now = GetCluster();
-      if (now.has_planned_at() && FromTimestamp(now.planned_at()) > after &&
-          now.has_last_checkpoint_at() && FromTimestamp(now.last_checkpoint_at()) > after) {
-        return;
-      }
-      REQUIRE(absl::Now() < deadline);
-      // rescaled has no stream of its checkpoints; ask again shortly.
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  }
-
-  std::map<std::string, v1::Recommendation> Recommendations() {
-    grpc::ClientContext ctx;
-    v1::ListRecommendationsResponse reply;
-    grpc::Status status = recs->ListRecommendations(&ctx, {}, &reply);
-    REQUIRE(status.ok());
-    std::map<std::string, v1::Recommendation> by_job;
-    for (const v1::Recommendation& rec : reply.recommendations()) by_job[rec.job_id()] = rec;
-    return by_job;
-  }
-};
 
 // What the load saw acknowledged, job by job.
 struct Acknowledged {
@@ -231,7 +163,7 @@ class Load {
 TEST_CASE("rescaled killed with SIGKILL under load restarts with everything it acknowledged") {
   TempDir dir;
   const std::string state = "sqlite:" + dir.File("state.db");
-  auto rescaled = Rescaled::Start(state);
+  auto rescaled = Rescaled::Start({"--state=" + state});
 
   // Crash 1: in the middle of the load.
   std::map<std::string, Acknowledged> acked;
@@ -252,7 +184,7 @@ TEST_CASE("rescaled killed with SIGKILL under load restarts with everything it a
   REQUIRE(acked.size() >= 20);
 
   const absl::Time restarted_at = absl::Now();
-  rescaled = Rescaled::Start(state);
+  rescaled = Rescaled::Start({"--state=" + state});
   size_t sizes_checked = 0;
   for (const auto& [id, ack] : acked) {
     INFO(id);
@@ -325,7 +257,7 @@ TEST_CASE("rescaled killed with SIGKILL under load restarts with everything it a
   rescaled->process->Kill();
 
   const absl::Time second_restart = absl::Now();
-  rescaled = Rescaled::Start(state);
+  rescaled = Rescaled::Start({"--state=" + state});
   auto same_targets = [&](const std::map<std::string, v1::Recommendation>& now) {
     REQUIRE(now.size() == served.size());
     for (const auto& [id, rec] : served) {

@@ -1480,6 +1480,21 @@ TEST_CASE("status shows where state is kept, its last checkpoint, capacity and t
   lines = SplitLines(rescale::cli::FormatStatus(cluster, now));
   REQUIRE(!lines.empty());
   CHECK(lines[0] == "State:     memory (nothing is kept across restarts)");
+
+  // High availability: the leader, and what this replica is.
+  cluster.set_state_backend("etcd://10.0.0.5:2379/rescale");
+  cluster.set_leader("10.0.0.7:50051");
+  cluster.set_leadership("follower of 10.0.0.7:50051");
+  lines = SplitLines(rescale::cli::FormatStatus(cluster, now));
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[1] == "Leader:    10.0.0.7:50051 (this server: follower of 10.0.0.7:50051)");
+  cluster.set_leader("");
+  cluster.set_leadership("not leading: no etcd lease (etcd: connection refused)");
+  lines = SplitLines(rescale::cli::FormatStatus(cluster, now));
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[1] ==
+        "Leader:    <none elected> (this server: not leading: no etcd lease (etcd: connection "
+        "refused))");
 }
 
 TEST_CASE("describe shows the value of one replica more and one fewer when the planner set them",

@@ -153,8 +153,16 @@ std::string FormatStatus(const v1::Cluster& cluster, absl::Time now) {
                   cluster.waiting_jobs() == 1 ? " job" : " jobs", " waiting");
   const std::string plan = absl::StrCat(FormatTimestamp(cluster.planned_at(), now, "<none yet>"),
                                         ", gap ", GapPercent(cluster));
-  return absl::StrCat("State:     ", state, "\n", "Capacity:  ", capacity, "\n",
-                      "Last plan: ", plan, "\n");
+  std::string text = absl::StrCat("State:     ", state, "\n");
+  // High availability: who leads, and this replica's part (why it does not
+  // lead, when it does not).
+  if (!cluster.leadership().empty()) {
+    absl::StrAppend(&text, "Leader:    ",
+                    cluster.leader().empty() ? "<none elected>" : cluster.leader(),
+                    " (this server: ", cluster.leadership(), ")\n");
+  }
+  absl::StrAppend(&text, "Capacity:  ", capacity, "\n", "Last plan: ", plan, "\n");
+  return text;
 }
 
 std::string FormatCluster(const v1::Cluster& cluster) {

@@ -34,6 +34,7 @@
 #define RESCALE_DECISION_ENGINE_H_
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -125,6 +126,11 @@ struct EngineOptions {
   // A write that fails fails the call (UNAVAILABLE) and changes nothing;
   // a plan whose generations cannot be recorded is not published.
   std::shared_ptr<StateStore> state;
+  // False: the engine starts as a follower of another rescaled on the same
+  // state (high availability): it plans and checkpoints nothing until
+  // SetLeading(true), and its copy of the state comes from
+  // ApplyReplicated.
+  bool start_leading = true;
   // Tests only: called by Replan after it copied the changed jobs, while it computes
   // without the engine's lock, so a test can hold a plan there and check
   // what goes on meanwhile. Empty in production.
@@ -186,8 +192,23 @@ class DecisionEngine {
   // Ends every watch and refuses new ones (shutdown).
   void CloseWatches();
 
-  // Plans every job now and publishes the decisions.
+  // Plans every job now and publishes the decisions. Does nothing while the
+  // engine is not leading.
   void Replan();
+
+  // High availability (rescaled --state=etcd://). A follower plans and
+  // checkpoints nothing; the server refuses it changes and samples. It keeps
+  // a copy of the leader's state through ApplyReplicated. SetLeading(true)
+  // forgets what earlier plans kept (a follower's copy is the truth now)
+  // and plans at once; SetLeading(false) stops planning (a plan already
+  // running publishes nothing its state store refuses).
+  void SetLeading(bool leading);
+  bool leading() const { return leading_.load(std::memory_order_acquire); }
+  // Applies what the leader recorded: jobs added, changed and removed,
+  // capacity, recommendations (watchers see them as the leader's did) and
+  // measurements. A kept job this server cannot take is logged and left
+  // out (a follower does not stop for it).
+  void ApplyReplicated(ReplicatedChange change);
 
   // Replans every options.plan_interval on a background thread until
   // StopTimer (or destruction). The timer waits on the injected clock: with
@@ -308,6 +329,10 @@ class DecisionEngine {
   // Puts back what options_.state holds (Create). FAILED_PRECONDITION when
   // a kept job no longer fits this server's limits or policies.
   absl::Status RestoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A kept job as an entry (RestoreLocked, ApplyReplicated).
+  static void FillFromStored(JobEntry& entry, JobSpec spec, StoredJob& kept);
+  void RemoveJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RestoreMeasurementsLocked(StoredMeasurements& measured) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What options_.state keeps of `entry`.
   static StoredJob StoredJobOf(const JobEntry& entry);
   // options_.state->PutJob, if any.
@@ -411,6 +436,10 @@ class DecisionEngine {
   mutable std::mutex mu_;
   JobMap jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t change_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether this engine plans (see SetLeading). Read by Replan under
+  // plan_mu_; written under plan_mu_ too, so a plan that saw it true runs
+  // to its end before SetLeading(false) returns.
+  std::atomic<bool> leading_{true};
   // The jobs registered, changed or deregistered since the plan slots were
   // last synced: the next plan copies only these. Between a plan's sync and
   // its commit, the jobs that moved on under it.

@@ -124,6 +124,12 @@ class RecommendationBoard {
   void Restore(std::vector<Recommendation> recommendations,
                std::vector<std::pair<std::string, uint64_t>> retired_generations);
   void StageRemove(const std::string& job_id);
+  // A follower's copy of the leader's board (high availability): stages
+  // each recommendation as it is, generation included (the leader assigned
+  // it), with the events Stage would make, and sets the kept generations of
+  // deregistered jobs. The caller delivers.
+  void StageReplicated(std::vector<Recommendation> recommendations,
+                       std::vector<std::pair<std::string, uint64_t>> retired_generations);
   // Hands every staged event to the subscriptions, in staging order, then
   // runs the ready callbacks of the readers that were waiting, without any
   // lock of the board's held.

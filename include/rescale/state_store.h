@@ -88,6 +88,25 @@ struct StoredState {
   std::vector<StoredMeasurements> measurements;
 };
 
+// A change to the kept state made by another rescaled (the leader, with
+// high availability): what a follower applies to its copy
+// (DecisionEngine::ApplyReplicated). `full`: the whole state, as Load
+// returns it; jobs missing from it are gone.
+struct ReplicatedChange {
+  bool full = false;
+  std::vector<StoredJob> jobs;            // new or changed
+  std::vector<std::string> removed_jobs;  // deregistered
+  std::optional<uint32_t> capacity_gpus;
+  std::vector<Recommendation> recommendations;
+  std::vector<std::pair<std::string, uint64_t>> retired_generations;
+  std::vector<StoredMeasurements> measurements;
+  bool empty() const {
+    return !full && jobs.empty() && removed_jobs.empty() && !capacity_gpus &&
+           recommendations.empty() && retired_generations.empty() && measurements.empty();
+  }
+  static ReplicatedChange Full(StoredState state);
+};
+
 class StateStore {
  public:
   virtual ~StateStore() = default;

@@ -1,0 +1,364 @@
+// EtcdLeadership: the election, the lease and the follower's watch (see
+// etcd_leadership.h for the rules).
+#include "server/etcd/etcd_leadership.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace rescale::server {
+namespace {
+
+// How long to wait before trying etcd again after it failed.
+constexpr absl::Duration kRetryPause = absl::Milliseconds(250);
+
+}  // namespace
+
+EtcdLeadership::EtcdLeadership(LeadershipOptions options, std::shared_ptr<EtcdClient> client,
+                               std::shared_ptr<EtcdStateStore> store, DecisionEngine& engine,
+                               std::function<void(bool)> on_role_change)
+    : options_(std::move(options)),
+      client_(std::move(client)),
+      store_(std::move(store)),
+      engine_(engine),
+      on_role_change_(std::move(on_role_change)) {
+  applied_revision_ = store_->last_load_revision();
+  // A write refused for want of the lease means another replica may lead
+  // already: stop leading now, not at the next renewal.
+  store_->SetFenceLostCallback([this] { LoseLease("a write found the lease no longer held"); });
+}
+
+EtcdLeadership::~EtcdLeadership() { Stop(); }
+
+void EtcdLeadership::Start() {
+  RefreshLeaderAddress();
+  watch_thread_ = std::thread([this] { Watch(); });
+  keepalive_thread_ = std::thread([this] { KeepAlive(); });
+  campaign_thread_ = std::thread([this] { Campaign(); });
+}
+
+void EtcdLeadership::Stop() {
+  int64_t lease = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    lease = lease_;
+    if (campaign_context_ != nullptr) campaign_context_->TryCancel();
+    if (watch_context_ != nullptr) watch_context_->TryCancel();
+    changed_.notify_all();
+  }
+  if (campaign_thread_.joinable()) campaign_thread_.join();
+  if (keepalive_thread_.joinable()) keepalive_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
+  // Revoking the lease deletes the election key: a follower takes over at
+  // once instead of after the TTL.
+  if (lease != 0) {
+    if (absl::Status revoked = client_->LeaseRevoke(lease); !revoked.ok()) {
+      spdlog::warn("could not revoke the etcd lease {:x} ({}); it expires in {}", lease,
+                   revoked.ToString(), absl::FormatDuration(options_.lease_ttl));
+    }
+  }
+}
+
+bool EtcdLeadership::IsLeader() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The deadline too: right after a pause (SIGSTOP, a long GC of the
+  // machine) the renewing thread may not have run yet.
+  return leader_ && absl::Now() < lease_deadline_;
+}
+
+std::string EtcdLeadership::LeaderAddress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leader_address_;
+}
+
+std::string EtcdLeadership::Describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+void EtcdLeadership::SetStatus(std::string status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (status != status_) spdlog::info("leadership: {}", status);
+  status_ = std::move(status);
+}
+
+void EtcdLeadership::LoseLease(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lease_ == 0) return;
+  spdlog::warn("leadership: lost the etcd lease {:x}: {}", lease_, why);
+  status_ = absl::StrCat("not leading: ", why);
+  lease_ = 0;
+  lease_deadline_ = absl::InfinitePast();
+  if (campaign_context_ != nullptr) campaign_context_->TryCancel();
+  changed_.notify_all();
+}
+
+void EtcdLeadership::RefreshLeaderAddress() {
+  absl::StatusOr<std::string> leader = client_->Leader(store_->election_name());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (leader_) return;
+  if (leader.ok()) {
+    leader_address_ = *leader;
+    if (lease_ != 0) status_ = absl::StrCat("follower of ", *leader);
+  } else if (absl::IsNotFound(leader.status())) {
+    leader_address_.clear();
+  }
+}
+
+bool EtcdLeadership::Resync() {
+  std::lock_guard<std::mutex> apply(apply_mu_);
+  absl::StatusOr<StoredState> state = store_->Load();
+  if (!state.ok()) {
+    SetStatus(absl::StrCat("not leading: ", state.status().message()));
+    return false;
+  }
+  engine_.ApplyReplicated(ReplicatedChange::Full(*std::move(state)));
+  applied_revision_ = store_->last_load_revision();
+  return true;
+}
+
+void EtcdLeadership::Campaign() {
+  bool synced = true;  // the engine was loaded at start
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+    }
+    if (!synced) synced = Resync();
+    int64_t lease = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lease = lease_;
+    }
+    if (lease == 0) {
+      const absl::Time asked = absl::Now();
+      absl::StatusOr<int64_t> granted = client_->LeaseGrant(options_.lease_ttl);
+      if (!granted.ok()) {
+        SetStatus(absl::StrCat("not leading: no etcd lease (", granted.status().message(), ")"));
+        std::unique_lock<std::mutex> lock(mu_);
+        changed_.wait_for(lock, absl::ToChronoNanoseconds(kRetryPause), [&] { return stopping_; });
+        continue;
+      }
+      lease = *granted;
+      std::lock_guard<std::mutex> lock(mu_);
+      lease_ = lease;
+      lease_deadline_ = asked + options_.lease_ttl;
+      status_ = leader_address_.empty() ? "campaigning"
+                                        : absl::StrCat("follower of ", leader_address_);
+      changed_.notify_all();  // the renewing thread takes the new lease
+    }
+
+    grpc::ClientContext context;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || lease_ != lease) continue;
+      campaign_context_ = &context;
+    }
+    absl::StatusOr<v3electionpb::LeaderKey> won =
+        client_->Campaign(store_->election_name(), lease, options_.advertise_address, &context);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      campaign_context_ = nullptr;
+    }
+    if (!won.ok()) {
+      // The lease ended (LoseLease cancelled us), we are stopping, or etcd
+      // failed: a new lease or the same one again, after a pause.
+      spdlog::debug("campaign ended: {}", won.status().ToString());
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait_for(lock, absl::ToChronoNanoseconds(kRetryPause), [&] { return stopping_; });
+      continue;
+    }
+
+    // Elected. Everything the last leader wrote was fenced on a lease that
+    // has ended, so the state read now is complete.
+    store_->SetFence(EtcdStateStore::Fence{won->key(), lease});
+    if (!Resync()) {
+      store_->SetFence(std::nullopt);
+      client_->Resign(*won).IgnoreError();
+      synced = false;
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || lease_ != lease) {
+        store_->SetFence(std::nullopt);
+        synced = false;
+        continue;
+      }
+      leader_ = true;
+      leader_key_ = *won;
+      leader_address_ = options_.advertise_address;
+      status_ = "leader";
+    }
+    spdlog::info("leadership: elected leader (lease {:x}, key {})", lease, won->key());
+    engine_.SetLeading(true);
+    if (on_role_change_) on_role_change_(true);
+
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      changed_.wait(lock, [&] { return stopping_ || lease_ != lease; });
+    }
+    // Step down: no write gets through from here on, and the engine stops
+    // planning (a plan under way publishes nothing it cannot write).
+    store_->SetFence(std::nullopt);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      leader_ = false;
+      leader_key_.reset();
+      leader_address_.clear();
+    }
+    engine_.SetLeading(false);
+    if (on_role_change_) on_role_change_(false);
+    spdlog::info("leadership: stepped down");
+    // What this replica held but never wrote is dropped: the state in etcd
+    // is the truth.
+    synced = false;
+  }
+}
+
+void EtcdLeadership::KeepAlive() {
+  const absl::Duration every = options_.lease_ttl / 3;
+  std::unique_lock<std::mutex> lock(mu_);
+  absl::Time next = absl::InfinitePast();
+  int64_t renewing = 0;
+  std::string last_failure;  // of the renewals since the last success
+  while (!stopping_) {
+    if (lease_ == 0) {
+      changed_.wait(lock, [&] { return stopping_ || lease_ != 0; });
+      continue;
+    }
+    if (lease_ != renewing) {
+      renewing = lease_;
+      next = absl::Now() + every;
+    }
+    changed_.wait_until(lock, absl::ToChronoTime(std::min(next, lease_deadline_)),
+                        [&] { return stopping_ || lease_ != renewing; });
+    if (stopping_ || lease_ != renewing) continue;
+    if (absl::Now() >= lease_deadline_) {
+      // Paused, or etcd unreachable, past the TTL: another replica may lead.
+      lock.unlock();
+      LoseLease(absl::StrFormat(
+          "the lease was not renewed within its TTL (%s)%s", absl::FormatDuration(options_.lease_ttl),
+          last_failure.empty() ? " (this process was paused, or etcd did not answer)"
+                               : absl::StrCat("; etcd: ", last_failure)));
+      last_failure.clear();
+      lock.lock();
+      continue;
+    }
+    if (absl::Now() < next) continue;
+    const int64_t lease = renewing;
+    const absl::Time sent = absl::Now();
+    lock.unlock();
+    // Each member gets a share of the TTL, so a paused one leaves time to
+    // renew through another.
+    absl::StatusOr<absl::Duration> ttl =
+        client_->LeaseKeepAliveOnce(lease, options_.lease_ttl / 4);
+    lock.lock();
+    if (lease_ != lease) continue;
+    if (ttl.ok() && *ttl > absl::ZeroDuration()) {
+      last_failure.clear();
+      lease_deadline_ = sent + options_.lease_ttl;
+      next = sent + every;
+      continue;
+    }
+    if (ttl.ok()) {
+      lock.unlock();
+      LoseLease("etcd says the lease expired");
+      lock.lock();
+      continue;
+    }
+    // Renewal failed (etcd down or without quorum): try again soon; the
+    // deadline decides when to give up.
+    last_failure = std::string(ttl.status().message());
+    status_ = absl::StrCat(leader_ ? "leader, " : "", "cannot renew the lease: ", last_failure);
+    next = absl::Now() + std::min(every, kRetryPause);
+  }
+}
+
+void EtcdLeadership::Watch() {
+  const std::string begin = store_->prefix() + "/";
+  const std::string election = store_->election_name() + "/";
+  while (true) {
+    grpc::ClientContext context;
+    int64_t from = 0;
+    {
+      std::lock_guard<std::mutex> apply(apply_mu_);
+      from = applied_revision_ + 1;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      watch_context_ = &context;
+    }
+    auto stub = etcdserverpb::Watch::NewStub(client_->CurrentChannel());
+    auto stream = stub->Watch(&context);
+    etcdserverpb::WatchRequest request;
+    etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();
+    create->set_key(begin);
+    create->set_range_end(PrefixEnd(begin));
+    create->set_start_revision(from);
+    bool must_resync = false;
+    if (stream->Write(request)) {
+      etcdserverpb::WatchResponse response;
+      while (stream->Read(&response)) {
+        if (response.compact_revision() > 0 || response.canceled()) {
+          must_resync = true;  // the revisions we need are gone
+          break;
+        }
+        bool election_changed = false;
+        std::lock_guard<std::mutex> apply(apply_mu_);
+        bool leading = false;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          leading = leader_;
+        }
+        // One change per revision (one etcd transaction), applied in order.
+        ReplicatedChange change;
+        int64_t revision = 0;
+        auto flush = [&] {
+          if (!change.empty() && !leading) engine_.ApplyReplicated(std::move(change));
+          change = ReplicatedChange();
+          applied_revision_ = std::max(applied_revision_, revision);
+        };
+        for (const mvccpb::Event& event : response.events()) {
+          if (event.kv().key().starts_with(election)) {
+            election_changed = true;
+            continue;
+          }
+          if (event.kv().mod_revision() <= applied_revision_) continue;
+          if (event.kv().mod_revision() != revision) {
+            flush();
+            revision = event.kv().mod_revision();
+          }
+          if (absl::Status added = store_->AddEvent(event, change); !added.ok()) {
+            spdlog::error("leadership: a watched change does not decode: {}", added.ToString());
+          }
+        }
+        flush();
+        if (election_changed) {
+          // Outside apply_mu_ is not needed for correctness; Leader is one
+          // short call.
+          RefreshLeaderAddress();
+        }
+      }
+    }
+    context.TryCancel();
+    (void)stream->Finish();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      watch_context_ = nullptr;
+      if (stopping_) return;
+      changed_.wait_for(lock, absl::ToChronoNanoseconds(kRetryPause), [&] { return stopping_; });
+      if (stopping_) return;
+    }
+    if (must_resync) Resync();
+  }
+}
+
+}  // namespace rescale::server

@@ -1,0 +1,294 @@
+// EtcdStateStore: the StateStore on etcd, its writes fenced on the leader's
+// lease. Records are the SQLite backend's JSON (src/state_store_internal.h),
+// so both backends keep exactly the same things.
+#include "server/etcd/etcd_state_store.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "rescale/status_macros.h"
+#include "src/state_store_internal.h"
+
+namespace rescale::server {
+namespace {
+
+using state_internal::JobFromJson;
+using state_internal::JobToJson;
+using state_internal::MeasurementsFromJson;
+using state_internal::MeasurementsToJson;
+using state_internal::PolicyMemoryFromJson;
+using state_internal::PolicyMemoryToJson;
+using state_internal::RecommendationFromJson;
+using state_internal::RecommendationToJson;
+
+etcdserverpb::RequestOp PutOp(std::string key, std::string value) {
+  etcdserverpb::RequestOp op;
+  op.mutable_request_put()->set_key(std::move(key));
+  op.mutable_request_put()->set_value(std::move(value));
+  return op;
+}
+
+etcdserverpb::RequestOp DeleteOp(std::string key) {
+  etcdserverpb::RequestOp op;
+  op.mutable_request_delete_range()->set_key(std::move(key));
+  return op;
+}
+
+// A job's measurements and policy memory: two JSON documents, one per line
+// (JSON as nlohmann writes it has no raw newline).
+std::string MeasurementsValue(const StoredMeasurements& m) {
+  return absl::StrCat(MeasurementsToJson(m.sizes), "\n", PolicyMemoryToJson(m));
+}
+
+absl::StatusOr<StoredMeasurements> MeasurementsFromValue(std::string job_id,
+                                                         std::string_view value) {
+  StoredMeasurements m;
+  m.job_id = std::move(job_id);
+  const size_t newline = value.find('\n');
+  ASSIGN_OR_RETURN(m.sizes, MeasurementsFromJson(value.substr(0, newline)));
+  if (newline != std::string_view::npos) {
+    RETURN_IF_ERROR(PolicyMemoryFromJson(value.substr(newline + 1), m));
+  }
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EtcdStateStore>> EtcdStateStore::Open(
+    std::string spec, std::shared_ptr<EtcdClient> client, std::string prefix) {
+  std::unique_ptr<EtcdStateStore> store(
+      new EtcdStateStore(std::move(spec), std::move(client), std::move(prefix)));
+  // The schema version: written once, by whichever rescaled comes first
+  // (create-if-absent), and checked by every one after.
+  etcdserverpb::TxnRequest txn;
+  etcdserverpb::Compare* absent = txn.add_compare();
+  absent->set_key(store->Key("schema"));
+  absent->set_target(etcdserverpb::Compare::CREATE);
+  absent->set_result(etcdserverpb::Compare::EQUAL);
+  absent->set_create_revision(0);
+  *txn.add_success() = PutOp(store->Key("schema"), std::to_string(kEtcdSchemaVersion));
+  txn.add_failure()->mutable_request_range()->set_key(store->Key("schema"));
+  absl::StatusOr<etcdserverpb::TxnResponse> answer = store->client_->Txn(txn);
+  if (!answer.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot reach etcd for ", store->spec_, ": ",
+                                               answer.status().message()));
+  }
+  if (!answer->succeeded()) {
+    const auto& kvs = answer->responses(0).response_range().kvs();
+    int version = 0;
+    if (kvs.empty() || !absl::SimpleAtoi(kvs[0].value(), &version)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: the key %s is not a schema version; this prefix holds something else than "
+          "rescaled's state: choose another prefix",
+          store->spec_, store->Key("schema")));
+    }
+    if (version > kEtcdSchemaVersion) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s holds state of a newer rescaled (schema %d; this one reads up to %d): run that "
+          "version or newer; the state was left as it is",
+          store->spec_, version, kEtcdSchemaVersion));
+    }
+  }
+  return store;
+}
+
+EtcdStateStore::EtcdStateStore(std::string spec, std::shared_ptr<EtcdClient> client,
+                               std::string prefix)
+    : spec_(std::move(spec)), client_(std::move(client)), prefix_(std::move(prefix)) {}
+
+std::string EtcdStateStore::Key(absl::string_view kind, absl::string_view job_id) const {
+  if (job_id.empty()) return absl::StrCat(prefix_, "/", kind);
+  return absl::StrCat(prefix_, "/", kind, "/", job_id);
+}
+
+int64_t EtcdStateStore::last_load_revision() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_load_revision_;
+}
+
+void EtcdStateStore::SetFence(std::optional<Fence> fence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fence_ = std::move(fence);
+}
+
+void EtcdStateStore::SetFenceLostCallback(std::function<void()> callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fence_lost_ = std::move(callback);
+}
+
+absl::Status EtcdStateStore::Commit(std::span<const etcdserverpb::RequestOp> ops) {
+  std::optional<Fence> fence;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fence = fence_;
+  }
+  if (!fence.has_value()) {
+    return absl::UnavailableError(
+        "this rescaled is not the leader: it writes no state (" + spec_ + ")");
+  }
+  // etcd also refuses requests over 1.5 MiB (--max-request-bytes).
+  constexpr size_t kMaxTxnBytes = 1 << 20;
+  for (size_t begin = 0; begin < ops.size();) {
+    etcdserverpb::TxnRequest txn;
+    etcdserverpb::Compare* still_leader = txn.add_compare();
+    still_leader->set_key(fence->key);
+    still_leader->set_target(etcdserverpb::Compare::LEASE);
+    still_leader->set_result(etcdserverpb::Compare::EQUAL);
+    still_leader->set_lease(fence->lease);
+    size_t bytes = 0;
+    size_t end = begin;
+    while (end < ops.size() && end - begin < static_cast<size_t>(kMaxOpsPerTxn) &&
+           (end == begin || bytes + ops[end].ByteSizeLong() <= kMaxTxnBytes)) {
+      bytes += ops[end].ByteSizeLong();
+      *txn.add_success() = ops[end++];
+    }
+    begin = end;
+    absl::StatusOr<etcdserverpb::TxnResponse> answer = client_->Txn(txn);
+    if (!answer.ok()) return absl::UnavailableError(answer.status().message());
+    if (!answer->succeeded()) {
+      std::function<void()> lost;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (fence_.has_value() && fence_->lease == fence->lease) fence_.reset();
+        lost = fence_lost_;
+      }
+      if (lost) lost();
+      return absl::UnavailableError(absl::StrFormat(
+          "this rescaled lost the leadership (its lease %x no longer holds %s): nothing written",
+          fence->lease, fence->key));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoredState> EtcdStateStore::Load() {
+  StoredState state;
+  std::set<std::string> with_recommendation;
+  const std::string begin = prefix_ + "/";
+  etcdserverpb::RangeRequest range;
+  range.set_key(begin);
+  range.set_range_end(PrefixEnd(begin));
+  range.set_limit(1000);
+  int64_t revision = 0;
+  ReplicatedChange change;
+  while (true) {
+    absl::StatusOr<etcdserverpb::RangeResponse> page = client_->Range(range);
+    if (!page.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot read the state in ", spec_, ": ", page.status().message()));
+    }
+    if (revision == 0) {
+      // Every page at the first page's revision: one consistent snapshot.
+      revision = page->header().revision();
+      range.set_revision(revision);
+    }
+    for (const mvccpb::KeyValue& kv : page->kvs()) {
+      mvccpb::Event event;
+      event.set_type(mvccpb::Event::PUT);
+      *event.mutable_kv() = kv;
+      RETURN_IF_ERROR(AddEvent(event, change));
+    }
+    if (!page->more() || page->kvs().empty()) break;
+    range.set_key(page->kvs(page->kvs_size() - 1).key() + std::string(1, '\0'));
+  }
+  state.jobs = std::move(change.jobs);
+  state.capacity_gpus = change.capacity_gpus;
+  state.recommendations = std::move(change.recommendations);
+  state.measurements = std::move(change.measurements);
+  for (const Recommendation& rec : state.recommendations) with_recommendation.insert(rec.job_id);
+  // A retired generation outlives the job's new recommendation (writing a
+  // recommendation does not delete it, to keep plans' transactions small):
+  // the recommendation wins, as in the SQLite backend.
+  for (auto& retired : change.retired_generations) {
+    if (!with_recommendation.contains(retired.first)) {
+      state.retired_generations.push_back(std::move(retired));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  last_load_revision_ = revision;
+  return state;
+}
+
+absl::Status EtcdStateStore::AddEvent(const mvccpb::Event& event, ReplicatedChange& change) const {
+  const std::string& key = event.kv().key();
+  if (!key.starts_with(prefix_ + "/")) return absl::OkStatus();
+  const std::string_view rest = std::string_view(key).substr(prefix_.size() + 1);
+  const size_t slash = rest.find('/');
+  const std::string_view kind = rest.substr(0, slash);
+  const std::string job_id =
+      slash == std::string_view::npos ? std::string() : std::string(rest.substr(slash + 1));
+  const std::string& value = event.kv().value();
+  const bool put = event.type() == mvccpb::Event::PUT;
+  auto named = [&](const absl::Status& status) {
+    return absl::DataLossError(absl::StrCat(spec_, ": key ", key, ": ", status.message()));
+  };
+  if (kind == "jobs") {
+    if (!put) {
+      change.removed_jobs.push_back(job_id);
+      return absl::OkStatus();
+    }
+    absl::StatusOr<StoredJob> job = JobFromJson(value);
+    if (!job.ok()) return named(job.status());
+    change.jobs.push_back(*std::move(job));
+  } else if (kind == "recs" && put) {
+    absl::StatusOr<Recommendation> rec = RecommendationFromJson(value);
+    if (!rec.ok()) return named(rec.status());
+    change.recommendations.push_back(*std::move(rec));
+  } else if (kind == "retired" && put) {
+    uint64_t generation = 0;
+    if (!absl::SimpleAtoi(value, &generation)) return named(absl::DataLossError("not a number"));
+    change.retired_generations.emplace_back(job_id, generation);
+  } else if (kind == "meas" && put) {
+    absl::StatusOr<StoredMeasurements> m = MeasurementsFromValue(job_id, value);
+    if (!m.ok()) return named(m.status());
+    change.measurements.push_back(*std::move(m));
+  } else if (kind == "capacity" && put) {
+    uint32_t gpus = 0;
+    if (!absl::SimpleAtoi(value, &gpus)) return named(absl::DataLossError("not a GPU count"));
+    change.capacity_gpus = gpus;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EtcdStateStore::PutJob(const StoredJob& job) {
+  const etcdserverpb::RequestOp op = PutOp(Key("jobs", job.spec.job_id), JobToJson(job));
+  return Commit({&op, 1});
+}
+
+absl::Status EtcdStateStore::DeleteJob(std::string_view job_id_view, uint64_t last_generation) {
+  const absl::string_view job_id(job_id_view.data(), job_id_view.size());
+  std::vector<etcdserverpb::RequestOp> ops = {
+      DeleteOp(Key("jobs", job_id)), DeleteOp(Key("recs", job_id)), DeleteOp(Key("meas", job_id))};
+  if (last_generation > 0) {
+    ops.push_back(PutOp(Key("retired", job_id), std::to_string(last_generation)));
+  }
+  return Commit(ops);
+}
+
+absl::Status EtcdStateStore::PutCapacity(uint32_t total_gpus) {
+  const etcdserverpb::RequestOp op = PutOp(Key("capacity"), std::to_string(total_gpus));
+  return Commit({&op, 1});
+}
+
+absl::Status EtcdStateStore::PutRecommendations(std::span<const Recommendation> recs) {
+  std::vector<etcdserverpb::RequestOp> ops;
+  ops.reserve(recs.size());
+  for (const Recommendation& rec : recs) {
+    ops.push_back(PutOp(Key("recs", rec.job_id), RecommendationToJson(rec)));
+  }
+  return Commit(ops);
+}
+
+absl::Status EtcdStateStore::PutMeasurements(std::span<const StoredMeasurements> jobs) {
+  std::vector<etcdserverpb::RequestOp> ops;
+  ops.reserve(jobs.size());
+  for (const StoredMeasurements& m : jobs) {
+    ops.push_back(PutOp(Key("meas", m.job_id), MeasurementsValue(m)));
+  }
+  return Commit(ops);
+}
+
+}  // namespace rescale::server

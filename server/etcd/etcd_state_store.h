@@ -1,0 +1,103 @@
+// EtcdStateStore: rescaled's state in etcd (--state=etcd://.../PREFIX), for
+// high availability: every rescaled replica reads the same keys; only the
+// leader writes them.
+//
+// Keys, under PREFIX:
+//   /schema            the layout's version (kEtcdSchemaVersion)
+//   /jobs/<job id>     a StoredJob, JSON (the SQLite backend's records)
+//   /recs/<job id>     the job's newest Recommendation, JSON
+//   /retired/<job id>  the last generation of a deregistered job
+//   /meas/<job id>     the job's checkpointed measurements and policy memory
+//   /capacity          the GPUs last set
+//   /election          the leader election (etcd's Election service)
+//
+// Fencing: every write is one etcd transaction (a large one is split into
+// transactions of at most kMaxOpsPerTxn operations) that compares the
+// leader's election key against the lease this rescaled won it with
+// (SetFence). A rescaled whose lease expired, while it was paused or cut
+// off, finds the compare false: nothing is written, the call fails
+// UNAVAILABLE, and the fence-lost callback tells the leadership to step
+// down. Without a fence (a follower) every write is refused.
+//
+// Thread safety: every method is thread-safe.
+#ifndef RESCALE_SERVER_ETCD_ETCD_STATE_STORE_H_
+#define RESCALE_SERVER_ETCD_ETCD_STATE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "etcd/mvcc/mvccpb/kv.pb.h"
+#include "rescale/state_store.h"
+#include "server/etcd/etcd_client.h"
+
+namespace rescale::server {
+
+inline constexpr int kEtcdSchemaVersion = 1;
+// etcd refuses transactions of more than 128 operations (--max-txn-ops).
+inline constexpr int kMaxOpsPerTxn = 120;
+
+class EtcdStateStore : public StateStore {
+ public:
+  // Checks (or writes, on an empty prefix) the schema version. UNAVAILABLE
+  // when no member answers; FAILED_PRECONDITION when the prefix holds state
+  // of a newer rescaled.
+  static absl::StatusOr<std::unique_ptr<EtcdStateStore>> Open(std::string spec,
+                                                              std::shared_ptr<EtcdClient> client,
+                                                              std::string prefix);
+
+  std::string Describe() const override { return spec_; }
+  absl::StatusOr<StoredState> Load() override;
+  absl::Status PutJob(const StoredJob& job) override;
+  absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override;
+  absl::Status PutCapacity(uint32_t total_gpus) override;
+  absl::Status PutRecommendations(std::span<const Recommendation> recs) override;
+  absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override;
+
+  // The etcd revision the last Load read at: a follower watches from the
+  // one after it.
+  int64_t last_load_revision() const;
+
+  // What writes are fenced on: the leader's election key and the lease it
+  // was won with; nullopt refuses every write (a follower).
+  struct Fence {
+    std::string key;
+    int64_t lease = 0;
+  };
+  void SetFence(std::optional<Fence> fence);
+  // Called (on the writing thread) when a write finds the fence gone.
+  void SetFenceLostCallback(std::function<void()> callback);
+
+  // Adds what one watched key change means to `change`. Keys outside the
+  // layout (the election's) are ignored; a record that does not decode is
+  // an error naming the key.
+  absl::Status AddEvent(const mvccpb::Event& event, ReplicatedChange& change) const;
+
+  const std::string& prefix() const { return prefix_; }
+  std::string election_name() const { return prefix_ + "/election"; }
+
+ private:
+  EtcdStateStore(std::string spec, std::shared_ptr<EtcdClient> client, std::string prefix);
+  // Writes `ops` under the fence, in transactions of at most kMaxOpsPerTxn.
+  absl::Status Commit(std::span<const etcdserverpb::RequestOp> ops);
+  std::string Key(absl::string_view kind, absl::string_view job_id = "") const;
+
+  const std::string spec_;
+  const std::shared_ptr<EtcdClient> client_;
+  const std::string prefix_;
+  mutable std::mutex mu_;
+  std::optional<Fence> fence_;  // guarded by mu_
+  std::function<void()> fence_lost_;  // guarded by mu_
+  int64_t last_load_revision_ = 0;    // guarded by mu_
+};
+
+}  // namespace rescale::server
+
+#endif  // RESCALE_SERVER_ETCD_ETCD_STATE_STORE_H_

@@ -1,0 +1,288 @@
+// High availability on a real etcd (Debian's etcd-server, one and three
+// members on free loopback ports): the etcd state store's round trip and
+// fencing, and rescaled replicas of this build electing a leader, failing
+// over after kill -9 and after SIGSTOP, refusing writes on followers with
+// the leader's address, and surviving the loss of one etcd member but not
+// of two (then saying why, and resuming when quorum returns).
+//
+// Waits are on the programs' own answers (GetCluster's leadership, a write
+// accepted), asked again every 50 ms up to a deadline: a rescaled has no
+// stream of its leadership to block on.
+#include <grpcpp/create_channel.h>
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "rescale/v1/rescale.grpc.pb.h"
+#include "server/etcd/etcd_client.h"
+#include "server/etcd/etcd_state_store.h"
+#include "tests/etcd_cluster.h"
+#include "tests/rescaled_process.h"
+
+namespace {
+
+namespace v1 = rescale::v1;
+using rescale::server::EtcdClient;
+using rescale::server::EtcdStateStore;
+using rescale::testing::EtcdCluster;
+using rescale::testing::Rescaled;
+
+// Asks `done` every 50 ms until it holds or `within` has passed.
+bool Eventually(absl::Duration within, const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + within;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return done();
+}
+
+std::string Leadership(Rescaled& rescaled) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::Cluster cluster;
+  grpc::Status status = rescaled.cluster->GetCluster(&ctx, {}, &cluster);
+  return status.ok() ? cluster.leadership() : "unreachable: " + status.error_message();
+}
+
+grpc::Status Register(Rescaled& rescaled, const std::string& id, std::string* leader = nullptr) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::RegisterJobRequest req;
+  req.mutable_spec()->set_job_id(id);
+  req.mutable_spec()->set_min_replicas(1);
+  req.mutable_spec()->set_max_replicas(4);
+  req.mutable_spec()->set_local_batch_size(32);
+  v1::Job reply;
+  grpc::Status status = rescaled.jobs->RegisterJob(&ctx, req, &reply);
+  if (leader != nullptr) {
+    auto it = ctx.GetServerTrailingMetadata().find("rescale-leader");
+    *leader = it == ctx.GetServerTrailingMetadata().end()
+                  ? ""
+                  : std::string(it->second.data(), it->second.size());
+  }
+  return status;
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(Rescaled& rescaled,
+                                                            const std::string& service) {
+  auto health = grpc::health::v1::Health::NewStub(rescaled.channel);
+  grpc::ClientContext ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse reply;
+  REQUIRE(health->Check(&ctx, req, &reply).ok());
+  return reply.status();
+}
+
+std::vector<std::string> HaFlags(const EtcdCluster& etcd) {
+  return {"--state=etcd://" + etcd.Endpoints() + "/rescale", "--lease_ttl=2s"};
+}
+
+// Starts two replicas and returns them leader first.
+std::pair<std::unique_ptr<Rescaled>, std::unique_ptr<Rescaled>> StartPair(const EtcdCluster& etcd) {
+  auto a = Rescaled::Start(HaFlags(etcd));
+  auto b = Rescaled::Start(HaFlags(etcd));
+  REQUIRE(Eventually(absl::Seconds(10), [&] {
+    return Leadership(*a) == "leader" || Leadership(*b) == "leader";
+  }));
+  if (Leadership(*b) == "leader") std::swap(a, b);
+  REQUIRE(Eventually(absl::Seconds(10),
+                     [&] { return Leadership(*b) == "follower of " + a->address; }));
+  return {std::move(a), std::move(b)};
+}
+
+TEST_CASE("etcd state store: what the leader writes loads back; without the lease nothing is") {
+  EtcdCluster etcd(1);
+  auto client = std::make_shared<EtcdClient>(std::vector<std::string>{etcd.Endpoints()});
+  auto opened = EtcdStateStore::Open("etcd://" + etcd.Endpoints() + "/t", client, "/t");
+  REQUIRE(opened.ok());
+  std::shared_ptr<EtcdStateStore> store = *std::move(opened);
+
+  rescale::StoredJob job;
+  job.spec.job_id = "ns/a";
+  job.spec.min_replicas = 1;
+  job.spec.max_replicas = 4;
+  job.current_replicas = 2;
+  // A follower (no fence) writes nothing.
+  absl::Status refused = store->PutJob(job);
+  CHECK(absl::IsUnavailable(refused));
+  CHECK_THAT(std::string(refused.message()), Catch::Contains("not the leader"));
+
+  absl::StatusOr<int64_t> lease = client->LeaseGrant(absl::Seconds(5));
+  REQUIRE(lease.ok());
+  grpc::ClientContext campaign;
+  auto won = client->Campaign(store->election_name(), *lease, "me:1", &campaign);
+  REQUIRE(won.ok());
+  store->SetFence(EtcdStateStore::Fence{won->key(), *lease});
+  bool lost = false;
+  store->SetFenceLostCallback([&] { lost = true; });
+  REQUIRE(store->PutJob(job).ok());
+  REQUIRE(store->PutCapacity(12).ok());
+  std::vector<rescale::Recommendation> recs(300);  // more than one transaction's worth
+  for (size_t i = 0; i < recs.size(); ++i) {
+    recs[i].job_id = absl::StrCat("ns/r", i);
+    recs[i].replicas = static_cast<uint32_t>(i % 7);
+    recs[i].generation = i + 1;
+  }
+  REQUIRE(store->PutRecommendations(recs).ok());
+  rescale::StoredMeasurements measured;
+  measured.job_id = "ns/a";
+  measured.sizes.push_back({.world_size = 2, .sample_count = 10, .step_seconds = 0.25});
+  measured.exploration_stopped = true;
+  REQUIRE(store->PutMeasurements({&measured, 1}).ok());
+  REQUIRE(store->DeleteJob("ns/r5", 6).ok());
+
+  absl::StatusOr<rescale::StoredState> loaded = store->Load();
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->jobs.size() == 1);
+  CHECK(loaded->jobs[0] == job);
+  CHECK(loaded->capacity_gpus == 12u);
+  CHECK(loaded->recommendations.size() == 299);
+  REQUIRE(loaded->retired_generations.size() == 1);
+  CHECK(loaded->retired_generations[0] == std::pair<std::string, uint64_t>("ns/r5", 6));
+  REQUIRE(loaded->measurements.size() == 1);
+  CHECK(loaded->measurements[0].sizes[0].step_seconds == 0.25);
+  CHECK(loaded->measurements[0].exploration_stopped);
+
+  // The lease ends (as when its holder was paused past the TTL): the next
+  // write compares false, writes nothing, and says so.
+  REQUIRE(client->LeaseRevoke(*lease).ok());
+  job.current_replicas = 3;
+  absl::Status fenced = store->PutJob(job);
+  CHECK(absl::IsUnavailable(fenced));
+  CHECK_THAT(std::string(fenced.message()), Catch::Contains("lost the leadership"));
+  CHECK(lost);
+  loaded = store->Load();
+  REQUIRE(loaded.ok());
+  CHECK(loaded->jobs[0].current_replicas == 2);
+}
+
+TEST_CASE("two rescaled on one etcd: a follower refuses writes, naming the leader, and takes over "
+          "after kill -9 with everything acknowledged") {
+  EtcdCluster etcd(1);
+  auto [leader, follower] = StartPair(etcd);
+  // A readiness probe on a Rescale service routes to the leader only; both
+  // are alive.
+  using Status = grpc::health::v1::HealthCheckResponse;
+  CHECK(Health(*leader, "rescale.v1.JobService") == Status::SERVING);
+  CHECK(Health(*follower, "rescale.v1.JobService") == Status::NOT_SERVING);
+  CHECK(Health(*follower, "rescale.v1.MetricsService") == Status::NOT_SERVING);
+  CHECK(Health(*follower, "") == Status::SERVING);
+
+  std::string named;
+  grpc::Status refused = Register(*follower, "ns/refused", &named);
+  CHECK(refused.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK_THAT(refused.error_message(), Catch::Contains(leader->address));
+  CHECK(named == leader->address);
+
+  for (int i = 0; i < 20; ++i) REQUIRE(Register(*leader, absl::StrCat("ns/job-", i)).ok());
+  // The follower's copy follows (a watch, not a reload).
+  REQUIRE(Eventually(absl::Seconds(10), [&] { return follower->Recommendations().size() == 20; }));
+  std::map<std::string, v1::Recommendation> before = leader->Recommendations();
+  for (const auto& [id, rec] : before) {
+    grpc::ClientContext ctx;
+    v1::ReportAppliedRequest req;
+    req.set_job_id(id);
+    req.set_replicas(rec.replicas());
+    req.set_generation(rec.generation());
+    v1::ReportAppliedResponse reply;
+    REQUIRE(leader->recs->ReportApplied(&ctx, req, &reply).ok());
+  }
+
+  const absl::Time killed_at = absl::Now();
+  leader->process->Kill();
+  REQUIRE(Eventually(absl::Seconds(10), [&] { return Register(*follower, "ns/after").ok(); }));
+  const absl::Duration takeover = absl::Now() - killed_at;
+  UNSCOPED_INFO("took over in " << absl::FormatDuration(takeover));
+  CHECK(takeover < absl::Seconds(10));
+  CHECK(Leadership(*follower) == "leader");
+  CHECK(Health(*follower, "rescale.v1.JobService") == Status::SERVING);
+
+  std::map<std::string, v1::Recommendation> after = follower->Recommendations();
+  for (const auto& [id, rec] : before) {
+    INFO(id);
+    REQUIRE(after.count(id));
+    // Same target and generation: no training job restarts for a failover.
+    CHECK(after.at(id).replicas() == rec.replicas());
+    CHECK(after.at(id).generation() == rec.generation());
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    REQUIRE(follower->jobs->GetJob(&ctx, req, &job).ok());
+    CHECK(job.status().current_replicas() == rec.replicas());
+    CHECK(job.status().last_applied_generation() == rec.generation());
+  }
+  // The new leader plans: the job registered on it gets its recommendation.
+  CHECK(Eventually(absl::Seconds(10),
+                   [&] { return follower->Recommendations().count("ns/after") == 1; }));
+  CHECK_FALSE(follower->Recommendations().count("ns/refused"));
+}
+
+TEST_CASE("a leader paused past its lease writes nothing when it resumes, and steps down") {
+  EtcdCluster etcd(1);
+  auto [old_leader, other] = StartPair(etcd);
+  REQUIRE(Register(*old_leader, "ns/before").ok());
+
+  old_leader->process->Signal(SIGSTOP);
+  REQUIRE(Eventually(absl::Seconds(10), [&] { return Leadership(*other) == "leader"; }));
+  // A change sent to the paused one waits in its socket until it runs
+  // again; then its lease's deadline has passed, whichever of its threads
+  // runs first.
+  std::string named;
+  grpc::Status late;
+  std::thread caller([&] { late = Register(*old_leader, "ns/late", &named); });
+  old_leader->process->Signal(SIGCONT);
+  caller.join();
+  CHECK(late.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(Eventually(absl::Seconds(10), [&] {
+    return Leadership(*old_leader) == "follower of " + other->address;
+  }));
+  CHECK((named.empty() || named == other->address));
+
+  // Nothing of the old leader's reached etcd; the new leader serves.
+  REQUIRE(Register(*other, "ns/after").ok());
+  REQUIRE(Eventually(absl::Seconds(10), [&] { return old_leader->Recommendations().size() == 2; }));
+  std::map<std::string, v1::Recommendation> seen = old_leader->Recommendations();
+  CHECK(seen.count("ns/before"));
+  CHECK(seen.count("ns/after"));
+  CHECK_FALSE(seen.count("ns/late"));
+}
+
+TEST_CASE("three etcd members: one down changes nothing; two down stop the leader, which says "
+          "why, until quorum returns") {
+  EtcdCluster etcd(3);
+  auto [leader, follower] = StartPair(etcd);
+  REQUIRE(Register(*leader, "ns/a").ok());
+
+  etcd.Pause(0);  // the member the replicas talk to first
+  CHECK(Register(*leader, "ns/b").ok());
+  CHECK(Eventually(absl::Seconds(5), [&] { return Leadership(*leader) == "leader"; }));
+
+  etcd.Pause(1);
+  CHECK(Eventually(absl::Seconds(15), [&] {
+    return Leadership(*leader).starts_with("not leading") &&
+           Leadership(*follower).find("leader") != 0;
+  }));
+  UNSCOPED_INFO("without quorum: " << Leadership(*leader));
+  CHECK(Register(*leader, "ns/c").error_code() == grpc::StatusCode::UNAVAILABLE);
+
+  etcd.Resume(0);
+  etcd.Resume(1);
+  CHECK(Eventually(absl::Seconds(20), [&] {
+    return Register(*leader, "ns/d").ok() || Register(*follower, "ns/d").ok();
+  }));
+  CHECK((Leadership(*leader) == "leader") != (Leadership(*follower) == "leader"));
+}
+
+}  // namespace
