@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/rescalectl/cli.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/etcd/etcd_client.h"
@@ -206,7 +208,11 @@ TEST_CASE("two rescaled on one etcd: a follower refuses writes, naming the leade
   UNSCOPED_INFO("took over in " << absl::FormatDuration(takeover));
   CHECK(takeover < absl::Seconds(10));
   CHECK(Leadership(*follower) == "leader");
-  CHECK(Health(*follower, "rescale.v1.JobService") == Status::SERVING);
+  // Its health turns SERVING as it starts taking writes (the same moment,
+  // give or take the call that set it).
+  CHECK(Eventually(absl::Seconds(2), [&] {
+    return Health(*follower, "rescale.v1.JobService") == Status::SERVING;
+  }));
 
   std::map<std::string, v1::Recommendation> after = follower->Recommendations();
   for (const auto& [id, rec] : before) {
@@ -222,6 +228,23 @@ TEST_CASE("two rescaled on one etcd: a follower refuses writes, naming the leade
     REQUIRE(follower->jobs->GetJob(&ctx, req, &job).ok());
     CHECK(job.status().current_replicas() == rec.replicas());
     CHECK(job.status().last_applied_generation() == rec.generation());
+  }
+  // rescalectl given every replica's address (the dead one first) finds
+  // the leader and changes things there.
+  {
+    std::istringstream in(
+        "job_id: ns/from-cli\nmin_replicas: 1\nmax_replicas: 2\nlocal_batch_size: 32\n");
+    std::ostringstream out, err;
+    const std::string servers = leader->address + "," + follower->address;
+    CHECK(rescale::cli::RunCli({"rescalectl", "--server", servers, "register", "-f", "-"}, in, out,
+                               err) == 0);
+    INFO(err.str());
+    CHECK_THAT(out.str(), Catch::Contains("ns/from-cli registered"));
+    std::ostringstream status_out, status_err;
+    CHECK(rescale::cli::RunCli({"rescalectl", "--server", servers, "status"}, status_out,
+                               status_err) == 0);
+    CHECK_THAT(status_out.str(),
+               Catch::Contains("Leader:    " + follower->address + " (this server: leader)"));
   }
   // The new leader plans: the job registered on it gets its recommendation.
   CHECK(Eventually(absl::Seconds(10),

@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/common/credentials.h"
 #include "client/rescalectl/manifests.h"
@@ -379,6 +380,30 @@ int ApplyStatus(Session& session, const ApplyStatusFlags& flags) {
 
 // ------------------------------------------------------------ plumbing --
 
+// With high availability --server lists every replica: the one to use is
+// the leader (changes go there; reads are served by any). Each is asked
+// GetCluster (2 s at most): the first that leads wins; else the leader a
+// follower names, if it is in the list or reachable; else the first that
+// answered; else the first of the list (the command then reports the
+// error).
+std::string ChooseServer(const std::vector<std::string>& servers,
+                         const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  std::string named_leader;
+  std::string first_answered;
+  for (const std::string& server : servers) {
+    auto stub = v1::ClusterService::NewStub(grpc::CreateChannel(server, credentials));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::Cluster cluster;
+    if (!stub->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok()) continue;
+    if (cluster.leadership() == "leader") return server;
+    if (first_answered.empty()) first_answered = server;
+    if (named_leader.empty()) named_leader = cluster.leader();
+  }
+  if (!named_leader.empty()) return named_leader;
+  return first_answered.empty() ? servers.front() : first_answered;
+}
+
 // TLS when --tls or --ca-file is given (the CA file replaces the system
 // roots), plaintext otherwise.
 std::shared_ptr<grpc::Channel> Connect(const GlobalFlags& flags, std::ostream& err) {
@@ -387,7 +412,13 @@ std::shared_ptr<grpc::Channel> Connect(const GlobalFlags& flags, std::ostream& e
     err << "error: " << credentials.status().message() << "\n";
     return nullptr;
   }
-  return grpc::CreateChannel(flags.server, *credentials);
+  std::vector<std::string> servers = absl::StrSplit(flags.server, ',', absl::SkipWhitespace());
+  if (servers.empty()) {
+    err << "error: --server is empty\n";
+    return nullptr;
+  }
+  const std::string server = servers.size() == 1 ? servers[0] : ChooseServer(servers, *credentials);
+  return grpc::CreateChannel(server, *credentials);
 }
 
 // Subcommand help only lists the subcommand's own flags; this reminds the
@@ -431,7 +462,9 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   app.require_subcommand(1);
 
   GlobalFlags global;
-  app.add_option("--server", global.server, "Address of rescaled, host:port")
+  app.add_option("--server", global.server,
+                 "Address of rescaled, host:port; with high availability, every replica's, "
+                 "comma-separated (the leader is used)")
       ->envname("RESCALE_SERVER")
       ->capture_default_str();
   app.add_option("-o,--output", global.output, "Output format")

@@ -197,8 +197,10 @@ void EtcdLeadership::Campaign() {
       status_ = "leader";
     }
     spdlog::info("leadership: elected leader (lease {:x}, key {})", lease, won->key());
-    engine_.SetLeading(true);
+    // Ready for traffic first (it takes writes from now on), then the
+    // first plan, which may take a while for many jobs.
     if (on_role_change_) on_role_change_(true);
+    engine_.SetLeading(true);
 
     {
       std::unique_lock<std::mutex> lock(mu_);
