@@ -37,7 +37,11 @@
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
+#include "client/agent/sender.h"
+#include "client/common/server_list.h"
+#include "tests/etcd_cluster.h"
 #include "tests/fake_kube_api.h"
+#include "tests/rescaled_process.h"
 #include "tests/test_certificates.h"
 
 namespace {
@@ -1081,6 +1085,97 @@ json YamlToJson(const YAML::Node& node) {
     default:
       return nullptr;
   }
+}
+
+TEST_CASE("two rescaled on etcd: the adapter and the agent follow the leader through a kill -9") {
+  Harness h;  // its in-process rescaled is not used here
+  rescale::testing::EtcdCluster etcd(1);
+  auto [leader, follower] = rescale::testing::StartPair(etcd);
+  h.kube.Put(PyTorchJob(JobParams{}));
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 10);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
+  // The follower first: both clients must find the leader themselves.
+  const std::string servers = follower->address + "," + leader->address;
+  auto adapter_servers =
+      rescale::client::ServerList::Create(servers, grpc::InsecureChannelCredentials(), args);
+  REQUIRE(adapter_servers.ok());
+  h.adapter = std::make_unique<rescale::adapter::Adapter>(h.Options(), h.client.get(),
+                                                          *adapter_servers);
+  h.adapter->Start();
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  const size_t synced = h.log.CountOf(Kind::kRescaledSynced);
+  auto job_on = [](rescale::testing::Rescaled& rescaled) {
+    grpc::ClientContext context;
+    v1::GetJobRequest request;
+    request.set_job_id("default/bert");
+    v1::Job job;
+    REQUIRE(rescaled.jobs->GetJob(&context, request, &job).ok());
+    return job;
+  };
+  const v1::Job applied = job_on(*leader);
+  REQUIRE(applied.status().current_replicas() == 4);
+  REQUIRE(applied.status().last_applied_generation() == applied.recommendation().generation());
+
+  // The agent's samples, at 4 workers, sent through the list.
+  auto agent_servers =
+      rescale::client::ServerList::Create(servers, grpc::InsecureChannelCredentials(), args);
+  REQUIRE(agent_servers.ok());
+  rescale::agent::GrpcTransport transport(*agent_servers, absl::Seconds(5));
+  // The samples' timestamps must be recent for the real rescaled: the
+  // manual clock (which paces the agent's retries) starts at the real now.
+  rescale::ManualClock clock(absl::Now());
+  rescale::agent::SenderOptions sender_options;
+  sender_options.job_id = "default/bert";
+  sender_options.pod = "bert-worker-0";
+  sender_options.world_size = 4;
+  sender_options.max_batch = 10;
+  sender_options.initial_backoff = absl::Milliseconds(10);
+  sender_options.max_backoff = absl::Milliseconds(100);
+  rescale::agent::SampleSender sender(sender_options, &transport, &clock, [] { return 0.5; });
+  uint64_t step = 0;
+  // Sends what is queued: each failed attempt moves the manual clock past
+  // its backoff (the agent's own schedule), at most 200 attempts.
+  auto deliver = [&](int samples) {
+    for (int i = 0; i < samples; ++i) {
+      sender.Add({.seconds = 0.25, .step = ++step, .batch_size = 32, .at = clock.Now()});
+    }
+    for (int attempt = 0; attempt < 200 && sender.stats().pending > 0; ++attempt) {
+      if (!sender.MaybeSend()) {
+        clock.Advance(std::max(absl::Milliseconds(1), sender.NextAttempt() - clock.Now()));
+      }
+    }
+  };
+  deliver(20);
+  INFO(sender.last_error().ToString() << " sent " << sender.stats().sent << " acked "
+       << sender.stats().acked << " rejected " << sender.stats().rejected << " pending "
+       << sender.stats().pending << " failed " << sender.stats().failed_rpcs);
+  CHECK(sender.stats().accepted == 20);
+  // The leader checkpoints them before it dies.
+  leader->AwaitPlanAndCheckpointAfter(absl::Now());
+
+  leader->process->Kill();
+  // The adapter's stream breaks; it finds the new leader, registers
+  // everything there again, and finds nothing to apply: the generation it
+  // applied is still the newest.
+  REQUIRE(h.log.WaitCount(Kind::kRescaledSynced, "", synced + 1));
+  const v1::Job after = job_on(*follower);
+  CHECK(after.status().current_replicas() == 4);
+  CHECK(after.recommendation().generation() == applied.recommendation().generation());
+  CHECK(after.status().last_applied_generation() == applied.recommendation().generation());
+  CHECK(h.PatchesTo(JobPath("default", "bert")).size() == 1);
+  // The size measured before the failover is still measured.
+  REQUIRE(after.curve().points_size() >= 4);
+  CHECK(after.curve().points(3).observed());
+
+  // The agent's next samples go to the new leader; none is lost or dropped.
+  deliver(10);
+  CHECK(sender.stats().pending == 0);
+  CHECK(sender.stats().accepted == 30);
+  CHECK(sender.stats().abandoned == 0);
+  CHECK(sender.stats().dropped == 0);
+  CHECK(h.log.CountOf(Kind::kApplied, "default/bert") == 1);
 }
 
 TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs") {

@@ -36,25 +36,11 @@ namespace v1 = rescale::v1;
 using rescale::server::EtcdClient;
 using rescale::server::EtcdStateStore;
 using rescale::testing::EtcdCluster;
+using rescale::testing::Eventually;
+using rescale::testing::HaFlags;
+using rescale::testing::Leadership;
 using rescale::testing::Rescaled;
-
-// Asks `done` every 50 ms until it holds or `within` has passed.
-bool Eventually(absl::Duration within, const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + within;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return done();
-}
-
-std::string Leadership(Rescaled& rescaled) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  v1::Cluster cluster;
-  grpc::Status status = rescaled.cluster->GetCluster(&ctx, {}, &cluster);
-  return status.ok() ? cluster.leadership() : "unreachable: " + status.error_message();
-}
+using rescale::testing::StartPair;
 
 grpc::Status Register(Rescaled& rescaled, const std::string& id, std::string* leader = nullptr) {
   grpc::ClientContext ctx;
@@ -84,23 +70,6 @@ grpc::health::v1::HealthCheckResponse::ServingStatus Health(Rescaled& rescaled,
   grpc::health::v1::HealthCheckResponse reply;
   REQUIRE(health->Check(&ctx, req, &reply).ok());
   return reply.status();
-}
-
-std::vector<std::string> HaFlags(const EtcdCluster& etcd) {
-  return {"--state=etcd://" + etcd.Endpoints() + "/rescale", "--lease_ttl=2s"};
-}
-
-// Starts two replicas and returns them leader first.
-std::pair<std::unique_ptr<Rescaled>, std::unique_ptr<Rescaled>> StartPair(const EtcdCluster& etcd) {
-  auto a = Rescaled::Start(HaFlags(etcd));
-  auto b = Rescaled::Start(HaFlags(etcd));
-  REQUIRE(Eventually(absl::Seconds(10), [&] {
-    return Leadership(*a) == "leader" || Leadership(*b) == "leader";
-  }));
-  if (Leadership(*b) == "leader") std::swap(a, b);
-  REQUIRE(Eventually(absl::Seconds(10),
-                     [&] { return Leadership(*b) == "follower of " + a->address; }));
-  return {std::move(a), std::move(b)};
 }
 
 TEST_CASE("etcd state store: what the leader writes loads back; without the lease nothing is") {

@@ -1,6 +1,7 @@
 // Rescaled: a rescaled process of this build started by a test (on a free
 // port, its address read from its "serving on" log line), with stubs of the
-// four rescale.v1 services on it, and the waits the process tests share.
+// four rescale.v1 services on it, and the waits the process tests share;
+// for high availability, a pair of replicas on one etcd.
 #ifndef RESCALE_TESTS_RESCALED_PROCESS_H_
 #define RESCALE_TESTS_RESCALED_PROCESS_H_
 
@@ -8,6 +9,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +19,7 @@
 #include "absl/time/time.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "tests/child_process.h"
+#include "tests/etcd_cluster.h"
 
 namespace rescale::testing {
 
@@ -96,6 +99,42 @@ struct Rescaled {
     return by_job;
   }
 };
+
+// Asks `done` every 50 ms until it holds or `within` has passed.
+inline bool Eventually(absl::Duration within, const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + within;
+  while (absl::Now() < deadline) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return done();
+}
+
+inline std::string Leadership(Rescaled& rescaled) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::Cluster cluster;
+  grpc::Status status = rescaled.cluster->GetCluster(&ctx, {}, &cluster);
+  return status.ok() ? cluster.leadership() : "unreachable: " + status.error_message();
+}
+
+// rescaled flags for high availability on `etcd` (a 2 s lease: quick tests).
+inline std::vector<std::string> HaFlags(const EtcdCluster& etcd) {
+  return {"--state=etcd://" + etcd.Endpoints() + "/rescale", "--lease_ttl=2s"};
+}
+
+// Starts two replicas and returns them leader first.
+inline std::pair<std::unique_ptr<Rescaled>, std::unique_ptr<Rescaled>> StartPair(const EtcdCluster& etcd) {
+  auto a = Rescaled::Start(HaFlags(etcd));
+  auto b = Rescaled::Start(HaFlags(etcd));
+  REQUIRE(Eventually(absl::Seconds(10), [&] {
+    return Leadership(*a) == "leader" || Leadership(*b) == "leader";
+  }));
+  if (Leadership(*b) == "leader") std::swap(a, b);
+  REQUIRE(Eventually(absl::Seconds(10),
+                     [&] { return Leadership(*b) == "follower of " + a->address; }));
+  return {std::move(a), std::move(b)};
+}
 
 }  // namespace rescale::testing
 

@@ -29,12 +29,18 @@ if(NOT RESCALE_SANITIZE STREQUAL "thread")
   add_executable(adapter_tests
     tests/test_main.cc
     tests/fake_kube_api.cc
+    tests/child_process.cc
+    tests/etcd_cluster.cc
     tests/adapter_test.cc
     tests/client_common_test.cc
   )
-  target_link_libraries(adapter_tests PRIVATE rescale_adapter_lib rescale_server
+  # The high-availability case also runs the agent's sender against two
+  # rescaled processes of this build on a real etcd.
+  target_link_libraries(adapter_tests PRIVATE rescale_adapter_lib rescale_agent_lib rescale_server
     PkgConfig::CPP_HTTPLIB yaml-cpp Catch2::Catch2)
   target_compile_definitions(adapter_tests PRIVATE
-    RESCALE_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
+    RESCALE_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}"
+    RESCALED_BINARY="$<TARGET_FILE:rescaled>")
+  add_dependencies(adapter_tests rescaled)
   catch_discover_tests(adapter_tests PROPERTIES LABELS adapter)
 endif()

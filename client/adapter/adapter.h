@@ -53,6 +53,7 @@
 #include "client/adapter/kube_client.h"
 #include "client/adapter/pytorchjob.h"
 #include "client/common/backoff.h"
+#include "client/common/server_list.h"
 #include "rescale/clock.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
@@ -113,6 +114,10 @@ class Adapter {
  public:
   // `kube` must outlive the adapter; `channel` reaches rescaled.
   Adapter(AdapterOptions options, KubeClient* kube, std::shared_ptr<grpc::Channel> channel);
+  // With high availability: every rescaled replica; the adapter follows the
+  // leader (it watches the leader, and moves to the leader a follower names
+  // when a change is refused, then registers everything there again).
+  Adapter(AdapterOptions options, KubeClient* kube, std::shared_ptr<client::ServerList> servers);
   ~Adapter();
   Adapter(const Adapter&) = delete;
   Adapter& operator=(const Adapter&) = delete;
@@ -184,13 +189,14 @@ class Adapter {
   bool SleepFor(absl::Duration d);
   bool stopping() const { return stop_.load(std::memory_order_acquire); }
   std::unique_ptr<grpc::ClientContext> NewContext() const;
+  // After a call to rescaled on `channel`: when the answer points to
+  // another replica (the leader), moves there and restarts the stream.
+  void AfterRescaledCall(const std::shared_ptr<grpc::Channel>& channel, const grpc::Status& status,
+                         const grpc::ClientContext& context);
 
   const AdapterOptions options_;
   KubeClient* const kube_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::JobService::Stub> jobs_stub_;
-  std::unique_ptr<v1::RecommendationService::Stub> recs_stub_;
-  std::unique_ptr<v1::ClusterService::Stub> cluster_stub_;
+  const std::shared_ptr<client::ServerList> servers_;
 
   std::atomic<bool> stop_{false};
   absl::Mutex stop_mu_;

@@ -24,14 +24,26 @@ constexpr absl::Duration kMaxSleep = absl::Minutes(5);
 // ---------------------------------------------------------------- Adapter --
 
 Adapter::Adapter(AdapterOptions options, KubeClient* kube, std::shared_ptr<grpc::Channel> channel)
+    : Adapter(std::move(options), kube, client::ServerList::Of(std::move(channel))) {}
+
+Adapter::Adapter(AdapterOptions options, KubeClient* kube,
+                 std::shared_ptr<client::ServerList> servers)
     : options_(std::move(options)),
       kube_(kube),
-      channel_(std::move(channel)),
-      jobs_stub_(v1::JobService::NewStub(channel_)),
-      recs_stub_(v1::RecommendationService::NewStub(channel_)),
-      cluster_stub_(v1::ClusterService::NewStub(channel_)),
+      servers_(std::move(servers)),
       random_(options_.random),
       generator_(std::random_device{}()) {}
+
+void Adapter::AfterRescaledCall(const std::shared_ptr<grpc::Channel>& channel,
+                                const grpc::Status& status, const grpc::ClientContext& context) {
+  if (status.ok() || !servers_->AfterFailure(channel, status, context)) return;
+  spdlog::info("rescaled at {} is the one to call now (the leader, or the next replica); "
+               "reconnecting the recommendation stream there",
+               servers_->CurrentAddress());
+  // The stream reconnects to it and registers every job there again.
+  absl::MutexLock lock(&stream_mu_);
+  if (stream_context_ != nullptr) stream_context_->TryCancel();
+}
 
 Adapter::~Adapter() { Stop(); }
 
@@ -208,7 +220,11 @@ void Adapter::OnJobGone(const std::string& id, const std::string& why) {
     v1::DeregisterJobRequest request;
     request.set_job_id(id);
     v1::DeregisterJobResponse response;
-    grpc::Status status = jobs_stub_->DeregisterJob(NewContext().get(), request, &response);
+    const std::shared_ptr<grpc::Channel> channel = servers_->Current();
+    const std::unique_ptr<grpc::ClientContext> context = NewContext();
+    grpc::Status status =
+        v1::JobService::NewStub(channel)->DeregisterJob(context.get(), request, &response);
+    AfterRescaledCall(channel, status, *context);
     if (!status.ok() && status.error_code() != grpc::StatusCode::NOT_FOUND) {
       // rescaled keeps it until it restarts; harmless, the adapter ignores
       // recommendations for jobs it does not manage.
@@ -242,17 +258,22 @@ void Adapter::SyncJob(const std::string& id) {
   v1::Job job;
   grpc::Status status;
   bool created = false;
+  const std::shared_ptr<grpc::Channel> channel = servers_->Current();
+  const std::unique_ptr<v1::JobService::Stub> jobs = v1::JobService::NewStub(channel);
+  std::unique_ptr<grpc::ClientContext> context = NewContext();
   if (!registered) {
     v1::RegisterJobRequest request;
     *request.mutable_spec() = spec;
-    status = jobs_stub_->RegisterJob(NewContext().get(), request, &job);
+    status = jobs->RegisterJob(context.get(), request, &job);
     created = status.ok();
   }
   if (registered || status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
     v1::UpdateJobRequest request;
     *request.mutable_spec() = spec;
-    status = jobs_stub_->UpdateJob(NewContext().get(), request, &job);
+    context = NewContext();
+    status = jobs->UpdateJob(context.get(), request, &job);
   }
+  AfterRescaledCall(channel, status, *context);
   if (!status.ok()) {
     // Retried on the next change of the job or when the recommendation
     // stream reconnects (ResyncAll).
@@ -265,6 +286,13 @@ void Adapter::SyncJob(const std::string& id) {
     if (it == jobs_.end()) return;
     it->second.registered = true;
     it->second.sent_spec = serialized;
+    if (!created) {
+      // rescaled kept the job (it keeps its state across restarts, or
+      // another replica took over): it also kept the generation applied
+      // last, so that generation is not applied again.
+      it->second.applied_generation =
+          std::max(it->second.applied_generation, job.status().last_applied_generation());
+    }
   }
   spdlog::info("job {} {} (replicas {}..{}, {} GPU/replica, priority {})", id,
                registered ? "updated" : "registered", info.min_replicas, info.max_replicas,
@@ -291,8 +319,10 @@ void Adapter::ResyncAll() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, entry] : jobs_) {
-      // rescaled may have restarted and forgotten everything, and its
-      // generations restart with it: register again, apply afresh.
+      // rescaled may have restarted and forgotten everything (--state
+      // memory), and its generations restart with it: register again,
+      // apply afresh. A rescaled that kept the job says which generation
+      // was applied (SyncJob).
       entry.registered = false;
       entry.sent_spec.reset();
       entry.applied_generation = 0;
@@ -349,7 +379,11 @@ void Adapter::SendCapacity() {
   v1::SetCapacityRequest request;
   request.set_total_gpus(total);
   v1::Cluster cluster;
-  grpc::Status status = cluster_stub_->SetCapacity(NewContext().get(), request, &cluster);
+  const std::shared_ptr<grpc::Channel> channel = servers_->Current();
+  const std::unique_ptr<grpc::ClientContext> context = NewContext();
+  grpc::Status status =
+      v1::ClusterService::NewStub(channel)->SetCapacity(context.get(), request, &cluster);
+  AfterRescaledCall(channel, status, *context);
   if (!status.ok()) {
     spdlog::warn("SetCapacity({}): {}", total, status.error_message());
     return;
@@ -373,8 +407,14 @@ void Adapter::RunRecommendations() {
     }
     v1::WatchRecommendationsRequest request;
     request.set_namespace_(options_.ns);
+    // With several replicas, the stream goes to the leader: the
+    // recommendations are the same on all, but the applied reports and
+    // registrations that follow must reach the leader.
+    servers_->FindLeader();
+    const std::unique_ptr<v1::RecommendationService::Stub> recs =
+        v1::RecommendationService::NewStub(servers_->Current());
     std::unique_ptr<grpc::ClientReader<v1::RecommendationEvent>> reader =
-        recs_stub_->WatchRecommendations(&context, request);
+        recs->WatchRecommendations(&context, request);
     {
       absl::MutexLock lock(&mu_);
       latest_.clear();  // generations are per rescaled process
@@ -606,7 +646,11 @@ void Adapter::ReportApplied(const std::string& id, uint32_t replicas, bool suspe
   request.set_suspended(suspended);
   request.set_generation(generation);
   v1::ReportAppliedResponse response;
-  grpc::Status status = recs_stub_->ReportApplied(NewContext().get(), request, &response);
+  const std::shared_ptr<grpc::Channel> channel = servers_->Current();
+  const std::unique_ptr<grpc::ClientContext> context = NewContext();
+  grpc::Status status =
+      v1::RecommendationService::NewStub(channel)->ReportApplied(context.get(), request, &response);
+  AfterRescaledCall(channel, status, *context);
   if (!status.ok()) {
     spdlog::warn("ReportApplied {} generation {}: {}", id, generation, status.error_message());
   }

@@ -41,7 +41,10 @@ int main(int argc, char** argv) {
   CLI::App app{
       "rescale-adapter: applies Rescale's recommendations to Kubeflow and KubeDL "
       "PyTorchJobs (and their gang PodGroups) labelled rescale.io/managed=true"};
-  app.add_option("--server", server, "Address of rescaled, host:port")->required();
+  app.add_option("--server", server,
+                 "Address of rescaled, host:port; with high availability every replica's, "
+                 "comma-separated (the adapter follows the leader)")
+      ->required();
   app.add_option("--kubeconfig", kubeconfig,
                  "kubeconfig file (default: in-cluster service account, else $KUBECONFIG, else "
                  "~/.kube/config)");
@@ -126,7 +129,11 @@ int main(int argc, char** argv) {
   // Reconnect to a restarted rescaled within seconds, not gRPC's default
   // two minutes at most.
   channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  auto channel = grpc::CreateCustomChannel(server, *credentials, channel_args);
+  auto servers = rescale::client::ServerList::Create(server, *credentials, channel_args);
+  if (!servers.ok()) {
+    std::cerr << "rescale-adapter: --server: " << servers.status().message() << "\n";
+    return 2;
+  }
 
   if (options.dry_run) options.dry_run_out = &std::cout;
 
@@ -138,7 +145,7 @@ int main(int argc, char** argv) {
 
   spdlog::info("rescale-adapter: rescaled {} ; Kubernetes {} ; selector {}{}", server,
                config->server, options.label_selector, options.dry_run ? " ; DRY RUN" : "");
-  rescale::adapter::Adapter adapter(options, kube->get(), channel);
+  rescale::adapter::Adapter adapter(options, kube->get(), *servers);
   adapter.Start();
   int signal = 0;
   sigwait(&signals, &signal);

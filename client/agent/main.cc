@@ -66,13 +66,19 @@ struct Flags {
   std::string ca_file;
 };
 
-std::shared_ptr<grpc::Channel> Connect(const Flags& flags) {
+std::shared_ptr<rescale::client::ServerList> Connect(const Flags& flags) {
   auto credentials = rescale::client::RescaledCredentials(flags.tls, flags.ca_file);
   if (!credentials.ok()) {
     std::cerr << "rescale-agent: " << credentials.status().message() << "\n";
     return nullptr;
   }
-  return grpc::CreateChannel(flags.server, *credentials);
+  auto servers = rescale::client::ServerList::Create(flags.server, *credentials);
+  if (!servers.ok()) {
+    std::cerr << "rescale-agent: --server: " << servers.status().message() << "\n";
+    return nullptr;
+  }
+  (*servers)->FindLeader();
+  return *servers;
 }
 
 }  // namespace
@@ -89,7 +95,9 @@ int main(int argc, char** argv) {
 
   Flags flags;
   CLI::App app{"rescale-agent: stream one pod's training step times to rescaled"};
-  app.add_option("--server", flags.server, "rescaled address host:port")
+  app.add_option("--server", flags.server,
+                 "rescaled address host:port; with high availability every replica's, "
+                 "comma-separated (samples go to the leader)")
       ->envname("RESCALE_SERVER")
       ->capture_default_str();
   app.add_option("--job", flags.job, "job id, namespace/name")->required();
@@ -151,8 +159,8 @@ int main(int argc, char** argv) {
     std::cerr << "rescale-agent: " << parser.status().message() << "\n";
     return 2;
   }
-  std::shared_ptr<grpc::Channel> channel = Connect(flags);
-  if (channel == nullptr) return 1;
+  std::shared_ptr<rescale::client::ServerList> servers = Connect(flags);
+  if (servers == nullptr) return 1;
 
   SenderOptions options;
   options.job_id = flags.job;
@@ -162,7 +170,7 @@ int main(int argc, char** argv) {
   options.flush_interval = absl::Seconds(flags.flush_interval);
   options.buffer_capacity = flags.buffer;
   options.max_backoff = absl::Seconds(flags.max_backoff);
-  rescale::agent::GrpcTransport transport(channel, absl::Seconds(flags.rpc_timeout));
+  rescale::agent::GrpcTransport transport(servers, absl::Seconds(flags.rpc_timeout));
   rescale::agent::SampleSender sender(options, &transport, rescale::Clock::Real());
   rescale::agent::LineFeeder feeder(parser->get(), &sender, rescale::Clock::Real(),
                                     flags.batch_size);

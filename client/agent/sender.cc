@@ -33,16 +33,23 @@ bool PowerOfTen(uint64_t n) {
 
 }  // namespace
 
-GrpcTransport::GrpcTransport(std::shared_ptr<grpc::ChannelInterface> channel,
-                             absl::Duration timeout)
-    : stub_(v1::MetricsService::NewStub(std::move(channel))), timeout_(timeout) {}
+GrpcTransport::GrpcTransport(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
+    : GrpcTransport(client::ServerList::Of(std::move(channel)), timeout) {}
+
+GrpcTransport::GrpcTransport(std::shared_ptr<client::ServerList> servers, absl::Duration timeout)
+    : servers_(std::move(servers)), timeout_(timeout) {}
 
 absl::StatusOr<BatchAck> GrpcTransport::Send(const v1::SampleBatch& batch) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   v1::IngestSummary summary;
-  grpc::Status status = stub_->ReportSamples(&context, batch, &summary);
+  const std::shared_ptr<grpc::Channel> channel = servers_->Current();
+  grpc::Status status =
+      v1::MetricsService::NewStub(channel)->ReportSamples(&context, batch, &summary);
   if (!status.ok()) {
+    if (servers_->AfterFailure(channel, status, context)) {
+      spdlog::info("sending samples to {} from now on", servers_->CurrentAddress());
+    }
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                         absl::StrCat("ReportSamples: ", status.error_message()));
   }

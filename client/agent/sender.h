@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "client/common/backoff.h"
 #include "rescale/clock.h"
+#include "client/common/server_list.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
 namespace rescale::agent {
@@ -58,13 +59,18 @@ class SampleTransport {
 };
 
 // MetricsService.ReportSamples over a channel, with a per-call deadline.
+// Given several rescaled replicas (high availability), it sends to the
+// leader: a batch a follower refuses (UNAVAILABLE, naming the leader) or
+// that reaches no server fails as usual, is resent after the backoff, and
+// goes to the leader named (or the next replica) then.
 class GrpcTransport final : public SampleTransport {
  public:
-  GrpcTransport(std::shared_ptr<grpc::ChannelInterface> channel, absl::Duration timeout);
+  GrpcTransport(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout);
+  GrpcTransport(std::shared_ptr<client::ServerList> servers, absl::Duration timeout);
   absl::StatusOr<BatchAck> Send(const v1::SampleBatch& batch) override;
 
  private:
-  std::unique_ptr<v1::MetricsService::Stub> stub_;
+  const std::shared_ptr<client::ServerList> servers_;
   const absl::Duration timeout_;
 };
 

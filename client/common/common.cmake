@@ -1,12 +1,13 @@
 # rescale_client_common: what rescalectl, rescale-adapter and rescale-agent
 # share (client/common/): channel credentials for reaching rescaled and the
-# one retry backoff. Files are read by rescale_base's ReadFileToString.
+# one retry backoff, and the list of rescaled replicas that follows the leader. Files are read by rescale_base's ReadFileToString.
 # Included from the top-level CMakeLists.txt, so paths are relative to the
 # source root.
 add_library(rescale_client_common
   client/common/backoff.cc
   client/common/credentials.cc
+  client/common/server_list.cc
 )
 target_include_directories(rescale_client_common PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-target_link_libraries(rescale_client_common PUBLIC rescale_base gRPC::grpc++ absl::status absl::statusor
+target_link_libraries(rescale_client_common PUBLIC rescale_base rescale_proto gRPC::grpc++ absl::status absl::statusor
   absl::strings absl::str_format absl::time)

@@ -28,9 +28,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/common/credentials.h"
+#include "client/common/server_list.h"
 #include "client/rescalectl/manifests.h"
 #include "client/rescalectl/output.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -380,30 +380,6 @@ int ApplyStatus(Session& session, const ApplyStatusFlags& flags) {
 
 // ------------------------------------------------------------ plumbing --
 
-// With high availability --server lists every replica: the one to use is
-// the leader (changes go there; reads are served by any). Each is asked
-// GetCluster (2 s at most): the first that leads wins; else the leader a
-// follower names, if it is in the list or reachable; else the first that
-// answered; else the first of the list (the command then reports the
-// error).
-std::string ChooseServer(const std::vector<std::string>& servers,
-                         const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
-  std::string named_leader;
-  std::string first_answered;
-  for (const std::string& server : servers) {
-    auto stub = v1::ClusterService::NewStub(grpc::CreateChannel(server, credentials));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    v1::Cluster cluster;
-    if (!stub->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok()) continue;
-    if (cluster.leadership() == "leader") return server;
-    if (first_answered.empty()) first_answered = server;
-    if (named_leader.empty()) named_leader = cluster.leader();
-  }
-  if (!named_leader.empty()) return named_leader;
-  return first_answered.empty() ? servers.front() : first_answered;
-}
-
 // TLS when --tls or --ca-file is given (the CA file replaces the system
 // roots), plaintext otherwise.
 std::shared_ptr<grpc::Channel> Connect(const GlobalFlags& flags, std::ostream& err) {
@@ -412,13 +388,15 @@ std::shared_ptr<grpc::Channel> Connect(const GlobalFlags& flags, std::ostream& e
     err << "error: " << credentials.status().message() << "\n";
     return nullptr;
   }
-  std::vector<std::string> servers = absl::StrSplit(flags.server, ',', absl::SkipWhitespace());
-  if (servers.empty()) {
-    err << "error: --server is empty\n";
+  // With high availability --server lists every replica; the leader is
+  // used (changes go there; reads are served by any).
+  auto servers = client::ServerList::Create(flags.server, *credentials);
+  if (!servers.ok()) {
+    err << "error: " << servers.status().message() << "\n";
     return nullptr;
   }
-  const std::string server = servers.size() == 1 ? servers[0] : ChooseServer(servers, *credentials);
-  return grpc::CreateChannel(server, *credentials);
+  (*servers)->FindLeader();
+  return (*servers)->Current();
 }
 
 // Subcommand help only lists the subcommand's own flags; this reminds the
