@@ -27,13 +27,15 @@
 //                                        three sizes (four when <4th size> is
 //                                        1), after fresh samples for
 //                                        <changed %> of them
-//   BM_StatePutJob                        a durable job write to a SQLite
-//                                         state file (what RegisterJob and
-//                                         ReportApplied wait for)
-//   BM_StateCheckpoint/<jobs>             a checkpoint of <jobs> jobs'
-//                                         measurements (three sizes each) to
-//                                         a SQLite state file, in the
-//                                         engine's 128-job transactions
+//   BM_StatePutJob/<backend>              a durable job write (what
+//                                         RegisterJob and ReportApplied wait
+//                                         for), with p50/p99/max counters;
+//                                         backend 0 = a SQLite file, 1 = a
+//                                         one-member etcd on loopback (fenced
+//                                         on the leader's lease)
+//   BM_StateCheckpoint/<jobs>/<backend>   a checkpoint of <jobs> jobs'
+//                                         measurements (three sizes each), in
+//                                         the writes the engine makes
 // Counters: ns_per_sample is wall time per sample per thread; with 2 threads
 // the aggregate rate is items_per_second.
 // Run: make bench, or ./build/rescale-bench --benchmark_filter=Ingest
@@ -42,6 +44,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -52,6 +55,10 @@
 #include <vector>
 
 #include "bench/mutex_store.h"
+#include "server/etcd/etcd_client.h"
+#include "server/etcd/etcd_state_store.h"
+// The etcd backend is started the way the tests start it.
+#include "tests/child_process.h"
 #include "rescale/clock.h"
 #include "rescale/cluster_planner.h"
 #include "rescale/decision_engine.h"
@@ -505,38 +512,91 @@ BENCHMARK(BM_EngineReplan)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// A SQLite state file in a fresh temporary directory, removed at the end.
-struct StateFile {
+// A state store in a fresh temporary directory, removed at the end: a SQLite
+// file (backend 0), or a one-member etcd on a free loopback port (backend 1,
+// Debian's /usr/bin/etcd, started here as the tests start it) with this
+// process as the elected leader, so every write is fenced as rescaled's are.
+struct StateBackend {
   std::string dir;
-  std::unique_ptr<rescale::StateStore> store;
-  StateFile() {
+  std::unique_ptr<rescale::testing::ChildProcess> etcd;
+  std::shared_ptr<rescale::StateStore> store;
+
+  explicit StateBackend(int64_t backend) {
     std::string pattern = std::filesystem::temp_directory_path() / "rescale-bench-XXXXXX";
     dir = mkdtemp(pattern.data());
-    store = rescale::OpenStateStore("sqlite:" + dir + "/state.db").value();
+    if (backend == 0) {
+      store = rescale::OpenStateStore("sqlite:" + dir + "/state.db").value();
+      return;
+    }
+    const int client_port = rescale::testing::FreeLoopbackPort();
+    const int peer_port = rescale::testing::FreeLoopbackPort();
+    const std::string client = "http://127.0.0.1:" + std::to_string(client_port);
+    const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port);
+    etcd = rescale::testing::ChildProcess::Start(
+               {"/usr/bin/etcd", "--name=bench", "--data-dir=" + dir + "/etcd",
+                "--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+                "--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+                "--initial-cluster=bench=" + peer})
+               .value();
+    if (!etcd->WaitForLine("ready to serve client requests", absl::Seconds(30))) std::abort();
+    const std::string endpoint = "127.0.0.1:" + std::to_string(client_port);
+    auto client_api =
+        std::make_shared<rescale::server::EtcdClient>(std::vector<std::string>{endpoint});
+    std::shared_ptr<rescale::server::EtcdStateStore> etcd_store =
+        rescale::server::EtcdStateStore::Open("etcd://" + endpoint + "/bench", client_api,
+                                              "/bench")
+            .value();
+    const int64_t lease = client_api->LeaseGrant(absl::Seconds(60)).value();
+    grpc::ClientContext campaign;
+    const v3electionpb::LeaderKey leader =
+        client_api->Campaign(etcd_store->election_name(), lease, "bench", &campaign).value();
+    etcd_store->SetFence(rescale::server::EtcdStateStore::Fence{leader.key(), lease});
+    store = etcd_store;
   }
-  ~StateFile() {
+  ~StateBackend() {
     store.reset();
+    etcd.reset();
     std::filesystem::remove_all(dir);
   }
 };
 
+const char* BackendName(int64_t backend) { return backend == 0 ? "sqlite" : "etcd"; }
+
+// Latency percentiles of the iterations, as counters (milliseconds).
+void ReportPercentiles(benchmark::State& state, std::vector<double>& ms) {
+  if (ms.empty()) return;
+  std::sort(ms.begin(), ms.end());
+  auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<size_t>(q * ms.size()))]; };
+  state.counters["p50_ms"] = at(0.50);
+  state.counters["p99_ms"] = at(0.99);
+  state.counters["max_ms"] = ms.back();
+}
+
 void BM_StatePutJob(benchmark::State& state) {
-  StateFile file;
+  StateBackend backend(state.range(0));
+  state.SetLabel(BackendName(state.range(0)));
   rescale::StoredJob job;
   job.spec.job_id = "ns/job";
   job.spec.min_replicas = 1;
   job.spec.max_replicas = 16;
   job.has_applied = true;
+  std::vector<double> ms;
   for (auto _ : state) {
     ++job.current_replicas;
-    if (!file.store->PutJob(job).ok()) std::abort();
+    const auto started = std::chrono::steady_clock::now();
+    if (!backend.store->PutJob(job).ok()) std::abort();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                           started)
+                     .count());
   }
+  ReportPercentiles(state, ms);
 }
-BENCHMARK(BM_StatePutJob)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StatePutJob)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_StateCheckpoint(benchmark::State& state) {
   const int jobs = static_cast<int>(state.range(0));
-  StateFile file;
+  StateBackend backend(state.range(1));
+  state.SetLabel(BackendName(state.range(1)));
   std::vector<rescale::StoredMeasurements> all(jobs);
   for (int i = 0; i < jobs; ++i) {
     all[i].job_id = "ns/job-" + std::to_string(i);
@@ -555,17 +615,22 @@ void BM_StateCheckpoint(benchmark::State& state) {
       all[i].sizes.push_back(s);
     }
   }
-  constexpr int kJobsPerTransaction = 128;  // as DecisionEngine's checkpoint
+  // As DecisionEngine's checkpoint hands them to the store.
+  const int per_write = static_cast<int>(backend.store->checkpoint_jobs_per_write());
   for (auto _ : state) {
-    for (int first = 0; first < jobs; first += kJobsPerTransaction) {
-      const int count = std::min(kJobsPerTransaction, jobs - first);
-      if (!file.store->PutMeasurements(std::span(all).subspan(first, count)).ok()) std::abort();
+    for (int first = 0; first < jobs; first += per_write) {
+      const int count = std::min(per_write, jobs - first);
+      if (!backend.store->PutMeasurements(std::span(all).subspan(first, count)).ok()) std::abort();
     }
   }
   state.counters["seconds_per_job"] = benchmark::Counter(
       jobs, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_StateCheckpoint)->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StateCheckpoint)
+    ->Args({10000, 0})
+    ->Args({10000, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

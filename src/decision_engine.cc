@@ -361,10 +361,10 @@ std::vector<SizeStats> DecisionEngine::WithRestored(std::vector<SizeStats> live,
 void DecisionEngine::CheckpointMeasurements(absl::Time now) {
   if (options_.state == nullptr || now - last_checkpoint_at_ < options_.plan_interval) return;
   last_checkpoint_at_ = now;
-  // In transactions of at most this many jobs: a call that writes the state
-  // store (RegisterJob, ReportApplied...) waits for one of them at most,
-  // not for the whole checkpoint.
-  constexpr size_t kJobsPerTransaction = 128;
+  // In writes of at most this many jobs (the store's choice: SQLite's is
+  // one transaction, which a call that writes the state store waits for at
+  // most, not for the whole checkpoint).
+  const size_t kJobsPerTransaction = options_.state->checkpoint_jobs_per_write();
   const absl::Time started = absl::Now();  // the cost, for the log (not the injected clock)
   std::vector<StoredMeasurements> batch;
   std::vector<PlanSlot*> in_batch;

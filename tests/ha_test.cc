@@ -136,6 +136,28 @@ TEST_CASE("etcd state store: what the leader writes loads back; without the leas
   loaded = store->Load();
   REQUIRE(loaded.ok());
   CHECK(loaded->jobs[0].current_replicas == 2);
+
+  // A record that does not decode stops the load, naming its key; nothing
+  // is dropped silently.
+  etcdserverpb::TxnRequest garbage;
+  etcdserverpb::RequestOp* put = garbage.add_success();
+  put->mutable_request_put()->set_key("/t/jobs/ns/broken");
+  put->mutable_request_put()->set_value("{not json");
+  REQUIRE(client->Txn(garbage).ok());
+  loaded = store->Load();
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(absl::IsDataLoss(loaded.status()));
+  CHECK_THAT(std::string(loaded.status().message()), Catch::Contains("/t/jobs/ns/broken"));
+
+  // A prefix written by a newer rescaled is refused, and left as it is.
+  etcdserverpb::TxnRequest newer;
+  put = newer.add_success();
+  put->mutable_request_put()->set_key("/n/schema");
+  put->mutable_request_put()->set_value("99");
+  REQUIRE(client->Txn(newer).ok());
+  auto refused_open = EtcdStateStore::Open("etcd://" + etcd.Endpoints() + "/n", client, "/n");
+  REQUIRE_FALSE(refused_open.ok());
+  CHECK_THAT(std::string(refused_open.status().message()), Catch::Contains("newer rescaled"));
 }
 
 TEST_CASE("two rescaled on one etcd: a follower refuses writes, naming the leader, and takes over "

@@ -126,6 +126,8 @@ class StateStore {
   // Records each job's measurements, replacing the ones before (a
   // checkpoint: one transaction for all of them).
   virtual absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) = 0;
+  // How many jobs a checkpoint hands PutMeasurements at once.
+  virtual size_t checkpoint_jobs_per_write() const { return 128; }
 };
 
 // The store `spec` names: "memory" or "sqlite:PATH". INVALID_ARGUMENT for

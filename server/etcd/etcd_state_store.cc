@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -131,8 +133,9 @@ absl::Status EtcdStateStore::Commit(std::span<const etcdserverpb::RequestOp> ops
   }
   // etcd also refuses requests over 1.5 MiB (--max-request-bytes).
   constexpr size_t kMaxTxnBytes = 1 << 20;
+  std::vector<etcdserverpb::TxnRequest> txns;
   for (size_t begin = 0; begin < ops.size();) {
-    etcdserverpb::TxnRequest txn;
+    etcdserverpb::TxnRequest& txn = txns.emplace_back();
     etcdserverpb::Compare* still_leader = txn.add_compare();
     still_leader->set_key(fence->key);
     still_leader->set_target(etcdserverpb::Compare::LEASE);
@@ -146,9 +149,24 @@ absl::Status EtcdStateStore::Commit(std::span<const etcdserverpb::RequestOp> ops
       *txn.add_success() = ops[end++];
     }
     begin = end;
-    absl::StatusOr<etcdserverpb::TxnResponse> answer = client_->Txn(txn);
-    if (!answer.ok()) return absl::UnavailableError(answer.status().message());
-    if (!answer->succeeded()) {
+  }
+  // Several transactions go out together: each waits for etcd's disk sync,
+  // and etcd syncs the transactions it has at once. A write of many is
+  // therefore not atomic (nor was it ever: a checkpoint or a plan's
+  // recommendations); each transaction is fenced on its own.
+  std::vector<absl::StatusOr<etcdserverpb::TxnResponse>> answers(
+      txns.size(), absl::UnknownError("not sent"));
+  for (size_t first = 0; first < txns.size(); first += kTxnsInFlight) {
+    const size_t last = std::min(txns.size(), first + kTxnsInFlight);
+    std::vector<std::thread> senders;
+    for (size_t i = first + 1; i < last; ++i) {
+      senders.emplace_back([&, i] { answers[i] = client_->Txn(txns[i]); });
+    }
+    answers[first] = client_->Txn(txns[first]);
+    for (std::thread& sender : senders) sender.join();
+    for (size_t i = first; i < last; ++i) {
+      if (!answers[i].ok()) return absl::UnavailableError(answers[i].status().message());
+      if (answers[i]->succeeded()) continue;
       std::function<void()> lost;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -157,7 +175,8 @@ absl::Status EtcdStateStore::Commit(std::span<const etcdserverpb::RequestOp> ops
       }
       if (lost) lost();
       return absl::UnavailableError(absl::StrFormat(
-          "this rescaled lost the leadership (its lease %x no longer holds %s): nothing written",
+          "this rescaled lost the leadership (its lease %x no longer holds %s): the write was "
+          "refused",
           fence->lease, fence->key));
     }
   }

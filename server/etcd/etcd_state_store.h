@@ -42,7 +42,9 @@ namespace rescale::server {
 
 inline constexpr int kEtcdSchemaVersion = 1;
 // etcd refuses transactions of more than 128 operations (--max-txn-ops).
-inline constexpr int kMaxOpsPerTxn = 120;
+inline constexpr int kMaxOpsPerTxn = 128;
+// Transactions of one write sent at once (see Commit).
+inline constexpr int kTxnsInFlight = 8;
 
 class EtcdStateStore : public StateStore {
  public:
@@ -60,6 +62,9 @@ class EtcdStateStore : public StateStore {
   absl::Status PutCapacity(uint32_t total_gpus) override;
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override;
   absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override;
+  // Eight transactions' worth: Commit sends them at once, and etcd commits
+  // concurrent transactions with one disk sync.
+  size_t checkpoint_jobs_per_write() const override { return 8 * kMaxOpsPerTxn; }
 
   // The etcd revision the last Load read at: a follower watches from the
   // one after it.
@@ -85,7 +90,8 @@ class EtcdStateStore : public StateStore {
 
  private:
   EtcdStateStore(std::string spec, std::shared_ptr<EtcdClient> client, std::string prefix);
-  // Writes `ops` under the fence, in transactions of at most kMaxOpsPerTxn.
+  // Writes `ops` under the fence, in transactions of at most kMaxOpsPerTxn,
+  // up to kTxnsInFlight of them at once.
   absl::Status Commit(std::span<const etcdserverpb::RequestOp> ops);
   std::string Key(absl::string_view kind, absl::string_view job_id = "") const;
 
