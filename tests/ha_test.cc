@@ -112,6 +112,26 @@ TEST_CASE("etcd state store: what the leader writes loads back; without the leas
   measured.exploration_stopped = true;
   REQUIRE(store->PutMeasurements({&measured, 1}).ok());
   REQUIRE(store->DeleteJob("ns/r5", 6).ok());
+  // A job deregistered after its measurements were checkpointed: they are
+  // not loaded, and the next checkpoint drops them from their bucket.
+  rescale::StoredJob gone = job;
+  gone.spec.job_id = "ns/gone";
+  REQUIRE(store->PutJob(gone).ok());
+  rescale::StoredMeasurements gone_measured = measured;
+  gone_measured.job_id = "ns/gone";
+  REQUIRE(store->PutMeasurements({&gone_measured, 1}).ok());
+  REQUIRE(store->DeleteJob("ns/gone", 0).ok());
+  auto raw_measurements = [&] {
+    etcdserverpb::RangeRequest range;
+    range.set_key("/t/meas/");
+    range.set_range_end(rescale::server::PrefixEnd("/t/meas/"));
+    const auto response = client->Range(range);
+    REQUIRE(response.ok());
+    std::string all;
+    for (const auto& kv : response->kvs()) all += kv.value();
+    return all;
+  };
+  CHECK_THAT(raw_measurements(), Catch::Contains("ns/gone"));
 
   absl::StatusOr<rescale::StoredState> loaded = store->Load();
   REQUIRE(loaded.ok());
@@ -122,8 +142,11 @@ TEST_CASE("etcd state store: what the leader writes loads back; without the leas
   REQUIRE(loaded->retired_generations.size() == 1);
   CHECK(loaded->retired_generations[0] == std::pair<std::string, uint64_t>("ns/r5", 6));
   REQUIRE(loaded->measurements.size() == 1);
+  CHECK(loaded->measurements[0].job_id == "ns/a");
   CHECK(loaded->measurements[0].sizes[0].step_seconds == 0.25);
   CHECK(loaded->measurements[0].exploration_stopped);
+  REQUIRE(store->PutMeasurements({&measured, 1}).ok());
+  CHECK_THAT(raw_measurements(), !Catch::Contains("ns/gone"));
 
   // The lease ends (as when its holder was paused past the TTL): the next
   // write compares false, writes nothing, and says so.

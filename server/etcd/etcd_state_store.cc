@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "rescale/status_macros.h"
 #include "src/state_store_internal.h"
 
@@ -39,22 +40,32 @@ etcdserverpb::RequestOp DeleteOp(std::string key) {
   return op;
 }
 
-// A job's measurements and policy memory: two JSON documents, one per line
-// (JSON as nlohmann writes it has no raw newline).
-std::string MeasurementsValue(const StoredMeasurements& m) {
-  return absl::StrCat(MeasurementsToJson(m.sizes), "\n", PolicyMemoryToJson(m));
+// One job's line in its measurement bucket: the job id, its measurements
+// and its policy memory, tab-separated (JSON as nlohmann writes it holds
+// no raw tab or newline, and job ids are DNS-1123 labels and a slash).
+std::string MeasurementsRecord(const StoredMeasurements& m) {
+  return absl::StrCat(m.job_id, "\t", MeasurementsToJson(m.sizes), "\t", PolicyMemoryToJson(m));
 }
 
-absl::StatusOr<StoredMeasurements> MeasurementsFromValue(std::string job_id,
-                                                         std::string_view value) {
-  StoredMeasurements m;
-  m.job_id = std::move(job_id);
-  const size_t newline = value.find('\n');
-  ASSIGN_OR_RETURN(m.sizes, MeasurementsFromJson(value.substr(0, newline)));
-  if (newline != std::string_view::npos) {
-    RETURN_IF_ERROR(PolicyMemoryFromJson(value.substr(newline + 1), m));
+absl::StatusOr<StoredMeasurements> MeasurementsFromRecord(std::string_view line) {
+  const size_t first = line.find('\t');
+  const size_t second = first == std::string_view::npos ? first : line.find('\t', first + 1);
+  if (second == std::string_view::npos) {
+    return absl::DataLossError("a measurement line is not job<TAB>sizes<TAB>memory");
   }
+  StoredMeasurements m;
+  m.job_id = std::string(line.substr(0, first));
+  ASSIGN_OR_RETURN(m.sizes, MeasurementsFromJson(line.substr(first + 1, second - first - 1)));
+  RETURN_IF_ERROR(PolicyMemoryFromJson(line.substr(second + 1), m));
   return m;
+}
+
+// A stable hash (FNV-1a): the bucket of a job must not change between
+// builds or processes.
+int BucketOf(std::string_view job_id, int buckets) {
+  uint32_t hash = 2166136261u;
+  for (unsigned char c : job_id) hash = (hash ^ c) * 16777619u;
+  return static_cast<int>(hash % static_cast<uint32_t>(buckets));
 }
 
 }  // namespace
@@ -99,7 +110,14 @@ absl::StatusOr<std::unique_ptr<EtcdStateStore>> EtcdStateStore::Open(
 
 EtcdStateStore::EtcdStateStore(std::string spec, std::shared_ptr<EtcdClient> client,
                                std::string prefix)
-    : spec_(std::move(spec)), client_(std::move(client)), prefix_(std::move(prefix)) {}
+    : spec_(std::move(spec)),
+      client_(std::move(client)),
+      prefix_(std::move(prefix)),
+      records_(kMeasurementBuckets) {}
+
+std::string EtcdStateStore::BucketKey(int bucket) const {
+  return Key("meas", absl::StrFormat("%02x", bucket));
+}
 
 std::string EtcdStateStore::Key(absl::string_view kind, absl::string_view job_id) const {
   if (job_id.empty()) return absl::StrCat(prefix_, "/", kind);
@@ -216,7 +234,27 @@ absl::StatusOr<StoredState> EtcdStateStore::Load() {
   state.jobs = std::move(change.jobs);
   state.capacity_gpus = change.capacity_gpus;
   state.recommendations = std::move(change.recommendations);
-  state.measurements = std::move(change.measurements);
+  std::set<std::string> kept_jobs;
+  for (const StoredJob& job : state.jobs) kept_jobs.insert(job.spec.job_id);
+  {
+    // What the buckets hold now, for the next checkpoint to rewrite from;
+    // lines of jobs that are gone are dropped by it.
+    std::lock_guard<std::mutex> lock(records_mu_);
+    for (auto& bucket : records_) bucket.clear();
+    for (StoredMeasurements& m : change.measurements) {
+      const int bucket = BucketOf(m.job_id, kMeasurementBuckets);
+      if (!kept_jobs.contains(m.job_id)) {
+        stale_buckets_.insert(bucket);
+        continue;
+      }
+      records_[bucket][m.job_id] = MeasurementsRecord(m);
+      state.measurements.push_back(std::move(m));
+    }
+  }
+  std::sort(state.measurements.begin(), state.measurements.end(),
+            [](const StoredMeasurements& a, const StoredMeasurements& b) {
+              return a.job_id < b.job_id;
+            });
   for (const Recommendation& rec : state.recommendations) with_recommendation.insert(rec.job_id);
   // A retired generation outlives the job's new recommendation (writing a
   // recommendation does not delete it, to keep plans' transactions small):
@@ -261,9 +299,12 @@ absl::Status EtcdStateStore::AddEvent(const mvccpb::Event& event, ReplicatedChan
     if (!absl::SimpleAtoi(value, &generation)) return named(absl::DataLossError("not a number"));
     change.retired_generations.emplace_back(job_id, generation);
   } else if (kind == "meas" && put) {
-    absl::StatusOr<StoredMeasurements> m = MeasurementsFromValue(job_id, value);
-    if (!m.ok()) return named(m.status());
-    change.measurements.push_back(*std::move(m));
+    for (absl::string_view line : absl::StrSplit(value, '\n', absl::SkipEmpty())) {
+      absl::StatusOr<StoredMeasurements> m =
+          MeasurementsFromRecord(std::string_view(line.data(), line.size()));
+      if (!m.ok()) return named(m.status());
+      change.measurements.push_back(*std::move(m));
+    }
   } else if (kind == "capacity" && put) {
     uint32_t gpus = 0;
     if (!absl::SimpleAtoi(value, &gpus)) return named(absl::DataLossError("not a GPU count"));
@@ -279,8 +320,16 @@ absl::Status EtcdStateStore::PutJob(const StoredJob& job) {
 
 absl::Status EtcdStateStore::DeleteJob(std::string_view job_id_view, uint64_t last_generation) {
   const absl::string_view job_id(job_id_view.data(), job_id_view.size());
-  std::vector<etcdserverpb::RequestOp> ops = {
-      DeleteOp(Key("jobs", job_id)), DeleteOp(Key("recs", job_id)), DeleteOp(Key("meas", job_id))};
+  std::vector<etcdserverpb::RequestOp> ops = {DeleteOp(Key("jobs", job_id)),
+                                               DeleteOp(Key("recs", job_id))};
+  {
+    // Its measurements leave their bucket at the next checkpoint; until
+    // then a load ignores them (they belong to no job).
+    std::lock_guard<std::mutex> lock(records_mu_);
+    const std::string id(job_id);
+    const int bucket = BucketOf(id, kMeasurementBuckets);
+    if (records_[bucket].erase(id) > 0) stale_buckets_.insert(bucket);
+  }
   if (last_generation > 0) {
     ops.push_back(PutOp(Key("retired", job_id), std::to_string(last_generation)));
   }
@@ -302,12 +351,32 @@ absl::Status EtcdStateStore::PutRecommendations(std::span<const Recommendation> 
 }
 
 absl::Status EtcdStateStore::PutMeasurements(std::span<const StoredMeasurements> jobs) {
+  std::lock_guard<std::mutex> writing(bucket_write_mu_);
+  std::set<int> buckets;
   std::vector<etcdserverpb::RequestOp> ops;
-  ops.reserve(jobs.size());
-  for (const StoredMeasurements& m : jobs) {
-    ops.push_back(PutOp(Key("meas", m.job_id), MeasurementsValue(m)));
+  {
+    std::lock_guard<std::mutex> lock(records_mu_);
+    for (const StoredMeasurements& m : jobs) {
+      const int bucket = BucketOf(m.job_id, kMeasurementBuckets);
+      records_[bucket][m.job_id] = MeasurementsRecord(m);
+      buckets.insert(bucket);
+    }
+    buckets.merge(stale_buckets_);
+    stale_buckets_.clear();
+    for (int bucket : buckets) {
+      std::string value;
+      for (const auto& [id, line] : records_[bucket]) absl::StrAppend(&value, line, "\n");
+      ops.push_back(value.empty() ? DeleteOp(BucketKey(bucket))
+                                  : PutOp(BucketKey(bucket), std::move(value)));
+    }
   }
-  return Commit(ops);
+  absl::Status written = Commit(ops);
+  if (!written.ok()) {
+    // Written again, whole, by the next checkpoint.
+    std::lock_guard<std::mutex> lock(records_mu_);
+    stale_buckets_.insert(buckets.begin(), buckets.end());
+  }
+  return written;
 }
 
 }  // namespace rescale::server
