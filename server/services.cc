@@ -379,6 +379,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetCluster(grpc::CallbackServerCon
                                                          const v1::GetClusterRequest* request,
                                                          v1::Cluster* response) {
   ToProto(engine_.GetCluster(), response);
+  response->set_leading(leadership_ == nullptr || leadership_->IsLeader());
   if (leadership_ != nullptr) {
     response->set_leader(leadership_->LeaderAddress());
     response->set_leadership(leadership_->Describe());

@@ -212,6 +212,9 @@ void DecisionEngine::ApplyReplicated(ReplicatedChange change) {
     if (inserted || registered_again) {
       it->second.registration = it->second.version;
       it->second.restored.reset();
+      // The earlier registration's recommendation is not this job's; the
+      // leader's own comes with the change (or its next plan).
+      if (registered_again) board_.StageRemove(it->first);
     }
     MarkChangedLocked(it->first);
     PublishEntryLocked(it->second);
@@ -958,6 +961,9 @@ void DecisionEngine::CommitLocked(PlanResult result, absl::Time now) {
       if (absl::Status recorded = options_.state->PutRecommendations(kept); !recorded.ok()) {
         spdlog::error("plan not published: its {} new generations could not be recorded: {}",
                       kept.size(), recorded.ToString());
+        // The write may have landed all the same (a timeout, or some of
+        // its transactions): those generations are spent.
+        board_.ReserveGenerations(kept);
         return;
       }
     }

@@ -133,20 +133,21 @@ void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
       Recommendation& rec = decisions[i];
       auto it = shard.current.find(rec.job_id);
       if (it == shard.current.end()) {
-        uint64_t base = 0;
-        if (auto retired = shard.retired_generations.find(rec.job_id);
-            retired != shard.retired_generations.end()) {
-          base = retired->second;
-          shard.retired_generations.erase(retired);
-        }
-        rec.generation = base + 1;
+        rec.generation = NextGeneration(shard, rec, 0);
+        shard.retired_generations.erase(rec.job_id);
+        shard.reserved.erase(rec.job_id);
         events.emplace_back(i, RecommendationEvent{RecommendationEvent::Type::kAdded, rec});
         std::string id = rec.job_id;
         shard.current.emplace(std::move(id),
                               std::make_shared<const Recommendation>(std::move(rec)));
       } else {
         const Recommendation& old = *it->second;
-        rec.generation = old.SameTarget(rec) ? old.generation : old.generation + 1;
+        if (old.SameTarget(rec)) {
+          rec.generation = old.generation;
+        } else {
+          rec.generation = NextGeneration(shard, rec, old.generation);
+          shard.reserved.erase(rec.job_id);
+        }
         if (!old.SameVisibleDecision(rec)) {
           events.emplace_back(i, RecommendationEvent{RecommendationEvent::Type::kModified, rec});
         }
@@ -178,15 +179,43 @@ std::vector<size_t> RecommendationBoard::AssignGenerations(
     std::lock_guard<std::mutex> shard_lock(shard.mu);
     if (auto it = shard.current.find(rec.job_id); it != shard.current.end()) {
       const Recommendation& old = *it->second;
-      rec.generation = old.SameTarget(rec) ? old.generation : old.generation + 1;
+      rec.generation =
+          old.SameTarget(rec) ? old.generation : NextGeneration(shard, rec, old.generation);
       if (!old.SameVisibleDecision(rec)) changed.push_back(i);
       continue;
     }
-    auto retired = shard.retired_generations.find(rec.job_id);
-    rec.generation = (retired != shard.retired_generations.end() ? retired->second : 0) + 1;
+    rec.generation = NextGeneration(shard, rec, 0);
     changed.push_back(i);
   }
   return changed;
+}
+
+uint64_t RecommendationBoard::NextGeneration(const Shard& shard, const Recommendation& rec,
+                                             uint64_t current) {
+  uint64_t base = current;
+  if (auto retired = shard.retired_generations.find(rec.job_id);
+      retired != shard.retired_generations.end()) {
+    base = std::max(base, retired->second);
+  }
+  if (auto reserved = shard.reserved.find(rec.job_id); reserved != shard.reserved.end()) {
+    // The same target as the unpublished decision: the same generation
+    // (seen or not, it means the same thing).
+    if (reserved->second.SameTarget(rec) && reserved->second.generation > base) {
+      return reserved->second.generation;
+    }
+    base = std::max(base, reserved->second.generation);
+  }
+  return base + 1;
+}
+
+void RecommendationBoard::ReserveGenerations(const std::vector<Recommendation>& decisions) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Recommendation& rec : decisions) {
+    Shard& shard = ShardOf(rec.job_id);
+    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    auto [it, inserted] = shard.reserved.try_emplace(rec.job_id, rec);
+    if (!inserted && rec.generation > it->second.generation) it->second = rec;
+  }
 }
 
 void RecommendationBoard::Restore(

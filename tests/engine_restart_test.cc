@@ -309,7 +309,84 @@ TEST_CASE("a plan whose new recommendations cannot be recorded is not published"
   REQUIRE(kept.ok());
   REQUIRE(kept->recommendations.size() == 1);
   CHECK(kept->recommendations[0].generation == 1);
+
+  // A refused write may have landed all the same (a timeout): its
+  // generation is never given to another target. Generation 2 (4 -> 2
+  // replicas) is refused; the next plan wants 3: generation 3.
+  JobSpec narrower = Spec("ns/a", 1, 2);
+  REQUIRE(engine->UpdateJob(narrower).ok());
+  store->refuse = true;
+  engine->Replan();
+  CHECK(MustRecommendation(*engine, "ns/a").generation == 1);  // not published
+  store->refuse = false;
+  REQUIRE(engine->UpdateJob(Spec("ns/a", 1, 3)).ok());
+  engine->Replan();
+  const Recommendation after = MustRecommendation(*engine, "ns/a");
+  CHECK(after.replicas == 3);
+  CHECK(after.generation == 3);
+  // Back to the refused target: it gets a new generation too (above 3).
+  REQUIRE(engine->UpdateJob(narrower).ok());
+  engine->Replan();
+  CHECK(MustRecommendation(*engine, "ns/a").generation == 4);
   engine->StopTimer();
+}
+
+TEST_CASE("a follower's engine copies the leader's state, and forgets an old registration's "
+          "recommendation") {
+  ManualClock clock;
+  std::shared_ptr<StateStore> shared = *OpenStateStore("memory");
+  EngineOptions leader_options;
+  leader_options.state = shared;
+  leader_options.plan_coalesce = absl::Hours(1);  // changes wait for the plans the test runs
+  auto leader = MustCreate(leader_options, &clock);
+  leader->StartTimer();
+  EngineOptions follower_options;
+  follower_options.state = shared;
+  follower_options.start_leading = false;
+  auto follower = MustCreate(follower_options, &clock);
+  auto follow = [&] { follower->ApplyReplicated(ReplicatedChange::Full(*shared->Load())); };
+
+  MustSetCapacity(*leader, 6);
+  MustRegister(*leader, Spec("ns/a", 1, 4));
+  MustRegister(*leader, Spec("ns/b", 1, 2));
+  leader->Replan();
+  follower->Replan();  // a follower plans nothing
+  CHECK(follower->ListRecommendations().empty());
+  follow();
+  CHECK(follower->GetCluster().total_gpus == 6u);
+  const Recommendation a = MustRecommendation(*leader, "ns/a");
+  CHECK(MustRecommendation(*follower, "ns/a").generation == a.generation);
+  CHECK(MustRecommendation(*follower, "ns/a").replicas == a.replicas);
+
+  // Deregistered and registered again before the follower looked: the
+  // first registration's recommendation is not the new job's.
+  REQUIRE(leader->DeregisterJob("ns/a").ok());
+  clock.Advance(absl::Seconds(1));  // a new registration time
+  MustRegister(*leader, Spec("ns/a", 1, 1));
+  follow();  // the new registration, not yet planned
+  CHECK_FALSE(follower->GetRecommendation("ns/a").ok());
+  REQUIRE(follower->GetJob("ns/a").ok());
+  leader->Replan();
+  const Recommendation a_again = MustRecommendation(*leader, "ns/a");
+  CHECK(a_again.generation > a.generation);  // generations never repeat
+  follow();
+  CHECK(MustRecommendation(*follower, "ns/a").generation == a_again.generation);
+  CHECK(MustRecommendation(*follower, "ns/a").replicas == 1);
+  absl::StatusOr<JobView> copied = follower->GetJob("ns/a");
+  REQUIRE(copied.ok());
+  CHECK(copied->spec.max_replicas == 1);
+
+  // Gone on the leader: gone on the follower.
+  REQUIRE(leader->DeregisterJob("ns/b").ok());
+  leader->Replan();
+  follow();
+  CHECK(follower->GetJob("ns/b").status().code() == absl::StatusCode::kNotFound);
+  CHECK(follower->ListRecommendations().size() == 1);
+
+  // Promoted, it plans from what it copied and keeps the generation.
+  leader->StopTimer();
+  follower->SetLeading(true);
+  CHECK(MustRecommendation(*follower, "ns/a").generation == a_again.generation);
 }
 
 TEST_CASE("a kept job this server cannot take stops start-up, naming the job and the file") {

@@ -96,7 +96,7 @@ TEST_CASE("etcd state store: what the leader writes loads back; without the leas
   REQUIRE(won.ok());
   store->SetFence(EtcdStateStore::Fence{won->key(), *lease});
   bool lost = false;
-  store->SetFenceLostCallback([&] { lost = true; });
+  store->SetFenceLostCallback([&](int64_t fenced_lease) { lost = fenced_lease == *lease; });
   REQUIRE(store->PutJob(job).ok());
   REQUIRE(store->PutCapacity(12).ok());
   std::vector<rescale::Recommendation> recs(300);  // more than one transaction's worth

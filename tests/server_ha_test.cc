@@ -70,7 +70,7 @@ TEST_CASE("in-process replicas on etcd: the follower copies the leader and leads
   REQUIRE(Eventually([&] { return follower.engine().ListRecommendations().size() == 30; }));
   const auto before = leader.engine().ListRecommendations();
   CHECK_FALSE(follower.leadership()->IsLeader());
-  CHECK(follower.leadership()->LeaderAddress() == leader.address());
+  CHECK(Eventually([&] { return follower.leadership()->LeaderAddress() == leader.address(); }));
 
   leader.Shutdown(absl::ZeroDuration());  // resigns: no TTL to wait out
   REQUIRE(Eventually([&] { return follower.leadership()->IsLeader(); }));

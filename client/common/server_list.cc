@@ -92,7 +92,7 @@ bool ServerList::FindLeader(absl::Duration timeout) {
              .ok()) {
       continue;
     }
-    if (cluster.leadership() == "leader" || cluster.leadership().empty()) {
+    if (cluster.leading()) {
       std::lock_guard<std::mutex> lock(mu_);
       current_ = server;
       return true;

@@ -118,6 +118,10 @@ class RecommendationBoard {
   // recorded (StateStore) before they are staged. The caller keeps other
   // stagings out until it stages them.
   std::vector<size_t> AssignGenerations(std::vector<Recommendation>& decisions) const;
+  // The generations in `decisions` were handed out but not published (the
+  // state store refused the write, which may yet have landed): no other
+  // target of those jobs gets them.
+  void ReserveGenerations(const std::vector<Recommendation>& decisions);
   // Puts back what a StateStore kept: each job's newest recommendation and
   // the last generation of jobs deregistered since. Before any watcher
   // subscribes (no events).
@@ -164,7 +168,18 @@ class RecommendationBoard {
     // Generation of deregistered jobs is kept so a re-registered job never
     // reuses a generation a controller has already applied.
     absl::flat_hash_map<std::string, uint64_t> retired_generations ABSL_GUARDED_BY(mu);
+    // Decisions handed to a state store whose write failed: the write may
+    // still have landed (a timed-out or partly applied transaction) and
+    // been seen elsewhere, so their generations are not given to another
+    // target.
+    // The newest such decision per job (its generation and target).
+    absl::flat_hash_map<std::string, Recommendation> reserved ABSL_GUARDED_BY(mu);
   };
+  // The generation `rec`, a new target of its job after generation
+  // `current` (0 = none), gets: the reserved one when that was for the same
+  // target, else one above `current`, the retired and the reserved.
+  static uint64_t NextGeneration(const Shard& shard, const Recommendation& rec, uint64_t current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   Shard& ShardOf(std::string_view job_id);
   const Shard& ShardOf(std::string_view job_id) const;
   // Stage; with `stored`, also the recommendations as stored.

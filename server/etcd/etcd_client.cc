@@ -177,7 +177,8 @@ absl::StatusOr<v3electionpb::LeaderKey> EtcdClient::Campaign(const std::string& 
   Member& member = members_[current_.load(std::memory_order_relaxed) % members_.size()];
   grpc::Status status = member.election->Campaign(context, request, &response);
   if (!status.ok()) {
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       current_.fetch_add(1, std::memory_order_relaxed);  // the next campaign tries another member
     }
     return FromGrpc(status, "etcd campaign");

@@ -29,7 +29,9 @@ EtcdLeadership::EtcdLeadership(LeadershipOptions options, std::shared_ptr<EtcdCl
   applied_revision_ = store_->last_load_revision();
   // A write refused for want of the lease means another replica may lead
   // already: stop leading now, not at the next renewal.
-  store_->SetFenceLostCallback([this] { LoseLease("a write found the lease no longer held"); });
+  store_->SetFenceLostCallback([this](int64_t lease) {
+    LoseLease(lease, "a write found the lease no longer held");
+  });
 }
 
 EtcdLeadership::~EtcdLeadership() { Stop(); }
@@ -88,9 +90,11 @@ void EtcdLeadership::SetStatus(std::string status) {
   status_ = std::move(status);
 }
 
-void EtcdLeadership::LoseLease(const std::string& why) {
+void EtcdLeadership::LoseLease(int64_t lease, const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (lease_ == 0) return;
+  // A write fenced on an earlier lease (slow, retried across members) must
+  // not end the term of the current one.
+  if (lease_ == 0 || lease_ != lease) return;
   spdlog::warn("leadership: lost the etcd lease {:x}: {}", lease_, why);
   status_ = absl::StrCat("not leading: ", why);
   lease_ = 0;
@@ -113,6 +117,16 @@ void EtcdLeadership::RefreshLeaderAddress() {
 
 bool EtcdLeadership::Resync() {
   std::lock_guard<std::mutex> apply(apply_mu_);
+  {
+    // A leader's engine is ahead of any snapshot (its writes go to etcd
+    // before they are acknowledged, but a snapshot read before them would
+    // undo them): it reloads nothing, and its watch starts afresh from now.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (leader_) {
+      applied_revision_ = 0;
+      return true;
+    }
+  }
   absl::StatusOr<StoredState> state = store_->Load();
   if (!state.ok()) {
     SetStatus(absl::StrCat("not leading: ", state.status().message()));
@@ -131,6 +145,7 @@ void EtcdLeadership::Campaign() {
       if (stopping_) return;
     }
     if (!synced) synced = Resync();
+    RefreshLeaderAddress();  // who leads now (after a step-down, not us)
     int64_t lease = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -155,6 +170,10 @@ void EtcdLeadership::Campaign() {
     }
 
     grpc::ClientContext context;
+    // Bounded, then campaigned again (the same lease keeps its place): a
+    // member cut off from quorum would otherwise hold the campaign forever.
+    context.set_deadline(absl::ToChronoTime(absl::Now() + std::max(absl::Seconds(10),
+                                                                   2 * options_.lease_ttl)));
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_ || lease_ != lease) continue;
@@ -189,6 +208,9 @@ void EtcdLeadership::Campaign() {
       if (stopping_ || lease_ != lease) {
         store_->SetFence(std::nullopt);
         synced = false;
+        // Leave the election key to nobody: the others need not wait out
+        // its TTL.
+        std::thread([client = client_, key = *won] { client->Resign(key).IgnoreError(); }).detach();
         continue;
       }
       leader_ = true;
@@ -245,7 +267,7 @@ void EtcdLeadership::KeepAlive() {
     if (absl::Now() >= lease_deadline_) {
       // Paused, or etcd unreachable, past the TTL: another replica may lead.
       lock.unlock();
-      LoseLease(absl::StrFormat(
+      LoseLease(renewing, absl::StrFormat(
           "the lease was not renewed within its TTL (%s)%s", absl::FormatDuration(options_.lease_ttl),
           last_failure.empty() ? " (this process was paused, or etcd did not answer)"
                                : absl::StrCat("; etcd: ", last_failure)));
@@ -264,6 +286,12 @@ void EtcdLeadership::KeepAlive() {
     lock.lock();
     if (lease_ != lease) continue;
     if (ttl.ok() && *ttl > absl::ZeroDuration()) {
+      if (!last_failure.empty()) {
+        // Renewed again: say so instead of the last failure.
+        status_ = leader_ ? "leader"
+                          : (leader_address_.empty() ? "campaigning"
+                                                     : absl::StrCat("follower of ", leader_address_));
+      }
       last_failure.clear();
       lease_deadline_ = sent + options_.lease_ttl;
       next = sent + every;
@@ -271,7 +299,7 @@ void EtcdLeadership::KeepAlive() {
     }
     if (ttl.ok()) {
       lock.unlock();
-      LoseLease("etcd says the lease expired");
+      LoseLease(lease, "etcd says the lease expired");
       lock.lock();
       continue;
     }
@@ -298,13 +326,16 @@ void EtcdLeadership::Watch() {
       if (stopping_) return;
       watch_context_ = &context;
     }
+    // A member cut off from the others' quorum refuses the watch instead of
+    // keeping it silently stale.
+    context.AddMetadata("hasleader", "true");
     auto stub = etcdserverpb::Watch::NewStub(client_->CurrentChannel());
     auto stream = stub->Watch(&context);
     etcdserverpb::WatchRequest request;
     etcdserverpb::WatchCreateRequest* create = request.mutable_create_request();
     create->set_key(begin);
     create->set_range_end(PrefixEnd(begin));
-    create->set_start_revision(from);
+    if (from > 1) create->set_start_revision(from);  // else from now (a leader's resync)
     bool must_resync = false;
     if (stream->Write(request)) {
       etcdserverpb::WatchResponse response;
@@ -314,7 +345,7 @@ void EtcdLeadership::Watch() {
           break;
         }
         bool election_changed = false;
-        std::lock_guard<std::mutex> apply(apply_mu_);
+        std::unique_lock<std::mutex> apply(apply_mu_);
         bool leading = false;
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -343,11 +374,8 @@ void EtcdLeadership::Watch() {
           }
         }
         flush();
-        if (election_changed) {
-          // Outside apply_mu_ is not needed for correctness; Leader is one
-          // short call.
-          RefreshLeaderAddress();
-        }
+        apply.unlock();
+        if (election_changed) RefreshLeaderAddress();
       }
     }
     context.TryCancel();

@@ -78,7 +78,8 @@ class EtcdLeadership final : public Leadership {
   bool Resync();
   void RefreshLeaderAddress();
   void SetStatus(std::string status);
-  void LoseLease(const std::string& why);
+  // Ends the term of `lease` (if it is still the current one).
+  void LoseLease(int64_t lease, const std::string& why);
 
   LeadershipOptions options_;  // set before Start, read-only after
   const std::shared_ptr<EtcdClient> client_;

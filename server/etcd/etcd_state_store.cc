@@ -134,7 +134,7 @@ void EtcdStateStore::SetFence(std::optional<Fence> fence) {
   fence_ = std::move(fence);
 }
 
-void EtcdStateStore::SetFenceLostCallback(std::function<void()> callback) {
+void EtcdStateStore::SetFenceLostCallback(std::function<void(int64_t)> callback) {
   std::lock_guard<std::mutex> lock(mu_);
   fence_lost_ = std::move(callback);
 }
@@ -185,13 +185,13 @@ absl::Status EtcdStateStore::Commit(std::span<const etcdserverpb::RequestOp> ops
     for (size_t i = first; i < last; ++i) {
       if (!answers[i].ok()) return absl::UnavailableError(answers[i].status().message());
       if (answers[i]->succeeded()) continue;
-      std::function<void()> lost;
+      std::function<void(int64_t)> lost;
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (fence_.has_value() && fence_->lease == fence->lease) fence_.reset();
         lost = fence_lost_;
       }
-      if (lost) lost();
+      if (lost) lost(fence->lease);
       return absl::UnavailableError(absl::StrFormat(
           "this rescaled lost the leadership (its lease %x no longer holds %s): the write was "
           "refused",
@@ -240,6 +240,7 @@ absl::StatusOr<StoredState> EtcdStateStore::Load() {
     // What the buckets hold now, for the next checkpoint to rewrite from;
     // lines of jobs that are gone are dropped by it.
     std::lock_guard<std::mutex> lock(records_mu_);
+    known_jobs_ = kept_jobs;
     for (auto& bucket : records_) bucket.clear();
     for (StoredMeasurements& m : change.measurements) {
       const int bucket = BucketOf(m.job_id, kMeasurementBuckets);
@@ -315,25 +316,28 @@ absl::Status EtcdStateStore::AddEvent(const mvccpb::Event& event, ReplicatedChan
 
 absl::Status EtcdStateStore::PutJob(const StoredJob& job) {
   const etcdserverpb::RequestOp op = PutOp(Key("jobs", job.spec.job_id), JobToJson(job));
-  return Commit({&op, 1});
+  RETURN_IF_ERROR(Commit({&op, 1}));
+  std::lock_guard<std::mutex> lock(records_mu_);
+  known_jobs_.insert(job.spec.job_id);
+  return absl::OkStatus();
 }
 
 absl::Status EtcdStateStore::DeleteJob(std::string_view job_id_view, uint64_t last_generation) {
   const absl::string_view job_id(job_id_view.data(), job_id_view.size());
   std::vector<etcdserverpb::RequestOp> ops = {DeleteOp(Key("jobs", job_id)),
                                                DeleteOp(Key("recs", job_id))};
-  {
-    // Its measurements leave their bucket at the next checkpoint; until
-    // then a load ignores them (they belong to no job).
-    std::lock_guard<std::mutex> lock(records_mu_);
-    const std::string id(job_id);
-    const int bucket = BucketOf(id, kMeasurementBuckets);
-    if (records_[bucket].erase(id) > 0) stale_buckets_.insert(bucket);
-  }
   if (last_generation > 0) {
     ops.push_back(PutOp(Key("retired", job_id), std::to_string(last_generation)));
   }
-  return Commit(ops);
+  RETURN_IF_ERROR(Commit(ops));
+  // Its measurements leave their bucket at the next checkpoint; until then
+  // a load ignores them (they belong to no job).
+  std::lock_guard<std::mutex> lock(records_mu_);
+  const std::string id(job_id);
+  known_jobs_.erase(id);
+  const int bucket = BucketOf(id, kMeasurementBuckets);
+  if (records_[bucket].erase(id) > 0) stale_buckets_.insert(bucket);
+  return absl::OkStatus();
 }
 
 absl::Status EtcdStateStore::PutCapacity(uint32_t total_gpus) {
@@ -357,6 +361,7 @@ absl::Status EtcdStateStore::PutMeasurements(std::span<const StoredMeasurements>
   {
     std::lock_guard<std::mutex> lock(records_mu_);
     for (const StoredMeasurements& m : jobs) {
+      if (!known_jobs_.contains(m.job_id)) continue;  // deregistered meanwhile
       const int bucket = BucketOf(m.job_id, kMeasurementBuckets);
       records_[bucket][m.job_id] = MeasurementsRecord(m);
       buckets.insert(bucket);

@@ -82,8 +82,9 @@ class EtcdStateStore : public StateStore {
     int64_t lease = 0;
   };
   void SetFence(std::optional<Fence> fence);
-  // Called (on the writing thread) when a write finds the fence gone.
-  void SetFenceLostCallback(std::function<void()> callback);
+  // Called (on the writing thread) with the fence's lease when a write
+  // finds that lease no longer holds the key.
+  void SetFenceLostCallback(std::function<void(int64_t lease)> callback);
 
   // Adds what one watched key change means to `change`. Keys outside the
   // layout (the election's) are ignored; a record that does not decode is
@@ -108,7 +109,7 @@ class EtcdStateStore : public StateStore {
   const std::string prefix_;
   mutable std::mutex mu_;
   std::optional<Fence> fence_;  // guarded by mu_
-  std::function<void()> fence_lost_;  // guarded by mu_
+  std::function<void(int64_t)> fence_lost_;  // guarded by mu_
   int64_t last_load_revision_ = 0;    // guarded by mu_
   // What each measurement bucket holds (job id -> its line), to rewrite a
   // bucket when some of its jobs changed; and the buckets that lost a job
@@ -119,6 +120,9 @@ class EtcdStateStore : public StateStore {
   std::mutex records_mu_;
   std::vector<std::map<std::string, std::string>> records_;  // guarded by records_mu_
   std::set<int> stale_buckets_;                               // guarded by records_mu_
+  // The jobs kept (Load, PutJob, DeleteJob): a checkpoint that raced with a
+  // deregistration does not put the job's measurements back.
+  std::set<std::string> known_jobs_;  // guarded by records_mu_
 };
 
 }  // namespace rescale::server
