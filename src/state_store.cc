@@ -310,7 +310,10 @@ class MemoryStateStore : public StateStore {
 
   absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const StoredMeasurements& job : jobs) measurements_[job.job_id] = job;
+    for (const StoredMeasurements& job : jobs) {
+      // As the SQLite backend: only for jobs still kept.
+      if (jobs_.contains(job.job_id)) measurements_[job.job_id] = job;
+    }
     return absl::OkStatus();
   }
 

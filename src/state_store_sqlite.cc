@@ -263,8 +263,12 @@ class SqliteStateStore : public StateStore {
   }
 
   absl::Status PutMeasurementsInTransaction(std::span<const StoredMeasurements> jobs) {
-    ASSIGN_OR_RETURN(Statement put, Prepare("INSERT OR REPLACE INTO measurements "
-                                            "(job_id, record, policy_memory) VALUES (?, ?, ?)"));
+    // Only for jobs still kept: a checkpoint that raced with a
+    // deregistration must not put the job's measurements back (a job
+    // registered again under that id would inherit them).
+    ASSIGN_OR_RETURN(Statement put,
+                     Prepare("INSERT OR REPLACE INTO measurements (job_id, record, policy_memory) "
+                             "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ?1)"));
     for (const StoredMeasurements& job : jobs) {
       Bind(put.get(), 1, job.job_id);
       Bind(put.get(), 2, MeasurementsToJson(job.sizes));

@@ -162,6 +162,9 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
     REQUIRE(
         store->PutMeasurements({{SampleMeasurements("ns/a"), SampleMeasurements("ns/b")}}).ok());
     REQUIRE(store->DeleteJob("ns/b", 9).ok());
+    // A checkpoint that raced with the deregistration does not bring them
+    // back.
+    REQUIRE(store->PutMeasurements({{SampleMeasurements("ns/b")}}).ok());
   }
   std::unique_ptr<StateStore> store = open();
   absl::StatusOr<StoredState> state = store->Load();
@@ -297,6 +300,7 @@ TEST_CASE("sqlite state store: a file of schema version 1 is migrated, its recor
     REQUIRE(state.ok());
     CHECK(state->capacity_gpus == 12u);
     CHECK(state->measurements.empty());
+    REQUIRE(store->PutJob(SampleJob("ns/a")).ok());
     REQUIRE(store->PutMeasurements({{SampleMeasurements("ns/a")}}).ok());
   }
   absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();

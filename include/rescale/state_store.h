@@ -124,7 +124,8 @@ class StateStore {
   // job's retired generation, if any, is dropped.
   virtual absl::Status PutRecommendations(std::span<const Recommendation> recs) = 0;
   // Records each job's measurements, replacing the ones before (a
-  // checkpoint: one transaction for all of them).
+  // checkpoint: one transaction for all of them). Jobs no longer kept (a
+  // checkpoint racing a deregistration) are skipped.
   virtual absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) = 0;
   // How many jobs a checkpoint hands PutMeasurements at once.
   virtual size_t checkpoint_jobs_per_write() const { return 128; }
