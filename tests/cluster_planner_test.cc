@@ -831,7 +831,7 @@ TEST_CASE("jct without sizes favours the job with less attained service", "[plan
   CHECK(plan.jobs[1].replicas >= 1);
 }
 
-TEST_CASE("jct never suspends a running job for a shorter one; aging starts the oldest", "[planner]") {
+TEST_CASE("jct never suspends a running job for a shorter one, aging starts the oldest", "[planner]") {
   // One slot; a long job runs in it, a short one waits: the long job keeps it.
   PlannerJob running = Running(WithRemaining(Job("ns/long", 1, 1, 4), 1e7), 1);
   PlannerJob waiting = WithRemaining(Job("ns/short", 1, 1, 4), 1e3);

@@ -103,7 +103,7 @@ TEST_CASE("batch-level job_id, pod and world_size fill the samples that leave th
   CHECK(samples[1].step == 17u);
 }
 
-TEST_CASE("recommendations carry enums and decision time; never is left unset") {
+TEST_CASE("recommendations carry enums and decision time, never is left unset") {
   rescale::Recommendation rec;
   rec.job_id = "ns/job";
   rec.action = rescale::Action::kResume;

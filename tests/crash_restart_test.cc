@@ -230,9 +230,15 @@ TEST_CASE("rescaled killed with SIGKILL under load restarts with everything it a
   }
   rescaled->AwaitPlanAndCheckpointAfter(absl::Now());
   size_t new_generations = 0;
+  size_t unacknowledged = 0;
   for (const auto& [id, rec] : rescaled->Recommendations()) {
     INFO(id);
-    REQUIRE(acked.count(id));
+    if (!acked.count(id)) {
+      // Registered durably, but killed before its answer: at most the one
+      // registration in flight.
+      ++unacknowledged;
+      continue;
+    }
     const v1::Recommendation& old = before_change.at(id);
     if (rec.replicas() == old.replicas() && rec.suspend() == old.suspend()) continue;
     CHECK(rec.generation() > old.generation());
@@ -240,6 +246,7 @@ TEST_CASE("rescaled killed with SIGKILL under load restarts with everything it a
     ++new_generations;
   }
   CHECK(new_generations > 0);
+  CHECK(unacknowledged <= 1);
 
   // Crash 2, with the load stopped: every job runs what it was recommended.
   for (const auto& [id, rec] : rescaled->Recommendations()) {

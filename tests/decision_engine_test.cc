@@ -1091,7 +1091,7 @@ TEST_CASE("engine's default planner gives spare GPUs to the job that scales bett
   CHECK(cluster.plan_upper_bound >= cluster.plan_utility - 1e-9);
 }
 
-TEST_CASE("engine's jct objective gives spare GPUs to the job with less work left; fair splits") {
+TEST_CASE("engine's jct objective gives spare GPUs to the job with less work left, fair splits") {
   const std::map<std::string, double> laws = {{"ns/near-done", 0.02}, {"ns/far-from-done", 0.02}};
   auto plan = [&](PlanObjectiveKind objective) {
     ManualClock clock;

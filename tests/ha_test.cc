@@ -72,7 +72,7 @@ grpc::health::v1::HealthCheckResponse::ServingStatus Health(Rescaled& rescaled,
   return reply.status();
 }
 
-TEST_CASE("etcd state store: what the leader writes loads back; without the lease nothing is") {
+TEST_CASE("etcd state store: what the leader writes loads back, without the lease nothing is") {
   EtcdCluster etcd(1);
   auto client = std::make_shared<EtcdClient>(std::vector<std::string>{etcd.Endpoints()});
   auto opened = EtcdStateStore::Open("etcd://" + etcd.Endpoints() + "/t", client, "/t");
@@ -296,7 +296,7 @@ TEST_CASE("a leader paused past its lease writes nothing when it resumes, and st
   CHECK_FALSE(seen.count("ns/late"));
 }
 
-TEST_CASE("three etcd members: one down changes nothing; two down stop the leader, which says "
+TEST_CASE("three etcd members: one down changes nothing, two down stop the leader, which says "
           "why, until quorum returns") {
   EtcdCluster etcd(3);
   auto [leader, follower] = StartPair(etcd);

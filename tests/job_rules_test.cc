@@ -38,7 +38,7 @@ TEST_CASE("a job runs when it has replicas and is not suspended", "[rules]") {
   CHECK(RunningReplicas(Status(3, /*suspended=*/true)) == 0);
 }
 
-TEST_CASE("namespace filters match the part before the slash; empty matches all", "[rules]") {
+TEST_CASE("namespace filters match the part before the slash, empty matches all", "[rules]") {
   CHECK(InNamespace("team-a/bert", ""));
   CHECK(InNamespace("no-namespace", ""));
   CHECK(InNamespace("team-a/bert", "team-a"));

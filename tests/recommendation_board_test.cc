@@ -333,7 +333,7 @@ TEST_CASE("ready callback fires exactly once after Next returned kEmpty and an e
   CHECK(calls == 2);
 }
 
-TEST_CASE("staged events wait for Deliver; ready callbacks run without the board's locks") {
+TEST_CASE("staged events wait for Deliver, ready callbacks run without the board's locks") {
   RecommendationBoard board;
   auto sub = MustSubscribe(board);
   Poll last;

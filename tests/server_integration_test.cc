@@ -704,7 +704,7 @@ constexpr int kFleetWatchers = 1000;
 // all of them; a watcher that stops reading is then sent the newest state,
 // not every change made meanwhile, so it costs memory bounded by the jobs.
 // (How fast they converge is rescale-load --jobs N --watchers W's.)
-TEST_CASE("a thousand watchers each get every job's new state; a stalled one stays bounded",
+TEST_CASE("a thousand watchers each get every job's new state, a stalled one stays bounded",
           "[concurrency]") {
   TestServer t;
   constexpr int kJobs = 10;

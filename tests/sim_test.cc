@@ -218,7 +218,7 @@ Workload SmallPolluxWorkload() {
   return *workload;
 }
 
-TEST_CASE("the same seed gives identical results; another seed, with noise, different ones") {
+TEST_CASE("the same seed gives identical results, another seed, with noise, different ones") {
   const Workload workload = SmallPolluxWorkload();
   SimulationOptions options;
   options.policy = "planner";
