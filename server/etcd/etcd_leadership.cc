@@ -76,6 +76,9 @@ bool EtcdLeadership::IsLeader() const {
 
 std::string EtcdLeadership::LeaderAddress() const {
   std::lock_guard<std::mutex> lock(mu_);
+  // A leader whose lease's deadline passed (paused, cut off) may already
+  // have been replaced: it does not name itself until it knows.
+  if (leader_ && absl::Now() >= lease_deadline_) return "";
   return leader_address_;
 }
 
