@@ -26,6 +26,8 @@ packages=(
   libcurl4-openssl-dev
   libcpp-httplib-dev
   libsqlite3-dev
+  # SHA-256 and constant-time comparison of auth tokens; test certificates
+  libssl-dev
   # etcd: its v3 API's .proto files (rescaled --state=etcd://, generated at
   # build time) and the server the HA tests start
   golang-etcd-server-dev

@@ -4,9 +4,13 @@
 //   rescaled                         # 127.0.0.1:50051, plaintext, defaults
 //   rescaled --listen=0.0.0.0:50051 --capacity_gpus=64 --log_format=json
 //   rescaled --tls_cert_file=tls.crt --tls_key_file=tls.key
-// Flags are parsed here and only here, into ServerOptions. SIGINT or SIGTERM
-// shut down cleanly: health turns NOT_SERVING, watch streams end with
-// UNAVAILABLE, in-flight calls get --shutdown_grace to finish.
+//   rescaled --listen=0.0.0.0:50051 --tls_cert_file=tls.crt --tls_key_file=tls.key
+//            --tls_client_ca_file=ca.crt --auth_token_file=tokens.csv
+// A non-loopback --listen needs TLS and authentication, or --insecure.
+// Flags are parsed here and only here, into ServerOptions. SIGHUP re-reads
+// --auth_token_file. SIGINT or SIGTERM shut down cleanly: health turns
+// NOT_SERVING, watch streams end with UNAVAILABLE, in-flight calls get
+// --shutdown_grace to finish.
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -25,6 +29,18 @@ namespace {
 // Flag defaults are the options' own defaults, so they are stated once.
 const rescale::server::ServerOptions kDefaults;
 const rescale::EngineOptions& kEngine = kDefaults.engine;
+
+// How callers reach and prove themselves, for the start-up line.
+std::string TransportSecurity(const rescale::server::ServerOptions& options) {
+  std::string text = options.tls_cert_file.empty()        ? "plaintext"
+                     : options.tls_client_ca_file.empty() ? "TLS"
+                                                          : "mutual TLS";
+  if (!options.auth_token_file.empty()) text += ", tokens";
+  if (options.auth_token_file.empty() && options.tls_client_ca_file.empty()) {
+    text += ", no authentication";
+  }
+  return text;
+}
 }  // namespace
 
 ABSL_FLAG(std::string, listen, kDefaults.listen,
@@ -81,6 +97,18 @@ ABSL_FLAG(int, plan_thread_nice, kEngine.plan_thread_nice,
 ABSL_FLAG(std::string, tls_cert_file, "",
           "PEM server certificate chain; enables TLS with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "mutual TLS: PEM CAs client certificates must chain to; every client must present "
+          "one, and a client without a token is identified by it (CN = user, O = role)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "CSV file of identities, one per line: token,user,role,namespaces (role reporter, "
+          "viewer, controller or admin; namespaces * or ns1;ns2); clients send "
+          "`authorization: Bearer TOKEN`. Re-read when it changes");
+ABSL_FLAG(absl::Duration, credentials_reload_interval, kDefaults.credentials_reload_interval,
+          "how often the TLS files and --auth_token_file are checked for changes (>= 1s)");
+ABSL_FLAG(bool, insecure, false,
+          "allow a non-loopback --listen without TLS and authentication (anyone who can reach "
+          "the port may then change anything)");
 ABSL_FLAG(std::string, state, "sqlite:rescale-state.db",
           "where jobs, applied state, capacity, recommendations and measurements are kept "
           "across restarts: sqlite:PATH (one SQLite file; the default is rescale-state.db in "
@@ -116,6 +144,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   rescale::server::ServerOptions options;
@@ -124,6 +153,11 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.credentials_reload_interval = absl::GetFlag(FLAGS_credentials_reload_interval);
+  options.insecure = absl::GetFlag(FLAGS_insecure);
+  options.audit_log_format = absl::GetFlag(FLAGS_log_format);
   rescale::EngineOptions& engine = options.engine;
   engine.plan_interval = absl::GetFlag(FLAGS_plan_interval);
   engine.applied_debounce = absl::GetFlag(FLAGS_applied_debounce);
@@ -191,6 +225,12 @@ int main(int argc, char** argv) {
     engine.state = *std::move(store);
   }
 
+  if (options.insecure) {
+    spdlog::warn(
+        "--insecure: callers are not required to use TLS and authentication on {}; anyone who can "
+        "reach it may change anything",
+        options.listen);
+  }
   auto server = rescale::server::RescaleServer::Start(options);
   if (!server.ok()) {
     spdlog::critical("cannot start: {}", std::string(server.status().message()));
@@ -202,13 +242,20 @@ int main(int argc, char** argv) {
   spdlog::info(
       "rescaled serving on {} ({}; state {}; capacity {}; default policy {}; objective {}; plan "
       "interval {})",
-      (*server)->address(), options.tls_cert_file.empty() ? "plaintext" : "TLS", state,
+      (*server)->address(), TransportSecurity(options), state,
       capacity_now ? std::to_string(*capacity_now) + " GPUs" : std::string("unknown"),
       engine.default_policy, rescale::PlanObjectiveName(engine.planner.objective),
       absl::FormatDuration(engine.plan_interval));
 
   int received = 0;
-  sigwait(&signals, &received);
+  // SIGHUP re-reads the token file at once (it is also checked every
+  // --credentials_reload_interval).
+  while (sigwait(&signals, &received) == 0 && received == SIGHUP) {
+    if (absl::Status reloaded = (*server)->ReloadCredentials(); !reloaded.ok()) {
+      spdlog::error("SIGHUP: token file not reloaded, the previous one stays in force: {}",
+                    std::string(reloaded.message()));
+    }
+  }
   spdlog::info("received {}; shutting down", received == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   spdlog::info("stopped");

@@ -4,12 +4,18 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <mutex>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
@@ -19,29 +25,81 @@
 namespace rescale::server {
 namespace {
 
+// A PEM file that holds at least one of `kind` ("CERTIFICATE", "PRIVATE
+// KEY"), checked at start-up so a wrong path or file is an error that names
+// the flag, not a failed handshake later.
+absl::Status CheckPem(const std::string& path, absl::string_view flag, absl::string_view kind) {
+  absl::StatusOr<std::string> pem = ReadFileToString(path, flag);
+  if (!pem.ok()) return pem.status();
+  if (!absl::StrContains(*pem, "-----BEGIN ") || !absl::StrContains(*pem, kind)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " \"", path, "\" holds no PEM ", absl::AsciiStrToLower(kind)));
+  }
+  return absl::OkStatus();
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+// Plaintext without a certificate; otherwise TLS whose files a watcher
+// re-reads every reload interval, so a rotated certificate (or CA) serves
+// new connections without a restart. With a client CA, clients must
+// present a certificate that chains to it.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& options) {
   if (options.tls_cert_file.empty() && options.tls_key_file.empty()) {
+    if (!options.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_client_ca_file needs TLS: set --tls_cert_file and --tls_key_file too");
+    }
     return grpc::InsecureServerCredentials();
   }
   if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
     return absl::InvalidArgumentError("--tls_cert_file and --tls_key_file must be set together");
   }
-  absl::StatusOr<std::string> cert = ReadFileToString(options.tls_cert_file, "--tls_cert_file");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadFileToString(options.tls_key_file, "--tls_key_file");
-  if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions ssl;
-  ssl.pem_key_cert_pairs.push_back({*key, *cert});
-  return grpc::SslServerCredentials(ssl);
+  if (absl::Status ok = CheckPem(options.tls_cert_file, "--tls_cert_file", "CERTIFICATE");
+      !ok.ok()) {
+    return ok;
+  }
+  if (absl::Status ok = CheckPem(options.tls_key_file, "--tls_key_file", "PRIVATE KEY"); !ok.ok()) {
+    return ok;
+  }
+  const bool mutual = !options.tls_client_ca_file.empty();
+  if (mutual) {
+    if (absl::Status ok =
+            CheckPem(options.tls_client_ca_file, "--tls_client_ca_file", "CERTIFICATE");
+        !ok.ok()) {
+      return ok;
+    }
+  }
+  const auto interval = static_cast<unsigned int>(
+      std::max<int64_t>(1, absl::ToInt64Seconds(options.credentials_reload_interval)));
+  auto files = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      options.tls_key_file, options.tls_cert_file, options.tls_client_ca_file, interval);
+  grpc::experimental::TlsServerCredentialsOptions tls(files);
+  tls.watch_identity_key_cert_pairs();
+  if (mutual) {
+    tls.watch_root_certs();
+    tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(tls);
 }
 
-constexpr const char* kRescaleServices[] = {
-    "rescale.v1.MetricsService", "rescale.v1.JobService", "rescale.v1.RecommendationService",
-    "rescale.v1.ClusterService"};
+constexpr const char* kRescaleServices[] = {"rescale.v1.MetricsService", "rescale.v1.JobService",
+                                            "rescale.v1.RecommendationService",
+                                            "rescale.v1.ClusterService"};
 
 }  // namespace
 
 struct RescaleServer::Impl {
+  // Before the services and the server, which use them until they stop.
+  std::unique_ptr<Authenticator> auth;
+  std::unique_ptr<AuditLog> audit;
   std::unique_ptr<MetricsServiceImpl> metrics;
   std::unique_ptr<JobServiceImpl> jobs;
   std::unique_ptr<RecommendationServiceImpl> recommendations;
@@ -64,6 +122,28 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();
+  const bool tls = !options.tls_cert_file.empty();
+  const bool authenticated =
+      !options.auth_token_file.empty() || !options.tls_client_ca_file.empty();
+  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  if (!IsLoopbackHost(host) && !(tls && authenticated) && !options.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve ", options.listen, " without ",
+        tls ? "authentication" : (authenticated ? "TLS" : "TLS and authentication"),
+        ": anyone who can reach it could deregister every job or set the capacity to 0. Set "
+        "--tls_cert_file and --tls_key_file, and --auth_token_file or --tls_client_ca_file; "
+        "listen on 127.0.0.1; or pass --insecure to accept the risk"));
+  }
+  absl::StatusOr<std::unique_ptr<Authenticator>> auth =
+      Authenticator::Create({.token_file = options.auth_token_file,
+                             .client_certificates = !options.tls_client_ca_file.empty(),
+                             .reload_interval = options.credentials_reload_interval});
+  if (!auth.ok()) return auth.status();
+  absl::StatusOr<std::unique_ptr<AuditLog>> audit = AuditLog::Create(
+      options.audit_log_format, options.audit_sink != nullptr
+                                    ? options.audit_sink
+                                    : std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  if (!audit.ok()) return audit.status();
   if (options.etcd_state != nullptr) {
     // A follower until elected: it loads the state, plans nothing.
     options.engine.state = options.etcd_state;
@@ -94,12 +174,17 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
         });
   }
   const Leadership* leadership = impl->leadership.get();
+  impl->auth = *std::move(auth);
+  impl->audit = *std::move(audit);
+  impl->auth->StartReloading();
+  const CallSecurity security{.auth = impl->auth.get(), .audit = impl->audit.get()};
   impl->metrics = std::make_unique<MetricsServiceImpl>(
-      *self->engine_, ServiceLimits{.max_batch_samples = options.max_batch_samples}, leadership);
-  impl->jobs = std::make_unique<JobServiceImpl>(*self->engine_, leadership);
+      *self->engine_, ServiceLimits{.max_batch_samples = options.max_batch_samples}, leadership,
+      security);
+  impl->jobs = std::make_unique<JobServiceImpl>(*self->engine_, leadership, security);
   impl->recommendations =
-      std::make_unique<RecommendationServiceImpl>(*self->engine_, leadership);
-  impl->cluster = std::make_unique<ClusterServiceImpl>(*self->engine_, leadership);
+      std::make_unique<RecommendationServiceImpl>(*self->engine_, leadership, security);
+  impl->cluster = std::make_unique<ClusterServiceImpl>(*self->engine_, leadership, security);
 
   // Both are process-wide switches; they must be set before building.
   grpc::EnableDefaultHealthCheckService(true);
@@ -165,6 +250,11 @@ void RescaleServer::Shutdown(absl::Duration grace) {
   impl_->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
   impl_->server->Wait();
   impl_->stopped.Notify();
+}
+
+absl::Status RescaleServer::ReloadCredentials() {
+  if (impl_ == nullptr || impl_->auth == nullptr) return absl::OkStatus();
+  return impl_->auth->ReloadIfChanged();
 }
 
 const Leadership* RescaleServer::leadership() const {

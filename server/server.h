@@ -7,6 +7,8 @@
 #ifndef RESCALE_SERVER_SERVER_H_
 #define RESCALE_SERVER_SERVER_H_
 
+#include <spdlog/common.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,9 +34,28 @@ struct ServerOptions {
   // Whether a background thread replans every engine.plan_interval. Tests
   // turn it off and trigger replans through events.
   bool run_plan_timer = true;
-  // TLS: PEM files. Empty cert = plaintext.
+  // TLS: PEM files. Empty cert = plaintext. Re-read when they change
+  // (cert-manager rotates them), checked every credentials_reload_interval;
+  // connections made before keep the certificate they were made with.
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Mutual TLS: PEM CAs that client certificates must chain to. Set, every
+  // client must present a valid certificate, and one without a token is
+  // identified by it (CN = user, O = role; see server/auth.h).
+  std::string tls_client_ca_file;
+  // Tokens, one identity per line (server/auth.h). Empty, and without
+  // client certificates, every caller is anonymous and may do everything.
+  std::string auth_token_file;
+  // How often the certificate, key, CA and token files are checked for
+  // changes. >= 1s.
+  absl::Duration credentials_reload_interval = absl::Seconds(10);
+  // Serving a non-loopback address without TLS and authentication is
+  // refused unless this is set (rescaled --insecure).
+  bool insecure = false;
+  // The audit log's format (text or json, as --log_format) and where it
+  // goes; a null sink is stderr.
+  std::string audit_log_format = "text";
+  spdlog::sink_ptr audit_sink;
   // Injected clock; null = the real clock.
   Clock* clock = nullptr;
   // Jobs, limits, the metrics store, policies, the planner and the plan
@@ -68,6 +89,11 @@ class RescaleServer {
   void Shutdown(absl::Duration grace = absl::Seconds(5));
   // Blocks until Shutdown has completed.
   void Wait();
+
+  // Re-reads --auth_token_file now if it changed (SIGHUP; a thread also
+  // checks every credentials_reload_interval). On an error the previous
+  // identities stay in force and the error names the file and line.
+  absl::Status ReloadCredentials();
 
   DecisionEngine& engine() { return *engine_; }
   // Null without high availability.

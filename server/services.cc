@@ -5,15 +5,35 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/convert.h"
 
 namespace rescale::server {
 namespace {
+
+// Method names, as the audit log and refusals name them.
+constexpr absl::string_view kStreamSamples = "rescale.v1.MetricsService/StreamSamples";
+constexpr absl::string_view kReportSamples = "rescale.v1.MetricsService/ReportSamples";
+constexpr absl::string_view kRegisterJob = "rescale.v1.JobService/RegisterJob";
+constexpr absl::string_view kUpdateJob = "rescale.v1.JobService/UpdateJob";
+constexpr absl::string_view kGetJob = "rescale.v1.JobService/GetJob";
+constexpr absl::string_view kListJobs = "rescale.v1.JobService/ListJobs";
+constexpr absl::string_view kDeregisterJob = "rescale.v1.JobService/DeregisterJob";
+constexpr absl::string_view kGetRecommendation =
+    "rescale.v1.RecommendationService/GetRecommendation";
+constexpr absl::string_view kListRecommendations =
+    "rescale.v1.RecommendationService/ListRecommendations";
+constexpr absl::string_view kWatchRecommendations =
+    "rescale.v1.RecommendationService/WatchRecommendations";
+constexpr absl::string_view kReportApplied = "rescale.v1.RecommendationService/ReportApplied";
+constexpr absl::string_view kSetCapacity = "rescale.v1.ClusterService/SetCapacity";
+constexpr absl::string_view kGetCluster = "rescale.v1.ClusterService/GetCluster";
 
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                       const absl::Status& status) {
@@ -63,6 +83,74 @@ grpc::ServerUnaryReactor* FinishRefused(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// The caller of `context` if it may make this call, else the status that
+// refuses it (UNAUTHENTICATED or PERMISSION_DENIED), which is audited
+// whatever the method: refusals are what an audit is read for.
+absl::StatusOr<std::shared_ptr<const Identity>> Admit(const CallSecurity& security,
+                                                      grpc::CallbackServerContext* context,
+                                                      Access access, absl::string_view method,
+                                                      absl::string_view ns,
+                                                      absl::string_view job = "") {
+  if (security.auth == nullptr) return AnonymousIdentity();
+  absl::StatusOr<std::shared_ptr<const Identity>> caller = security.auth->Authenticate(*context);
+  absl::Status allowed = caller.ok() ? Authorize(**caller, access, method, ns) : caller.status();
+  if (allowed.ok()) return caller;
+  if (security.audit != nullptr) {
+    Identity unknown;
+    unknown.user = absl::StrCat("unauthenticated peer ", context->peer());
+    unknown.anonymous = true;
+    security.audit->Record(caller.ok() ? **caller : unknown, method, job, allowed);
+  }
+  return allowed;
+}
+
+// Records a change's outcome in the audit log and passes it on.
+absl::Status Audited(const CallSecurity& security, const Identity& caller, absl::string_view method,
+                     absl::string_view job, const absl::Status& outcome) {
+  if (security.audit != nullptr) security.audit->Record(caller, method, job, outcome);
+  return outcome;
+}
+
+// Ingests the samples `caller` may report and refuses the others one by
+// one, naming the user, the role, the method and the namespace, in the
+// same summary as the store's own rejections. A caller with every
+// namespace pays one branch.
+IngestResult IngestPermitted(DecisionEngine& engine, const CallSecurity& security,
+                             const Identity& caller, absl::string_view method,
+                             std::vector<StepSample> samples) {
+  if (caller.all_namespaces) return engine.Ingest(samples);
+  std::vector<StepSample> permitted;
+  std::vector<uint32_t> original_index;
+  std::vector<std::pair<uint32_t, std::string>> refused;
+  permitted.reserve(samples.size());
+  original_index.reserve(samples.size());
+  for (uint32_t i = 0; i < samples.size(); ++i) {
+    const absl::string_view job(samples[i].job_id.data(), samples[i].job_id.size());
+    absl::Status allowed = Authorize(caller, Access::kReportSamples, method, NamespaceOfJobId(job));
+    if (allowed.ok()) {
+      permitted.push_back(samples[i]);
+      original_index.push_back(i);
+    } else {
+      refused.emplace_back(i, absl::StrCat("permission denied: ", allowed.message()));
+    }
+  }
+  IngestResult result = engine.Ingest(permitted);
+  if (refused.empty()) return result;
+  for (SampleRejection& rejection : result.rejections) {
+    rejection.index = original_index[rejection.index];
+  }
+  result.rejected_for_permission += refused.size();
+  for (auto& [index, reason] : refused) result.Reject(index, std::move(reason));
+  std::sort(result.rejections.begin(), result.rejections.end(),
+            [](const SampleRejection& a, const SampleRejection& b) { return a.index < b.index; });
+  if (security.audit != nullptr) {
+    security.audit->Record(caller, method, "", absl::PermissionDeniedError(refused.front().second),
+                           absl::StrFormat("%d of %d samples refused for their namespace",
+                                           refused.size(), samples.size()));
+  }
+  return result;
+}
+
 // A sample stream refused before its first read.
 class RejectedSampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch> {
  public:
@@ -82,8 +170,13 @@ absl::Status BatchTooLarge(int size, int limit) {
 // samples accepted before it must not be lost to one bad batch.
 class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch> {
  public:
-  SampleStreamReactor(DecisionEngine& engine, ServiceLimits limits, v1::IngestSummary* summary)
-      : engine_(engine), limits_(limits), summary_(summary) {
+  SampleStreamReactor(DecisionEngine& engine, ServiceLimits limits, CallSecurity security,
+                      std::shared_ptr<const Identity> caller, v1::IngestSummary* summary)
+      : engine_(engine),
+        limits_(limits),
+        security_(security),
+        caller_(std::move(caller)),
+        summary_(summary) {
     ReactorHandedToGrpc(this);
     StartRead(&batch_);
   }
@@ -103,8 +196,7 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
           BatchTooLarge(batch_.samples_size(), limits_.max_batch_samples).message());
       for (int i = 0; i < batch_.samples_size(); ++i) result.Reject(i, reason);
     } else {
-      std::vector<StepSample> samples = FromProto(batch_);
-      result = engine_.Ingest(samples);
+      result = IngestPermitted(engine_, security_, *caller_, kStreamSamples, FromProto(batch_));
     }
     total_.Merge(result, static_cast<uint32_t>(samples_seen_));
     samples_seen_ += batch_.samples_size();
@@ -120,6 +212,8 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
  private:
   DecisionEngine& engine_;
   const ServiceLimits limits_;
+  const CallSecurity security_;
+  const std::shared_ptr<const Identity> caller_;
   v1::IngestSummary* const summary_;
   v1::SampleBatch batch_;
   IngestResult total_;
@@ -238,21 +332,26 @@ class RejectedWatchReactor final : public grpc::ServerWriteReactor<v1::Recommend
 
 grpc::ServerReadReactor<v1::SampleBatch>* MetricsServiceImpl::StreamSamples(
     grpc::CallbackServerContext* context, v1::IngestSummary* summary) {
+  auto caller = Admit(security_, context, Access::kReportSamples, kStreamSamples, "");
+  if (!caller.ok()) return new RejectedSampleStreamReactor(ToGrpcStatus(caller.status()));
   if (auto refused = RefuseUnlessLeader(leadership_, context)) {
     return new RejectedSampleStreamReactor(*refused);
   }
-  return new SampleStreamReactor(engine_, limits_, summary);
+  return new SampleStreamReactor(engine_, limits_, security_, *std::move(caller), summary);
 }
 
 grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServerContext* context,
                                                             const v1::SampleBatch* batch,
                                                             v1::IngestSummary* summary) {
-  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
+  auto caller = Admit(security_, context, Access::kReportSamples, kReportSamples, "");
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  if (auto refused = RefuseUnlessLeader(leadership_, context))
+    return FinishRefused(context, *refused);
   if (batch->samples_size() > limits_.max_batch_samples) {
     return FinishUnary(context, BatchTooLarge(batch->samples_size(), limits_.max_batch_samples));
   }
-  std::vector<StepSample> samples = FromProto(*batch);
-  IngestResult result = engine_.Ingest(samples);
+  IngestResult result =
+      IngestPermitted(engine_, security_, **caller, kReportSamples, FromProto(*batch));
   // The contract (rescale.proto, ReportSamples): a non-OK reply carries no
   // body, so the error's message carries the whole summary.
   if (result.accepted == 0 && result.rejected_for_limits > 0) {
@@ -272,31 +371,44 @@ grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServer
 grpc::ServerUnaryReactor* JobServiceImpl::RegisterJob(grpc::CallbackServerContext* context,
                                                       const v1::RegisterJobRequest* request,
                                                       v1::Job* response) {
-  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
+  const std::string& job_id = request->spec().job_id();
+  auto caller =
+      Admit(security_, context, Access::kWrite, kRegisterJob, NamespaceOfJobId(job_id), job_id);
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  if (auto refused = RefuseUnlessLeader(leadership_, context))
+    return FinishRefused(context, *refused);
   absl::StatusOr<JobView> job = engine_.RegisterJob(FromProto(request->spec()));
   if (job.ok()) {
     ToProto(*job, response);
     spdlog::info("registered job {} (replicas {}..{}, priority {})", job->spec.job_id,
                  job->spec.min_replicas, job->spec.max_replicas, job->spec.priority);
   }
-  return FinishUnary(context, job.status());
+  return FinishUnary(context, Audited(security_, **caller, kRegisterJob, job_id, job.status()));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext* context,
                                                     const v1::UpdateJobRequest* request,
                                                     v1::Job* response) {
-  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
+  const std::string& job_id = request->spec().job_id();
+  auto caller =
+      Admit(security_, context, Access::kWrite, kUpdateJob, NamespaceOfJobId(job_id), job_id);
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  if (auto refused = RefuseUnlessLeader(leadership_, context))
+    return FinishRefused(context, *refused);
   absl::StatusOr<JobView> job = engine_.UpdateJob(FromProto(request->spec()));
   if (job.ok()) {
     ToProto(*job, response);
     spdlog::info("updated job {}", job->spec.job_id);
   }
-  return FinishUnary(context, job.status());
+  return FinishUnary(context, Audited(security_, **caller, kUpdateJob, job_id, job.status()));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
                                                  v1::Job* response) {
+  auto caller = Admit(security_, context, Access::kRead, kGetJob,
+                      NamespaceOfJobId(request->job_id()), request->job_id());
+  if (!caller.ok()) return FinishUnary(context, caller.status());
   absl::StatusOr<JobView> job = engine_.GetJob(request->job_id());
   if (job.ok()) ToProto(*job, response);
   return FinishUnary(context, job.status());
@@ -305,8 +417,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsResponse* response) {
+  auto caller = Admit(security_, context, Access::kRead, kListJobs, request->namespace_());
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  // Every namespace, asked by a caller restricted to some: theirs.
   for (const JobView& job : engine_.ListJobs(request->namespace_())) {
-    ToProto(job, response->add_jobs());
+    if ((*caller)->MayAccessNamespace(NamespaceOfJobId(job.spec.job_id))) {
+      ToProto(job, response->add_jobs());
+    }
   }
   return FinishUnary(context, absl::OkStatus());
 }
@@ -314,10 +431,15 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::DeregisterJob(grpc::CallbackServerContext* context,
                                                         const v1::DeregisterJobRequest* request,
                                                         v1::DeregisterJobResponse* response) {
-  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
-  absl::Status status = engine_.DeregisterJob(request->job_id());
-  if (status.ok()) spdlog::info("deregistered job {}", request->job_id());
-  return FinishUnary(context, status);
+  const std::string& job_id = request->job_id();
+  auto caller =
+      Admit(security_, context, Access::kWrite, kDeregisterJob, NamespaceOfJobId(job_id), job_id);
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  if (auto refused = RefuseUnlessLeader(leadership_, context))
+    return FinishRefused(context, *refused);
+  absl::Status status = engine_.DeregisterJob(job_id);
+  if (status.ok()) spdlog::info("deregistered job {}", job_id);
+  return FinishUnary(context, Audited(security_, **caller, kDeregisterJob, job_id, status));
 }
 
 // ---- RecommendationService ------------------------------------------------------
@@ -325,6 +447,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeregisterJob(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* RecommendationServiceImpl::GetRecommendation(
     grpc::CallbackServerContext* context, const v1::GetRecommendationRequest* request,
     v1::Recommendation* response) {
+  auto caller = Admit(security_, context, Access::kRead, kGetRecommendation,
+                      NamespaceOfJobId(request->job_id()), request->job_id());
+  if (!caller.ok()) return FinishUnary(context, caller.status());
   absl::StatusOr<Recommendation> rec = engine_.GetRecommendation(request->job_id());
   if (rec.ok()) ToProto(*rec, response);
   return FinishUnary(context, rec.status());
@@ -333,20 +458,41 @@ grpc::ServerUnaryReactor* RecommendationServiceImpl::GetRecommendation(
 grpc::ServerUnaryReactor* RecommendationServiceImpl::ListRecommendations(
     grpc::CallbackServerContext* context, const v1::ListRecommendationsRequest* request,
     v1::ListRecommendationsResponse* response) {
+  auto caller =
+      Admit(security_, context, Access::kRead, kListRecommendations, request->namespace_());
+  if (!caller.ok()) return FinishUnary(context, caller.status());
   const std::vector<std::shared_ptr<const Recommendation>> recs =
       engine_.RecommendationSnapshot(request->namespace_());
   response->mutable_recommendations()->Reserve(static_cast<int>(recs.size()));
-  for (const auto& rec : recs) ToProto(*rec, response->add_recommendations());
+  for (const auto& rec : recs) {
+    if ((*caller)->MayAccessNamespace(NamespaceOfJobId(rec->job_id))) {
+      ToProto(*rec, response->add_recommendations());
+    }
+  }
   return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<v1::RecommendationEvent>* RecommendationServiceImpl::WatchRecommendations(
     grpc::CallbackServerContext* context, const v1::WatchRecommendationsRequest* request) {
-  if (!request->namespace_().empty() && !IsDns1123Label(request->namespace_())) {
+  auto caller =
+      Admit(security_, context, Access::kRead, kWatchRecommendations, request->namespace_());
+  if (!caller.ok()) return new RejectedWatchReactor(caller.status());
+  std::string ns = request->namespace_();
+  if (!ns.empty() && !IsDns1123Label(ns)) {
     return new RejectedWatchReactor(absl::InvalidArgumentError(
-        absl::StrFormat("namespace \"%s\" is not a DNS-1123 label", request->namespace_())));
+        absl::StrFormat("namespace \"%s\" is not a DNS-1123 label", ns)));
   }
-  absl::StatusOr<std::shared_ptr<Subscription>> sub = engine_.Watch(request->namespace_());
+  // A watch follows one namespace or all: a caller restricted to one
+  // watches it; one restricted to several must choose.
+  if (ns.empty() && !(*caller)->all_namespaces) {
+    if ((*caller)->namespaces.size() != 1) {
+      return new RejectedWatchReactor(absl::PermissionDeniedError(absl::StrFormat(
+          "%s may not call %s for every namespace: watch one of %s", (*caller)->Describe(),
+          kWatchRecommendations, (*caller)->NamespacesText())));
+    }
+    ns = (*caller)->namespaces.front();
+  }
+  absl::StatusOr<std::shared_ptr<Subscription>> sub = engine_.Watch(ns);
   if (!sub.ok()) return new RejectedWatchReactor(sub.status());
   return new WatchReactor(engine_, *std::move(sub));
 }
@@ -354,31 +500,57 @@ grpc::ServerWriteReactor<v1::RecommendationEvent>* RecommendationServiceImpl::Wa
 grpc::ServerUnaryReactor* RecommendationServiceImpl::ReportApplied(
     grpc::CallbackServerContext* context, const v1::ReportAppliedRequest* request,
     v1::ReportAppliedResponse* response) {
-  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
+  const std::string& job_id = request->job_id();
+  auto caller =
+      Admit(security_, context, Access::kWrite, kReportApplied, NamespaceOfJobId(job_id), job_id);
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  if (auto refused = RefuseUnlessLeader(leadership_, context))
+    return FinishRefused(context, *refused);
   absl::StatusOr<JobStatus> status = engine_.ReportApplied(
-      request->job_id(), request->replicas(), request->suspended(), request->generation());
+      job_id, request->replicas(), request->suspended(), request->generation());
   if (status.ok()) ToProto(*status, response->mutable_status());
-  return FinishUnary(context, status.status());
+  return FinishUnary(context,
+                     Audited(security_, **caller, kReportApplied, job_id, status.status()));
 }
 
 // ---- ClusterService -----------------------------------------------------------------
 
+namespace {
+
+// The cluster as `caller` may see it: every total, and the allocations of
+// its namespaces' jobs only.
+void ClusterToProto(ClusterView view, const Identity& caller, v1::Cluster* out) {
+  if (!caller.all_namespaces) {
+    std::erase_if(view.allocations, [&](const JobAllocation& allocation) {
+      return !caller.MayAccessNamespace(NamespaceOfJobId(allocation.job_id));
+    });
+  }
+  ToProto(view, out);
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* ClusterServiceImpl::SetCapacity(grpc::CallbackServerContext* context,
                                                           const v1::SetCapacityRequest* request,
                                                           v1::Cluster* response) {
-  if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
+  auto caller = Admit(security_, context, Access::kClusterWrite, kSetCapacity, "");
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  if (auto refused = RefuseUnlessLeader(leadership_, context))
+    return FinishRefused(context, *refused);
   absl::StatusOr<ClusterView> view = engine_.SetCapacity(request->total_gpus());
   if (view.ok()) {
-    ToProto(*view, response);
+    ClusterToProto(*std::move(view), **caller, response);
     spdlog::info("capacity set to {} GPUs", request->total_gpus());
   }
-  return FinishUnary(context, view.status());
+  return FinishUnary(context, Audited(security_, **caller, kSetCapacity, "", view.status()));
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetCluster(grpc::CallbackServerContext* context,
                                                          const v1::GetClusterRequest* request,
                                                          v1::Cluster* response) {
-  ToProto(engine_.GetCluster(), response);
+  auto caller = Admit(security_, context, Access::kRead, kGetCluster, "");
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  ClusterToProto(engine_.GetCluster(), **caller, response);
   response->set_leading(leadership_ == nullptr || leadership_->IsLeader());
   if (leadership_ != nullptr) {
     response->set_leader(leadership_->LeaderAddress());

@@ -9,6 +9,8 @@
 
 #include "rescale/decision_engine.h"
 #include "rescale/v1/rescale.grpc.pb.h"
+#include "server/audit.h"
+#include "server/auth.h"
 #include "server/leadership.h"
 
 namespace rescale::server {
@@ -25,11 +27,20 @@ struct ServiceLimits {
 // served by every replica.
 inline constexpr char kLeaderMetadataKey[] = "rescale-leader";
 
+// Who may call (server/auth.h) and the trail of what they changed
+// (server/audit.h). Every handler authenticates and authorises its caller
+// before anything else; a null `auth` makes every caller anonymous, a null
+// `audit` records nothing. Both outlive the services.
+struct CallSecurity {
+  const Authenticator* auth = nullptr;
+  AuditLog* audit = nullptr;
+};
+
 class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
  public:
   MetricsServiceImpl(DecisionEngine& engine, ServiceLimits limits,
-                     const Leadership* leadership = nullptr)
-      : engine_(engine), limits_(limits), leadership_(leadership) {}
+                     const Leadership* leadership = nullptr, CallSecurity security = {})
+      : engine_(engine), limits_(limits), leadership_(leadership), security_(security) {}
 
   grpc::ServerReadReactor<v1::SampleBatch>* StreamSamples(grpc::CallbackServerContext* context,
                                                           v1::IngestSummary* summary) override;
@@ -41,12 +52,14 @@ class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
   DecisionEngine& engine_;
   const ServiceLimits limits_;
   const Leadership* const leadership_;
+  const CallSecurity security_;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  explicit JobServiceImpl(DecisionEngine& engine, const Leadership* leadership = nullptr)
-      : engine_(engine), leadership_(leadership) {}
+  JobServiceImpl(DecisionEngine& engine, const Leadership* leadership = nullptr,
+                 CallSecurity security = {})
+      : engine_(engine), leadership_(leadership), security_(security) {}
 
   grpc::ServerUnaryReactor* RegisterJob(grpc::CallbackServerContext* context,
                                         const v1::RegisterJobRequest* request,
@@ -66,12 +79,14 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
  private:
   DecisionEngine& engine_;
   const Leadership* const leadership_;
+  const CallSecurity security_;
 };
 
 class RecommendationServiceImpl final : public v1::RecommendationService::CallbackService {
  public:
-  explicit RecommendationServiceImpl(DecisionEngine& engine, const Leadership* leadership = nullptr)
-      : engine_(engine), leadership_(leadership) {}
+  RecommendationServiceImpl(DecisionEngine& engine, const Leadership* leadership = nullptr,
+                            CallSecurity security = {})
+      : engine_(engine), leadership_(leadership), security_(security) {}
 
   grpc::ServerUnaryReactor* GetRecommendation(grpc::CallbackServerContext* context,
                                               const v1::GetRecommendationRequest* request,
@@ -89,12 +104,14 @@ class RecommendationServiceImpl final : public v1::RecommendationService::Callba
  private:
   DecisionEngine& engine_;
   const Leadership* const leadership_;
+  const CallSecurity security_;
 };
 
 class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
  public:
-  explicit ClusterServiceImpl(DecisionEngine& engine, const Leadership* leadership = nullptr)
-      : engine_(engine), leadership_(leadership) {}
+  ClusterServiceImpl(DecisionEngine& engine, const Leadership* leadership = nullptr,
+                     CallSecurity security = {})
+      : engine_(engine), leadership_(leadership), security_(security) {}
 
   grpc::ServerUnaryReactor* SetCapacity(grpc::CallbackServerContext* context,
                                         const v1::SetCapacityRequest* request,
@@ -106,6 +123,7 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
  private:
   DecisionEngine& engine_;
   const Leadership* const leadership_;
+  const CallSecurity security_;
 };
 
 }  // namespace rescale::server

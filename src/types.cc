@@ -54,6 +54,7 @@ void IngestResult::Merge(const IngestResult& other, uint32_t index_offset) {
   duplicates += other.duplicates;
   rejected_for_limits += other.rejected_for_limits;
   rejected_unknown_job += other.rejected_unknown_job;
+  rejected_for_permission += other.rejected_for_permission;
   if (limit_reason.empty()) limit_reason = other.limit_reason;
   for (const SampleRejection& r : other.rejections) {
     if (rejections.size() >= kMaxReportedRejections) break;

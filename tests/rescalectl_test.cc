@@ -38,6 +38,7 @@
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "tests/test_certificates.h"
+#include "tests/test_pki.h"
 
 namespace {
 
@@ -754,6 +755,49 @@ TEST_CASE("a --ca-file client connects over TLS to a server with that certificat
   CliResult plaintext = server.Run({"--timeout", "5", "health"});
   CHECK(plaintext.exit_code == 1);
   CHECK(plaintext.err.find("Error from server (Unavailable)") != std::string::npos);
+}
+
+TEST_CASE("rescalectl authenticates with --token-file, and with --cert-file and --key-file",
+          "[rescalectl]") {
+  rescale::testing::TestCa ca("ca");
+  rescale::testing::PemPair server_pair = ca.IssueServer();
+  rescale::testing::PemPair admin = ca.IssueClient("root", "admin");
+  TempFile certificate(server_pair.certificate, ".pem");
+  TempFile private_key(server_pair.private_key, ".pem");
+  TempFile ca_file(ca.certificate(), ".pem");
+  TempFile client_certificate(admin.certificate, ".pem");
+  TempFile client_key(admin.private_key, ".pem");
+  TempFile tokens("viewer-token-0123456789,dashboard,viewer,*\n", ".csv");
+  TempFile token("viewer-token-0123456789\n", ".token");
+  ServerOptions options;
+  options.tls_cert_file = certificate.path();
+  options.tls_key_file = private_key.path();
+  options.tls_client_ca_file = ca_file.path();
+  options.auth_token_file = tokens.path();
+  CliServer server(options);
+
+  // The certificate says admin; the token, when sent, says viewer.
+  CliResult as_admin =
+      server.Run({"--ca-file", ca_file.path(), "--cert-file", client_certificate.path(),
+                  "--key-file", client_key.path(), "capacity", "set", "8"});
+  INFO(as_admin.err);
+  CHECK(as_admin.exit_code == 0);
+  CliResult as_viewer = server.Run({"--ca-file", ca_file.path(), "--cert-file",
+                                    client_certificate.path(), "--key-file", client_key.path(),
+                                    "--token-file", token.path(), "capacity", "set", "4"});
+  CHECK(as_viewer.exit_code == 1);
+  CHECK_THAT(as_viewer.err, Catch::Contains("user \"dashboard\" (role viewer) may not call "
+                                            "rescale.v1.ClusterService/SetCapacity"));
+  CliResult read =
+      server.Run({"--ca-file", ca_file.path(), "--cert-file", client_certificate.path(),
+                  "--key-file", client_key.path(), "--token-file", token.path(), "get", "jobs"});
+  CHECK(read.exit_code == 0);
+
+  // No client certificate: no TLS handshake, whatever the token.
+  CliResult anonymous = server.Run(
+      {"--timeout", "5", "--ca-file", ca_file.path(), "--token-file", token.path(), "get", "jobs"});
+  CHECK(anonymous.exit_code == 1);
+  CHECK_THAT(anonymous.err, Catch::Contains("Unavailable"));
 }
 
 TEST_CASE("a server that cannot be reached is reported as Unavailable with exit code 1",

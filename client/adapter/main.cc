@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -30,8 +31,7 @@ int main(int argc, char** argv) {
   std::string server;
   std::string kubeconfig;
   std::string context;
-  bool tls = false;
-  std::string ca_file;
+  rescale::client::SecurityFlags security;
   std::string log_format = "text";
   std::string log_level = "info";
   std::vector<std::string> job_apis;
@@ -60,9 +60,7 @@ int main(int argc, char** argv) {
   app.add_option("--job-apis", job_apis,
                  "PyTorchJob APIs to watch, group/version (default: kubeflow.org/v1 "
                  "training.kubedl.io/v1alpha1)");
-  app.add_flag("--tls", tls, "Connect to rescaled with TLS, trusting the system's root CAs");
-  app.add_option("--ca-file", ca_file,
-                 "PEM CAs to trust for rescaled instead of the system's; implies --tls");
+  rescale::client::AddSecurityFlags(app, security, "Connection to rescaled");
   app.add_option("--backoff-initial", backoff_initial, "First retry delay, seconds")
       ->capture_default_str();
   app.add_option("--backoff-max", backoff_max, "Longest retry delay, seconds")
@@ -120,16 +118,17 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto credentials = rescale::client::RescaledCredentials(tls, ca_file);
-  if (!credentials.ok()) {
-    std::cerr << "rescale-adapter: " << credentials.status().message() << "\n";
+  auto connection =
+      rescale::client::RescaledConnection::Create(security, std::getenv("RESCALE_TOKEN"));
+  if (!connection.ok()) {
+    std::cerr << "rescale-adapter: " << connection.status().message() << "\n";
     return 2;
   }
   grpc::ChannelArguments channel_args;
   // Reconnect to a restarted rescaled within seconds, not gRPC's default
   // two minutes at most.
   channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  auto servers = rescale::client::ServerList::Create(server, *credentials, channel_args);
+  auto servers = rescale::client::ServerList::Create(server, *std::move(connection), channel_args);
   if (!servers.ok()) {
     std::cerr << "rescale-adapter: --server: " << servers.status().message() << "\n";
     return 2;

@@ -62,17 +62,17 @@ struct Flags {
   double drain_timeout = 30;
   double rpc_timeout = 10;
   double poll_interval = 0.5;
-  bool tls = false;
-  std::string ca_file;
+  rescale::client::SecurityFlags security;
 };
 
 std::shared_ptr<rescale::client::ServerList> Connect(const Flags& flags) {
-  auto credentials = rescale::client::RescaledCredentials(flags.tls, flags.ca_file);
-  if (!credentials.ok()) {
-    std::cerr << "rescale-agent: " << credentials.status().message() << "\n";
+  auto connection =
+      rescale::client::RescaledConnection::Create(flags.security, std::getenv("RESCALE_TOKEN"));
+  if (!connection.ok()) {
+    std::cerr << "rescale-agent: " << connection.status().message() << "\n";
     return nullptr;
   }
-  auto servers = rescale::client::ServerList::Create(flags.server, *credentials);
+  auto servers = rescale::client::ServerList::Create(flags.server, *std::move(connection));
   if (!servers.ok()) {
     std::cerr << "rescale-agent: --server: " << servers.status().message() << "\n";
     return nullptr;
@@ -133,8 +133,7 @@ int main(int argc, char** argv) {
   app.add_option("--poll-interval", flags.poll_interval,
                  "with --file: seconds between reads at its end")
       ->capture_default_str();
-  app.add_flag("--tls", flags.tls, "connect with TLS, trusting the system's root CAs");
-  app.add_option("--ca-file", flags.ca_file, "PEM file of CAs to trust instead; implies --tls");
+  rescale::client::AddSecurityFlags(app, flags.security);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,6 +1,7 @@
 # rescale_client_common: what rescalectl, rescale-adapter and rescale-agent
-# share (client/common/): channel credentials for reaching rescaled and the
-# one retry backoff, and the list of rescaled replicas that follows the leader. Files are read by rescale_base's ReadFileToString.
+# share (client/common/): credentials and tokens for reaching rescaled, the
+# one retry backoff, and the list of rescaled replicas that follows the
+# leader. Files are read by rescale_base's ReadFileToString.
 # Included from the top-level CMakeLists.txt, so paths are relative to the
 # source root.
 add_library(rescale_client_common
@@ -10,4 +11,4 @@ add_library(rescale_client_common
 )
 target_include_directories(rescale_client_common PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(rescale_client_common PUBLIC rescale_base rescale_proto gRPC::grpc++ absl::status absl::statusor
-  absl::strings absl::str_format absl::time)
+  absl::strings absl::str_format absl::time CLI11::CLI11)

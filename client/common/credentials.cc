@@ -1,25 +1,176 @@
-// RescaledCredentials (see client/common/credentials.h).
+// Client credentials and the bearer-token interceptor (see
+// client/common/credentials.h).
 #include "client/common/credentials.h"
 
+#include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/support/client_interceptor.h>
+#include <sys/stat.h>
 
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "rescale/read_file.h"
 
 namespace rescale::client {
+namespace {
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> RescaledCredentials(
-    bool tls, const std::string& ca_file) {
-  if (!tls && ca_file.empty()) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions ssl;
-  if (!ca_file.empty()) {
-    absl::StatusOr<std::string> pem = ReadFileToString(ca_file, "--ca-file");
-    if (!pem.ok()) return pem.status();
-    ssl.pem_root_certs = *std::move(pem);
+// Adds the token to the initial metadata of every call on its channel.
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(std::shared_ptr<BearerToken> token) : token_(std::move(token)) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization",
+                                                 absl::StrCat("Bearer ", token_->Current()));
+    }
+    methods->Proceed();
   }
-  return grpc::SslCredentials(ssl);
+
+ private:
+  const std::shared_ptr<BearerToken> token_;
+};
+
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenInterceptorFactory(std::shared_ptr<BearerToken> token)
+      : token_(std::move(token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new BearerTokenInterceptor(token_);
+  }
+
+ private:
+  const std::shared_ptr<BearerToken> token_;
+};
+
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path, "--token-file");
+  if (!text.ok()) return text.status();
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--token-file \"", path, "\" is empty"));
+  }
+  return token;
+}
+
+}  // namespace
+
+void AddSecurityFlags(CLI::App& app, SecurityFlags& flags, const std::string& group) {
+  app.add_flag("--tls", flags.tls, "Connect with TLS, trusting the system's root CAs")
+      ->group(group);
+  app.add_option("--ca-file", flags.ca_file,
+                 "PEM file of CAs to trust instead of the system's; implies --tls")
+      ->group(group);
+  app.add_option("--cert-file", flags.cert_file,
+                 "PEM client certificate for mutual TLS (with --key-file); implies --tls")
+      ->group(group);
+  app.add_option("--key-file", flags.key_file, "PEM private key of --cert-file")->group(group);
+  app.add_option("--token-file", flags.token_file,
+                 "File holding the bearer token sent with every call (re-read when it "
+                 "changes); default: $RESCALE_TOKEN")
+      ->group(group);
+}
+
+absl::StatusOr<std::shared_ptr<BearerToken>> BearerToken::FromFile(const std::string& path) {
+  std::shared_ptr<BearerToken> token(new BearerToken());
+  token->path_ = path;
+  absl::StatusOr<std::string> first = ReadToken(path);
+  if (!first.ok()) return first.status();
+  token->token_ = *std::move(first);
+  struct stat info {};
+  if (stat(path.c_str(), &info) == 0) {
+    token->stamp_mtime_ns_ = int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec;
+    token->stamp_size_ = info.st_size;
+  }
+  token->checked_at_ns_ = absl::GetCurrentTimeNanos();
+  return token;
+}
+
+std::shared_ptr<BearerToken> BearerToken::Fixed(std::string token) {
+  std::shared_ptr<BearerToken> fixed(new BearerToken());
+  fixed->token_ = std::move(token);
+  return fixed;
+}
+
+std::string BearerToken::Current() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (path_.empty()) return token_;
+  const int64_t now = absl::GetCurrentTimeNanos();
+  if (now - checked_at_ns_ < 1'000'000'000) return token_;
+  checked_at_ns_ = now;
+  struct stat info {};
+  if (stat(path_.c_str(), &info) != 0) return token_;
+  const int64_t mtime = int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec;
+  if (mtime == stamp_mtime_ns_ && info.st_size == stamp_size_) return token_;
+  if (absl::StatusOr<std::string> token = ReadToken(path_); token.ok()) {
+    token_ = *std::move(token);
+    stamp_mtime_ns_ = mtime;
+    stamp_size_ = info.st_size;
+  }
+  return token_;
+}
+
+absl::StatusOr<RescaledConnection> RescaledConnection::Create(const SecurityFlags& flags,
+                                                              const char* env_token) {
+  if (flags.cert_file.empty() != flags.key_file.empty()) {
+    return absl::InvalidArgumentError("--cert-file and --key-file must be given together");
+  }
+  RescaledConnection connection;
+  const bool tls = flags.tls || !flags.ca_file.empty() || !flags.cert_file.empty();
+  if (!tls) {
+    connection.credentials_ = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    if (!flags.ca_file.empty()) {
+      absl::StatusOr<std::string> pem = ReadFileToString(flags.ca_file, "--ca-file");
+      if (!pem.ok()) return pem.status();
+      ssl.pem_root_certs = *std::move(pem);
+    }
+    if (!flags.cert_file.empty()) {
+      absl::StatusOr<std::string> cert = ReadFileToString(flags.cert_file, "--cert-file");
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadFileToString(flags.key_file, "--key-file");
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *std::move(cert);
+      ssl.pem_private_key = *std::move(key);
+    }
+    connection.credentials_ = grpc::SslCredentials(ssl);
+  }
+  if (!flags.token_file.empty()) {
+    absl::StatusOr<std::shared_ptr<BearerToken>> token = BearerToken::FromFile(flags.token_file);
+    if (!token.ok()) return token.status();
+    connection.token_ = *std::move(token);
+  } else if (env_token != nullptr && *env_token != '\0') {
+    connection.token_ = BearerToken::Fixed(std::string(absl::StripAsciiWhitespace(env_token)));
+  }
+  return connection;
+}
+
+RescaledConnection RescaledConnection::Insecure() { return Of(grpc::InsecureChannelCredentials()); }
+
+RescaledConnection RescaledConnection::Of(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                          std::shared_ptr<BearerToken> token) {
+  RescaledConnection connection;
+  connection.credentials_ = std::move(credentials);
+  connection.token_ = std::move(token);
+  return connection;
+}
+
+std::shared_ptr<grpc::Channel> RescaledConnection::Dial(const std::string& address,
+                                                        const grpc::ChannelArguments& args) const {
+  if (token_ == nullptr) return grpc::CreateCustomChannel(address, credentials_, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
+  creators.push_back(std::make_unique<BearerTokenInterceptorFactory>(token_));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials_, args,
+                                                                 std::move(creators));
 }
 
 }  // namespace rescale::client

@@ -1,22 +1,87 @@
 // How Rescale's clients (rescalectl, rescale-adapter, rescale-agent) reach
-// rescaled: one rule for their --tls and --ca-file flags.
+// rescaled and prove who they are: one rule for their --tls, --ca-file,
+// --cert-file, --key-file and --token-file flags (and RESCALE_TOKEN).
+//
+// TLS when --tls, a CA file or a client certificate is given; plaintext
+// otherwise. A token, when there is one, goes with every call as
+// `authorization: Bearer TOKEN`, added by a client interceptor: gRPC's own
+// call credentials refuse plaintext channels, and a loopback rescaled with
+// a token file but no TLS is a configuration users run (and tests).
 #ifndef RESCALE_CLIENT_COMMON_CREDENTIALS_H_
 #define RESCALE_CLIENT_COMMON_CREDENTIALS_H_
 
+#include <grpcpp/channel.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 
 namespace rescale::client {
 
-// TLS when `tls` is set or a CA file is given (the CA file's PEM roots then
-// replace the system's), plaintext otherwise. A CA file that cannot be read
-// fails as ReadFileToString says (rescale/read_file.h), naming --ca-file.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> RescaledCredentials(
-    bool tls, const std::string& ca_file);
+// What a client's security flags say.
+struct SecurityFlags {
+  bool tls = false;
+  std::string ca_file;
+  // Mutual TLS: the client's certificate chain and key (PEM).
+  std::string cert_file;
+  std::string key_file;
+  // A file holding the token (a Kubernetes Secret mounted as a file);
+  // read again when it changes. Empty: the RESCALE_TOKEN environment
+  // variable, if set.
+  std::string token_file;
+};
+
+// Adds --tls, --ca-file, --cert-file, --key-file and --token-file (with
+// RESCALE_TOKEN) to `app`, in `group` of its help.
+void AddSecurityFlags(CLI::App& app, SecurityFlags& flags, const std::string& group = "Security");
+
+// The bearer token of every call: fixed, or a file's trimmed content, read
+// again (at most once a second) when the file's modification time or size
+// changed, so a rotated Secret is picked up without a restart. When a new
+// read fails, the last token stays.
+class BearerToken {
+ public:
+  static absl::StatusOr<std::shared_ptr<BearerToken>> FromFile(const std::string& path);
+  static std::shared_ptr<BearerToken> Fixed(std::string token);
+
+  std::string Current();
+
+ private:
+  BearerToken() = default;
+  std::string path_;  // empty: fixed
+  std::mutex mu_;
+  std::string token_;           // guarded by mu_
+  int64_t stamp_mtime_ns_ = 0;  // guarded by mu_
+  int64_t stamp_size_ = 0;      // guarded by mu_
+  int64_t checked_at_ns_ = 0;   // guarded by mu_
+};
+
+// Credentials and token, ready to dial any number of rescaled replicas.
+class RescaledConnection {
+ public:
+  // `env_token` is RESCALE_TOKEN's value (null when unset). Errors name the
+  // flag whose file cannot be read or is missing its partner.
+  static absl::StatusOr<RescaledConnection> Create(const SecurityFlags& flags,
+                                                   const char* env_token);
+  // Plaintext, no token.
+  static RescaledConnection Insecure();
+  static RescaledConnection Of(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                               std::shared_ptr<BearerToken> token = nullptr);
+
+  std::shared_ptr<grpc::Channel> Dial(const std::string& address,
+                                      const grpc::ChannelArguments& args) const;
+  bool has_token() const { return token_ != nullptr; }
+  const std::shared_ptr<grpc::ChannelCredentials>& credentials() const { return credentials_; }
+
+ private:
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  std::shared_ptr<BearerToken> token_;  // null: calls carry no token
+};
 
 }  // namespace rescale::client
 

@@ -10,9 +10,9 @@
 
 namespace rescale::client {
 
-absl::StatusOr<std::shared_ptr<ServerList>> ServerList::Create(
-    absl::string_view servers, std::shared_ptr<grpc::ChannelCredentials> credentials,
-    grpc::ChannelArguments args) {
+absl::StatusOr<std::shared_ptr<ServerList>> ServerList::Create(absl::string_view servers,
+                                                               RescaledConnection connection,
+                                                               grpc::ChannelArguments args) {
   std::shared_ptr<ServerList> list(new ServerList());
   for (absl::string_view server : absl::StrSplit(servers, ',', absl::SkipWhitespace())) {
     list->servers_.emplace_back(server);
@@ -20,7 +20,7 @@ absl::StatusOr<std::shared_ptr<ServerList>> ServerList::Create(
   if (list->servers_.empty()) {
     return absl::InvalidArgumentError("--server is empty: give host:port[,host:port...]");
   }
-  list->credentials_ = std::move(credentials);
+  list->connection_ = std::move(connection);
   list->args_ = std::move(args);
   list->current_ = list->servers_.front();
   return list;
@@ -37,7 +37,7 @@ std::shared_ptr<ServerList> ServerList::Of(std::shared_ptr<grpc::Channel> channe
 
 std::shared_ptr<grpc::Channel> ServerList::ChannelLocked(const std::string& address) {
   std::shared_ptr<grpc::Channel>& channel = channels_[address];
-  if (channel == nullptr) channel = grpc::CreateCustomChannel(address, credentials_, args_);
+  if (channel == nullptr) channel = connection_.Dial(address, args_);
   return channel;
 }
 
@@ -69,8 +69,8 @@ bool ServerList::AfterFailure(const std::shared_ptr<grpc::Channel>& channel,
   // Nobody named: the server is down, or without a leader to name; the
   // next one may know better.
   auto it = std::find(servers_.begin(), servers_.end(), current_);
-  current_ = it == servers_.end() || std::next(it) == servers_.end() ? servers_.front()
-                                                                     : *std::next(it);
+  current_ =
+      it == servers_.end() || std::next(it) == servers_.end() ? servers_.front() : *std::next(it);
   return true;
 }
 

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/common/credentials.h"
 
 namespace rescale::client {
 
@@ -36,9 +37,15 @@ inline constexpr char kLeaderMetadataKey[] = "rescale-leader";
 class ServerList {
  public:
   // `servers`: "host:port[,host:port...]". INVALID_ARGUMENT when empty.
+  // Every channel is dialled through `connection` (credentials and token).
+  static absl::StatusOr<std::shared_ptr<ServerList>> Create(absl::string_view servers,
+                                                            RescaledConnection connection,
+                                                            grpc::ChannelArguments args = {});
   static absl::StatusOr<std::shared_ptr<ServerList>> Create(
       absl::string_view servers, std::shared_ptr<grpc::ChannelCredentials> credentials,
-      grpc::ChannelArguments args = {});
+      grpc::ChannelArguments args = {}) {
+    return Create(servers, RescaledConnection::Of(std::move(credentials)), std::move(args));
+  }
   // One channel made elsewhere (tests, a single server).
   static std::shared_ptr<ServerList> Of(std::shared_ptr<grpc::Channel> channel,
                                         std::string address = "");
@@ -64,10 +71,10 @@ class ServerList {
   std::shared_ptr<grpc::Channel> ChannelLocked(const std::string& address);
 
   std::vector<std::string> servers_;
-  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  RescaledConnection connection_;
   grpc::ChannelArguments args_;
   std::mutex mu_;
-  std::string current_;                                            // guarded by mu_
+  std::string current_;                                             // guarded by mu_
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;  // guarded by mu_
 };
 

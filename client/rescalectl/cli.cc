@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -48,8 +49,7 @@ struct GlobalFlags {
   std::string server = kDefaultServer;
   std::string output = "table";
   double timeout_seconds = 10;
-  bool tls = false;
-  std::string ca_file;
+  client::SecurityFlags security;
 };
 
 // What every command needs once the command line is parsed.
@@ -380,17 +380,19 @@ int ApplyStatus(Session& session, const ApplyStatusFlags& flags) {
 
 // ------------------------------------------------------------ plumbing --
 
-// TLS when --tls or --ca-file is given (the CA file replaces the system
-// roots), plaintext otherwise.
+// TLS when --tls, --ca-file or --cert-file is given (the CA file replaces
+// the system roots), plaintext otherwise; the token of --token-file or
+// RESCALE_TOKEN goes with every call.
 std::shared_ptr<grpc::Channel> Connect(const GlobalFlags& flags, std::ostream& err) {
-  auto credentials = client::RescaledCredentials(flags.tls, flags.ca_file);
-  if (!credentials.ok()) {
-    err << "error: " << credentials.status().message() << "\n";
+  auto connection =
+      client::RescaledConnection::Create(flags.security, std::getenv("RESCALE_TOKEN"));
+  if (!connection.ok()) {
+    err << "error: " << connection.status().message() << "\n";
     return nullptr;
   }
   // With high availability --server lists every replica; the leader is
   // used (changes go there; reads are served by any).
-  auto servers = client::ServerList::Create(flags.server, *credentials);
+  auto servers = client::ServerList::Create(flags.server, *std::move(connection));
   if (!servers.ok()) {
     err << "error: " << servers.status().message() << "\n";
     return nullptr;
@@ -402,8 +404,8 @@ std::shared_ptr<grpc::Channel> Connect(const GlobalFlags& flags, std::ostream& e
 // Subcommand help only lists the subcommand's own flags; this reminds the
 // reader that the global ones work there too.
 constexpr char kGlobalFlagsFooter[] =
-    "Global flags (--server, -o/--output, --timeout, --tls, --ca-file) may also follow\n"
-    "the command; see `rescalectl --help`.";
+    "Global flags (--server, -o/--output, --timeout, --tls, --ca-file, --cert-file, --key-file,\n"
+    "--token-file) may also follow the command; see `rescalectl --help`.";
 
 constexpr char kManifestHelp[] =
     "FILE holds one or more YAML documents (separated by ---) or JSON, each a JobSpec\n"
@@ -452,10 +454,7 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
                  "Deadline of each call in seconds; 0 = none (watch never has one)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_flag("--tls", global.tls, "Connect with TLS, trusting the system's root CAs");
-  app.add_option("--ca-file", global.ca_file,
-                 "PEM file of CAs to trust instead of the system's; implies --tls")
-      ->check(CLI::ExistingFile);
+  client::AddSecurityFlags(app, global.security);
 
   // The command that was named on the command line. Leaf subcommands fill
   // it from their parse callback; groups (get, describe, capacity) only

@@ -184,6 +184,9 @@ struct IngestResult {
   std::string limit_reason;
   // Samples rejected because their job is not registered.
   uint64_t rejected_unknown_job = 0;
+  // Samples the server refused before the store saw them: their caller may
+  // not report for their job's namespace (server/auth.h).
+  uint64_t rejected_for_permission = 0;
 
   void RejectForLimit(uint32_t index, std::string reason) {
     ++rejected_for_limits;
