@@ -793,6 +793,16 @@ TEST_CASE("rescalectl authenticates with --token-file, and with --cert-file and 
                   "--key-file", client_key.path(), "--token-file", token.path(), "get", "jobs"});
   CHECK(read.exit_code == 0);
 
+  // The certificate is checked against --tls-server-name when given.
+  CliResult named = server.Run({"--ca-file", ca_file.path(), "--cert-file",
+                                client_certificate.path(), "--key-file", client_key.path(),
+                                "--tls-server-name", "localhost", "get", "jobs"});
+  CHECK(named.exit_code == 0);
+  CliResult misnamed = server.Run({"--timeout", "5", "--ca-file", ca_file.path(), "--cert-file",
+                                   client_certificate.path(), "--key-file", client_key.path(),
+                                   "--tls-server-name", "rescaled.elsewhere.svc", "get", "jobs"});
+  CHECK(misnamed.exit_code == 1);
+
   // No client certificate: no TLS handshake, whatever the token.
   CliResult anonymous = server.Run(
       {"--timeout", "5", "--ca-file", ca_file.path(), "--token-file", token.path(), "get", "jobs"});

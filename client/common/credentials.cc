@@ -73,6 +73,10 @@ void AddSecurityFlags(CLI::App& app, SecurityFlags& flags, const std::string& gr
                  "PEM client certificate for mutual TLS (with --key-file); implies --tls")
       ->group(group);
   app.add_option("--key-file", flags.key_file, "PEM private key of --cert-file")->group(group);
+  app.add_option("--tls-server-name", flags.tls_server_name,
+                 "Name rescaled's certificate must be valid for, if not the --server host (e.g. "
+                 "rescaled.rescale.svc when following a leader to its pod IP)")
+      ->group(group);
   app.add_option("--token-file", flags.token_file,
                  "File holding the bearer token sent with every call (re-read when it "
                  "changes); default: $RESCALE_TOKEN")
@@ -124,7 +128,9 @@ absl::StatusOr<RescaledConnection> RescaledConnection::Create(const SecurityFlag
     return absl::InvalidArgumentError("--cert-file and --key-file must be given together");
   }
   RescaledConnection connection;
-  const bool tls = flags.tls || !flags.ca_file.empty() || !flags.cert_file.empty();
+  const bool tls = flags.tls || !flags.ca_file.empty() || !flags.cert_file.empty() ||
+                   !flags.tls_server_name.empty();
+  connection.tls_server_name_ = flags.tls_server_name;
   if (!tls) {
     connection.credentials_ = grpc::InsecureChannelCredentials();
   } else {
@@ -165,7 +171,9 @@ RescaledConnection RescaledConnection::Of(std::shared_ptr<grpc::ChannelCredentia
 }
 
 std::shared_ptr<grpc::Channel> RescaledConnection::Dial(const std::string& address,
-                                                        const grpc::ChannelArguments& args) const {
+                                                        const grpc::ChannelArguments& given) const {
+  grpc::ChannelArguments args = given;
+  if (!tls_server_name_.empty()) args.SetSslTargetNameOverride(tls_server_name_);
   if (token_ == nullptr) return grpc::CreateCustomChannel(address, credentials_, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
   creators.push_back(std::make_unique<BearerTokenInterceptorFactory>(token_));

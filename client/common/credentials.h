@@ -30,14 +30,18 @@ struct SecurityFlags {
   // Mutual TLS: the client's certificate chain and key (PEM).
   std::string cert_file;
   std::string key_file;
+  // The name the server's certificate must be valid for, when it is not
+  // the dialled host: with high availability clients follow the leader to
+  // its pod IP, which a certificate for the Service's name does not cover.
+  std::string tls_server_name;
   // A file holding the token (a Kubernetes Secret mounted as a file);
   // read again when it changes. Empty: the RESCALE_TOKEN environment
   // variable, if set.
   std::string token_file;
 };
 
-// Adds --tls, --ca-file, --cert-file, --key-file and --token-file (with
-// RESCALE_TOKEN) to `app`, in `group` of its help.
+// Adds --tls, --ca-file, --cert-file, --key-file, --tls-server-name and
+// --token-file (with RESCALE_TOKEN) to `app`, in `group` of its help.
 void AddSecurityFlags(CLI::App& app, SecurityFlags& flags, const std::string& group = "Security");
 
 // The bearer token of every call: fixed, or a file's trimmed content, read
@@ -81,6 +85,7 @@ class RescaledConnection {
  private:
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::shared_ptr<BearerToken> token_;  // null: calls carry no token
+  std::string tls_server_name_;         // empty: the dialled host
 };
 
 }  // namespace rescale::client

@@ -405,7 +405,7 @@ std::shared_ptr<grpc::Channel> Connect(const GlobalFlags& flags, std::ostream& e
 // reader that the global ones work there too.
 constexpr char kGlobalFlagsFooter[] =
     "Global flags (--server, -o/--output, --timeout, --tls, --ca-file, --cert-file, --key-file,\n"
-    "--token-file) may also follow the command; see `rescalectl --help`.";
+    "--tls-server-name, --token-file) may also follow the command; see `rescalectl --help`.";
 
 constexpr char kManifestHelp[] =
     "FILE holds one or more YAML documents (separated by ---) or JSON, each a JobSpec\n"
