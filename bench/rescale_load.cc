@@ -48,10 +48,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "bench/load_control_plane.h"
+#include "client/common/credentials.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "rescaled address");
 ABSL_FLAG(double, seconds, 10, "how long to stream");
+ABSL_FLAG(std::string, token, "",
+          "ingest mode: bearer token of the sample streams (rescaled --auth_token_file), e.g. a "
+          "reporter's");
+ABSL_FLAG(std::string, admin_token, "",
+          "ingest mode: bearer token that registers the job and reads its count (a controller's "
+          "or admin's); empty = --token");
 ABSL_FLAG(int, streams, 2, "concurrent StreamSamples calls, one connection each");
 ABSL_FLAG(int, batch, 1000, "samples per SampleBatch");
 ABSL_FLAG(std::string, job, "bench/load", "job to stream samples for (registered if missing)");
@@ -133,6 +140,16 @@ struct StreamResult {
   std::string error;
 };
 
+// A plaintext channel whose calls carry `token` when it is not empty, as
+// the clients send it (client/common/credentials.h).
+std::shared_ptr<grpc::Channel> Dial(const std::string& server, const std::string& token,
+                                    const grpc::ChannelArguments& args) {
+  return rescale::client::RescaledConnection::Of(
+             grpc::InsecureChannelCredentials(),
+             token.empty() ? nullptr : rescale::client::BearerToken::Fixed(token))
+      .Dial(server, args);
+}
+
 // One client stream on its own connection, through the generic stub so the
 // pre-serialised bytes go out without re-encoding.
 StreamResult RunStream(const std::string& server, const std::string& bytes, int batch_size,
@@ -140,7 +157,7 @@ StreamResult RunStream(const std::string& server, const std::string& bytes, int 
   StreamResult result;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection per stream
-  auto channel = grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args);
+  auto channel = Dial(server, absl::GetFlag(FLAGS_token), args);
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   grpc::ClientContext context;
@@ -235,7 +252,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+  const std::string admin_token = absl::GetFlag(FLAGS_admin_token);
+  auto channel = Dial(server, admin_token.empty() ? absl::GetFlag(FLAGS_token) : admin_token, {});
   auto jobs = v1::JobService::NewStub(channel);
   {
     grpc::ClientContext context;
