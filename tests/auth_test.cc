@@ -604,3 +604,38 @@ TEST_CASE("clients send the token of --token-file and RESCALE_TOKEN", "[auth]") 
   CHECK(RescaledConnection::Create(half, nullptr).status().message() ==
         "--cert-file and --key-file must be given together");
 }
+
+TEST_CASE("a client's renewed certificate is presented on its next connection, without a restart",
+          "[auth]") {
+  MutualTlsServer t;
+  TempDir files;
+  const std::string cert = files.File("client.crt");
+  const std::string key = files.File("client.key");
+  const std::string ca = files.File("ca.crt");
+  PemPair viewer = t.client_ca.IssueClient("carol", "viewer");
+  WriteFile(cert, viewer.certificate);
+  WriteFile(key, viewer.private_key);
+  WriteFile(ca, t.server_ca.certificate());
+  SecurityFlags flags;
+  flags.ca_file = ca;
+  flags.cert_file = cert;
+  flags.key_file = key;
+  flags.certificate_reload_seconds = 1;
+  auto connection = RescaledConnection::Create(flags, nullptr);
+  REQUIRE(connection.status().message() == "");
+  grpc::ChannelArguments own_connection;
+  own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  CHECK(Client(connection->Dial(t.server->address(), own_connection))
+            .Register("team-a/x")
+            .error_code() == grpc::StatusCode::PERMISSION_DENIED);
+
+  // Renewed with another role, the same connection settings.
+  PemPair controller = t.client_ca.IssueClient("carol", "controller");
+  WriteFile(key + ".new", controller.private_key);
+  WriteFile(cert + ".new", controller.certificate);
+  std::filesystem::rename(key + ".new", key);
+  std::filesystem::rename(cert + ".new", cert);
+  CHECK(Eventually(absl::Seconds(30), [&] {
+    return Client(connection->Dial(t.server->address(), own_connection)).Register("team-a/x").ok();
+  }));
+}

@@ -4,9 +4,12 @@
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/client_interceptor.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -140,15 +143,27 @@ absl::StatusOr<RescaledConnection> RescaledConnection::Create(const SecurityFlag
       if (!pem.ok()) return pem.status();
       ssl.pem_root_certs = *std::move(pem);
     }
-    if (!flags.cert_file.empty()) {
+    if (flags.cert_file.empty()) {
+      connection.credentials_ = grpc::SslCredentials(ssl);
+    } else {
+      // Checked now so a wrong path fails here, naming its flag; then a
+      // watcher re-reads the files, so a long-running adapter or agent
+      // presents its renewed certificate on its next connection.
       absl::StatusOr<std::string> cert = ReadFileToString(flags.cert_file, "--cert-file");
       if (!cert.ok()) return cert.status();
       absl::StatusOr<std::string> key = ReadFileToString(flags.key_file, "--key-file");
       if (!key.ok()) return key.status();
-      ssl.pem_cert_chain = *std::move(cert);
-      ssl.pem_private_key = *std::move(key);
+      auto files = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+          flags.key_file, flags.cert_file, flags.ca_file,
+          std::max(1u, flags.certificate_reload_seconds));
+      grpc::experimental::TlsChannelCredentialsOptions tls_options;
+      tls_options.set_certificate_provider(files);
+      tls_options.watch_identity_key_cert_pairs();
+      // Without a CA file the system's roots verify the server.
+      if (!flags.ca_file.empty()) tls_options.watch_root_certs();
+      tls_options.set_verify_server_certs(true);
+      connection.credentials_ = grpc::experimental::TlsCredentials(tls_options);
     }
-    connection.credentials_ = grpc::SslCredentials(ssl);
   }
   if (!flags.token_file.empty()) {
     absl::StatusOr<std::shared_ptr<BearerToken>> token = BearerToken::FromFile(flags.token_file);

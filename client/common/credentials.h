@@ -34,6 +34,10 @@ struct SecurityFlags {
   // the dialled host: with high availability clients follow the leader to
   // its pod IP, which a certificate for the Service's name does not cover.
   std::string tls_server_name;
+  // How often --cert-file, --key-file and --ca-file are checked for a
+  // renewal when a client certificate is used (not a flag; tests shorten
+  // it). >= 1.
+  unsigned int certificate_reload_seconds = 10;
   // A file holding the token (a Kubernetes Secret mounted as a file);
   // read again when it changes. Empty: the RESCALE_TOKEN environment
   // variable, if set.
