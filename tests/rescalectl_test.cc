@@ -652,6 +652,11 @@ TEST_CASE("health prints SERVING and exits 0", "[rescalectl]") {
   INFO(health.err);
   CHECK(health.exit_code == 0);
   CHECK(health.out == "SERVING\n");
+  CliResult service = server.Run({"health", "--service", "rescale.v1.JobService"});
+  CHECK(service.exit_code == 0);
+  CliResult unknown = server.Run({"health", "--service", "rescale.v1.NoSuchService"});
+  CHECK(unknown.exit_code == 1);
+  CHECK_THAT(unknown.err, Catch::Contains("NotFound"));
 }
 
 TEST_CASE("watch --count prints each job's initial state, then SYNCED, then exits 0",

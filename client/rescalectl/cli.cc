@@ -336,9 +336,9 @@ int Status(Session& session) {
   return 0;
 }
 
-int Health(Session& session) {
+int Health(Session& session, const std::string& service) {
   grpc::health::v1::HealthCheckRequest request;
-  request.set_service("");  // "" = the server as a whole.
+  request.set_service(service);  // "" = the server as a whole.
   grpc::health::v1::HealthCheckResponse response;
   if (!session.Call(&grpc::health::v1::Health::Stub::Check, request, &response)) return 1;
   if (session.table()) {
@@ -564,8 +564,12 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
        "Show where the server keeps its state (and its last checkpoint), its capacity and its "
        "last plan",
        [&](Session& s) { return Status(s); });
-  leaf(&app, "health", "Check the server's health (exit 0 only when SERVING)",
-       [&](Session& s) { return Health(s); });
+  std::string health_service;
+  CLI::App* health = leaf(&app, "health", "Check the server's health (exit 0 only when SERVING)",
+                          [&](Session& s) { return Health(s, health_service); });
+  health->add_option("--service", health_service,
+                     "One service's health, e.g. rescale.v1.JobService (with high "
+                     "availability SERVING only on the leader); default: the server's");
 
   ApplyStatusFlags apply_flags;
   CLI::App* apply_status =
