@@ -82,8 +82,9 @@ absl::Status BatchTooLarge(int size, int limit) {
 // samples accepted before it must not be lost to one bad batch.
 class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch> {
  public:
-  SampleStreamReactor(DecisionEngine& engine, ServiceLimits limits, v1::IngestSummary* summary)
-      : engine_(engine), limits_(limits), summary_(summary) {
+  SampleStreamReactor(DecisionEngine& engine, ServiceLimits limits, v1::IngestSummary* summary,
+                      ServerMetrics* observability)
+      : engine_(engine), limits_(limits), summary_(summary), observability_(observability) {
     ReactorHandedToGrpc(this);
     StartRead(&batch_);
   }
@@ -102,9 +103,11 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
       const std::string reason(
           BatchTooLarge(batch_.samples_size(), limits_.max_batch_samples).message());
       for (int i = 0; i < batch_.samples_size(); ++i) result.Reject(i, reason);
+      if (observability_ != nullptr) observability_->RecordBatchTooLarge(batch_.samples_size());
     } else {
       std::vector<StepSample> samples = FromProto(batch_);
       result = engine_.Ingest(samples);
+      if (observability_ != nullptr) observability_->RecordIngest(result);
     }
     total_.Merge(result, static_cast<uint32_t>(samples_seen_));
     samples_seen_ += batch_.samples_size();
@@ -121,6 +124,7 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
   DecisionEngine& engine_;
   const ServiceLimits limits_;
   v1::IngestSummary* const summary_;
+  ServerMetrics* const observability_;
   v1::SampleBatch batch_;
   IngestResult total_;
   uint64_t samples_seen_ = 0;
@@ -241,7 +245,7 @@ grpc::ServerReadReactor<v1::SampleBatch>* MetricsServiceImpl::StreamSamples(
   if (auto refused = RefuseUnlessLeader(leadership_, context)) {
     return new RejectedSampleStreamReactor(*refused);
   }
-  return new SampleStreamReactor(engine_, limits_, summary);
+  return new SampleStreamReactor(engine_, limits_, summary, observability_);
 }
 
 grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServerContext* context,
@@ -249,10 +253,12 @@ grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServer
                                                             v1::IngestSummary* summary) {
   if (auto refused = RefuseUnlessLeader(leadership_, context)) return FinishRefused(context, *refused);
   if (batch->samples_size() > limits_.max_batch_samples) {
+    if (observability_ != nullptr) observability_->RecordBatchTooLarge(batch->samples_size());
     return FinishUnary(context, BatchTooLarge(batch->samples_size(), limits_.max_batch_samples));
   }
   std::vector<StepSample> samples = FromProto(*batch);
   IngestResult result = engine_.Ingest(samples);
+  if (observability_ != nullptr) observability_->RecordIngest(result);
   // The contract (rescale.proto, ReportSamples): a non-OK reply carries no
   // body, so the error's message carries the whole summary.
   if (result.accepted == 0 && result.rejected_for_limits > 0) {

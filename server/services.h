@@ -10,6 +10,7 @@
 #include "rescale/decision_engine.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/leadership.h"
+#include "server/observability.h"
 
 namespace rescale::server {
 
@@ -27,9 +28,11 @@ inline constexpr char kLeaderMetadataKey[] = "rescale-leader";
 
 class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
  public:
+  // `observability` (may be null) counts every batch's samples by outcome.
   MetricsServiceImpl(DecisionEngine& engine, ServiceLimits limits,
-                     const Leadership* leadership = nullptr)
-      : engine_(engine), limits_(limits), leadership_(leadership) {}
+                     const Leadership* leadership = nullptr,
+                     ServerMetrics* observability = nullptr)
+      : engine_(engine), limits_(limits), leadership_(leadership), observability_(observability) {}
 
   grpc::ServerReadReactor<v1::SampleBatch>* StreamSamples(grpc::CallbackServerContext* context,
                                                           v1::IngestSummary* summary) override;
@@ -41,6 +44,7 @@ class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
   DecisionEngine& engine_;
   const ServiceLimits limits_;
   const Leadership* const leadership_;
+  ServerMetrics* const observability_;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
