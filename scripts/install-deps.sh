@@ -26,6 +26,10 @@ packages=(
   libcurl4-openssl-dev
   libcpp-httplib-dev
   libsqlite3-dev
+  # /metrics of rescaled and rescale-adapter (prometheus-cpp core + pull),
+  # and promtool, which the metrics tests run on the exposition
+  prometheus-cpp-dev
+  prometheus
   # etcd: its v3 API's .proto files (rescaled --state=etcd://, generated at
   # build time) and the server the HA tests start
   golang-etcd-server-dev
