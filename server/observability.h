@@ -17,8 +17,10 @@
 #define RESCALE_SERVER_OBSERVABILITY_H_
 
 #include <grpcpp/support/server_interceptor.h>
+#include <grpcpp/support/status.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,6 +38,9 @@ class Registry;
 }  // namespace prometheus
 
 namespace rescale::server {
+
+// One method's grpc_server_* series (observability.cc).
+struct GrpcMethodMetrics;
 
 // rescaled's --metrics_listen default. Not ServerOptions' default, which is
 // off: tests start many servers in one process and on one machine.
@@ -72,12 +77,32 @@ class ServerMetrics {
   void OnPlan(const PlanStats& stats);
 
   // For ServerBuilder::experimental().SetInterceptorCreators: counts and
-  // times every call.
+  // times every call but MetricsService.StreamSamples' (see StreamCall).
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
   InterceptorFactories();
 
   // The registry, text-serialised as a scrape would see it (tests, logs).
   std::string Serialize() const;
+
+  // The sample stream's grpc_server_* series, recorded by its reactor: the
+  // interceptor leaves that one method alone (see InterceptorFactories).
+  // Counts the call started when constructed, handled with its status on
+  // Finish (once), or CANCELLED when destroyed unfinished. A null
+  // ServerMetrics records nothing. Not thread-safe: the reactor's callbacks
+  // run one at a time.
+  class StreamCall {
+   public:
+    explicit StreamCall(ServerMetrics* metrics);
+    ~StreamCall();
+    StreamCall(const StreamCall&) = delete;
+    StreamCall& operator=(const StreamCall&) = delete;
+    void Finish(const grpc::Status& status);
+
+   private:
+    GrpcMethodMetrics* const method_;  // null: nothing recorded
+    const std::chrono::steady_clock::time_point started_;
+    bool finished_ = false;
+  };
 
   // The interceptor's families (defined in observability.cc).
   class GrpcMetrics;

@@ -84,7 +84,11 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
  public:
   SampleStreamReactor(DecisionEngine& engine, ServiceLimits limits, v1::IngestSummary* summary,
                       ServerMetrics* observability)
-      : engine_(engine), limits_(limits), summary_(summary), observability_(observability) {
+      : engine_(engine),
+        limits_(limits),
+        summary_(summary),
+        observability_(observability),
+        call_(observability) {
     ReactorHandedToGrpc(this);
     StartRead(&batch_);
   }
@@ -94,6 +98,7 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
     ReactorCallbackFromGrpc(this);
     if (!ok) {  // half-close, or the client went away (then Finish is a no-op)
       ToProto(total_, summary_);
+      call_.Finish(grpc::Status::OK);
       ReactorHandedToGrpc(this);
       Finish(grpc::Status::OK);
       return;
@@ -125,6 +130,8 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
   const ServiceLimits limits_;
   v1::IngestSummary* const summary_;
   ServerMetrics* const observability_;
+  // This call's grpc_server_* series (the interceptor skips this method).
+  ServerMetrics::StreamCall call_;
   v1::SampleBatch batch_;
   IngestResult total_;
   uint64_t samples_seen_ = 0;
@@ -243,6 +250,7 @@ class RejectedWatchReactor final : public grpc::ServerWriteReactor<v1::Recommend
 grpc::ServerReadReactor<v1::SampleBatch>* MetricsServiceImpl::StreamSamples(
     grpc::CallbackServerContext* context, v1::IngestSummary* summary) {
   if (auto refused = RefuseUnlessLeader(leadership_, context)) {
+    ServerMetrics::StreamCall(observability_).Finish(*refused);
     return new RejectedSampleStreamReactor(*refused);
   }
   return new SampleStreamReactor(engine_, limits_, summary, observability_);
