@@ -28,6 +28,10 @@ packages=(
   libsqlite3-dev
   # SHA-256 and constant-time comparison of auth tokens; test certificates
   libssl-dev
+  # /metrics of rescaled and rescale-adapter (prometheus-cpp core + pull),
+  # and promtool, which the metrics tests run on the exposition
+  prometheus-cpp-dev
+  prometheus
   # etcd: its v3 API's .proto files (rescaled --state=etcd://, generated at
   # build time) and the server the HA tests start
   golang-etcd-server-dev

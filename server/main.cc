@@ -6,6 +6,7 @@
 //   rescaled --tls_cert_file=tls.crt --tls_key_file=tls.key
 //   rescaled --listen=0.0.0.0:50051 --tls_cert_file=tls.crt --tls_key_file=tls.key
 //            --tls_client_ca_file=ca.crt --auth_token_file=tokens.csv
+//   rescaled --metrics_listen=0.0.0.0:9464   # Prometheus at /metrics; empty = off
 // A non-loopback --listen needs TLS and authentication, or --insecure.
 // Flags are parsed here and only here, into ServerOptions. SIGHUP re-reads
 // --auth_token_file. SIGINT or SIGTERM shut down cleanly: health turns
@@ -23,6 +24,7 @@
 #include "absl/time/time.h"
 #include "rescale/logging.h"
 #include "rescale/state_store.h"
+#include "server/observability.h"
 #include "server/server.h"
 
 namespace {
@@ -122,6 +124,10 @@ ABSL_FLAG(absl::Duration, lease_ttl, rescale::server::LeadershipOptions().lease_
 ABSL_FLAG(std::string, advertise_address, "",
           "with --state=etcd://: host:port other replicas send clients to when this one "
           "leads (e.g. the pod's IP and port); empty = the --listen address");
+ABSL_FLAG(std::string, metrics_listen, rescale::server::kDefaultMetricsListen,
+          "host:port to serve Prometheus metrics on at /metrics (port 0 = any free port; empty "
+          "= no metrics). 9464 is OpenTelemetry's Prometheus exporter port; rescale-adapter "
+          "defaults to 9465 so both can run on one machine");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(5),
           "how long in-flight calls may run after SIGINT/SIGTERM");
 
@@ -158,6 +164,7 @@ int main(int argc, char** argv) {
   options.credentials_reload_interval = absl::GetFlag(FLAGS_credentials_reload_interval);
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.audit_log_format = absl::GetFlag(FLAGS_log_format);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   rescale::EngineOptions& engine = options.engine;
   engine.plan_interval = absl::GetFlag(FLAGS_plan_interval);
   engine.applied_debounce = absl::GetFlag(FLAGS_applied_debounce);
@@ -246,6 +253,12 @@ int main(int argc, char** argv) {
       capacity_now ? std::to_string(*capacity_now) + " GPUs" : std::string("unknown"),
       engine.default_policy, rescale::PlanObjectiveName(engine.planner.objective),
       absl::FormatDuration(engine.plan_interval));
+
+  if ((*server)->metrics_port() != 0) {
+    spdlog::info("metrics at http://{}:{}/metrics (--metrics_listen={})",
+                 options.metrics_listen.substr(0, options.metrics_listen.rfind(':')),
+                 (*server)->metrics_port(), options.metrics_listen);
+  }
 
   int received = 0;
   // SIGHUP re-reads the token file at once (it is also checked every

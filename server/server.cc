@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "rescale/read_file.h"
+#include "server/observability.h"
 #include "server/services.h"
 
 namespace rescale::server {
@@ -100,6 +101,13 @@ struct RescaleServer::Impl {
   // Before the services and the server, which use them until they stop.
   std::unique_ptr<Authenticator> auth;
   std::unique_ptr<AuditLog> audit;
+  // Stops serving /metrics before the engine it reads goes (Impl is
+  // destroyed first, see RescaleServer's members).
+  ~Impl() {
+    if (observability != nullptr) observability->StopServing();
+  }
+  // Null when metrics are off.
+  std::shared_ptr<ServerMetrics> observability;
   std::unique_ptr<MetricsServiceImpl> metrics;
   std::unique_ptr<JobServiceImpl> jobs;
   std::unique_ptr<RecommendationServiceImpl> recommendations;
@@ -149,6 +157,13 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
     options.engine.state = options.etcd_state;
     options.engine.start_leading = false;
   }
+  std::shared_ptr<ServerMetrics> observability;
+  if (!options.metrics_listen.empty()) {
+    observability = std::make_shared<ServerMetrics>();
+    options.engine.plan_observer = [observability](const PlanStats& stats) {
+      observability->OnPlan(stats);
+    };
+  }
   absl::StatusOr<std::unique_ptr<DecisionEngine>> engine =
       DecisionEngine::Create(options.engine, options.clock);
   if (!engine.ok()) return engine.status();
@@ -158,6 +173,15 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   self->engine_ = *std::move(engine);
 
   auto impl = std::make_unique<Impl>();
+  if (observability != nullptr) {
+    impl->observability = observability;
+    observability->WatchEngine(self->engine_.get());
+    // Before the gRPC port: a metrics address that cannot be bound stops
+    // start-up before anything is served.
+    if (absl::Status served = observability->Serve(options.metrics_listen); !served.ok()) {
+      return served;
+    }
+  }
   if (options.etcd_state != nullptr) {
     // Its role changes turn the Rescale services' health on and off, so a
     // Service whose readiness probe asks for one of them routes to the
@@ -180,7 +204,7 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   const CallSecurity security{.auth = impl->auth.get(), .audit = impl->audit.get()};
   impl->metrics = std::make_unique<MetricsServiceImpl>(
       *self->engine_, ServiceLimits{.max_batch_samples = options.max_batch_samples}, leadership,
-      security);
+      security, observability.get());
   impl->jobs = std::make_unique<JobServiceImpl>(*self->engine_, leadership, security);
   impl->recommendations =
       std::make_unique<RecommendationServiceImpl>(*self->engine_, leadership, security);
@@ -198,6 +222,9 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   builder.RegisterService(impl->jobs.get());
   builder.RegisterService(impl->recommendations.get());
   builder.RegisterService(impl->cluster.get());
+  if (observability != nullptr) {
+    builder.experimental().SetInterceptorCreators(observability->InterceptorFactories());
+  }
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || self->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
@@ -255,6 +282,10 @@ void RescaleServer::Shutdown(absl::Duration grace) {
 absl::Status RescaleServer::ReloadCredentials() {
   if (impl_ == nullptr || impl_->auth == nullptr) return absl::OkStatus();
   return impl_->auth->ReloadIfChanged();
+}
+
+int RescaleServer::metrics_port() const {
+  return impl_ != nullptr && impl_->observability != nullptr ? impl_->observability->port() : 0;
 }
 
 const Leadership* RescaleServer::leadership() const {

@@ -56,6 +56,11 @@ struct ServerOptions {
   // goes; a null sink is stderr.
   std::string audit_log_format = "text";
   spdlog::sink_ptr audit_sink;
+  // host:port to serve Prometheus metrics on at /metrics (port 0 = any
+  // free port, see metrics_port()); empty = no metrics. Off here, on in
+  // rescaled (--metrics_listen, kDefaultMetricsListen): tests start many
+  // servers at once.
+  std::string metrics_listen;
   // Injected clock; null = the real clock.
   Clock* clock = nullptr;
   // Jobs, limits, the metrics store, policies, the planner and the plan
@@ -82,6 +87,8 @@ class RescaleServer {
   // The bound port (useful with port 0) and a dialable "host:port".
   int port() const { return port_; }
   std::string address() const;
+  // The port /metrics is served on; 0 when metrics are off.
+  int metrics_port() const;
 
   // Stops accepting RPCs, closes watch streams with UNAVAILABLE, lets
   // in-flight unary RPCs finish for up to `grace`, stops the plan timer.

@@ -188,12 +188,15 @@ absl::Status BatchTooLarge(int size, int limit) {
 class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch> {
  public:
   SampleStreamReactor(DecisionEngine& engine, ServiceLimits limits, CallSecurity security,
-                      std::shared_ptr<const Identity> caller, v1::IngestSummary* summary)
+                      std::shared_ptr<const Identity> caller, v1::IngestSummary* summary,
+                      ServerMetrics* observability)
       : engine_(engine),
         limits_(limits),
         security_(security),
         caller_(std::move(caller)),
-        summary_(summary) {
+        summary_(summary),
+        observability_(observability),
+        call_(observability) {
     ReactorHandedToGrpc(this);
     StartRead(&batch_);
   }
@@ -203,6 +206,7 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
     ReactorCallbackFromGrpc(this);
     if (!ok) {  // half-close, or the client went away (then Finish is a no-op)
       ToProto(total_, summary_);
+      call_.Finish(grpc::Status::OK);
       ReactorHandedToGrpc(this);
       Finish(grpc::Status::OK);
       return;
@@ -212,8 +216,10 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
       const std::string reason(
           BatchTooLarge(batch_.samples_size(), limits_.max_batch_samples).message());
       for (int i = 0; i < batch_.samples_size(); ++i) result.Reject(i, reason);
+      if (observability_ != nullptr) observability_->RecordBatchTooLarge(batch_.samples_size());
     } else {
       result = IngestPermitted(engine_, security_, *caller_, kStreamSamples, FromProto(batch_));
+      if (observability_ != nullptr) observability_->RecordIngest(result);
     }
     total_.Merge(result, static_cast<uint32_t>(samples_seen_));
     samples_seen_ += batch_.samples_size();
@@ -232,6 +238,9 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
   const CallSecurity security_;
   const std::shared_ptr<const Identity> caller_;
   v1::IngestSummary* const summary_;
+  ServerMetrics* const observability_;
+  // This call's grpc_server_* series (the interceptor skips this method).
+  ServerMetrics::StreamCall call_;
   v1::SampleBatch batch_;
   IngestResult total_;
   uint64_t samples_seen_ = 0;
@@ -350,11 +359,17 @@ class RejectedWatchReactor final : public grpc::ServerWriteReactor<v1::Recommend
 grpc::ServerReadReactor<v1::SampleBatch>* MetricsServiceImpl::StreamSamples(
     grpc::CallbackServerContext* context, v1::IngestSummary* summary) {
   auto caller = Admit(security_, context, Access::kReportSamples, kStreamSamples, "");
-  if (!caller.ok()) return new RejectedSampleStreamReactor(ToGrpcStatus(caller.status()));
+  if (!caller.ok()) {
+    const grpc::Status refused = ToGrpcStatus(caller.status());
+    ServerMetrics::StreamCall(observability_).Finish(refused);
+    return new RejectedSampleStreamReactor(refused);
+  }
   if (auto refused = RefuseUnlessLeader(leadership_, context)) {
+    ServerMetrics::StreamCall(observability_).Finish(*refused);
     return new RejectedSampleStreamReactor(*refused);
   }
-  return new SampleStreamReactor(engine_, limits_, security_, *std::move(caller), summary);
+  return new SampleStreamReactor(engine_, limits_, security_, *std::move(caller), summary,
+                                 observability_);
 }
 
 grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServerContext* context,
@@ -365,10 +380,12 @@ grpc::ServerUnaryReactor* MetricsServiceImpl::ReportSamples(grpc::CallbackServer
   if (auto refused = RefuseUnlessLeader(leadership_, context))
     return FinishRefused(context, *refused);
   if (batch->samples_size() > limits_.max_batch_samples) {
+    if (observability_ != nullptr) observability_->RecordBatchTooLarge(batch->samples_size());
     return FinishUnary(context, BatchTooLarge(batch->samples_size(), limits_.max_batch_samples));
   }
   IngestResult result =
       IngestPermitted(engine_, security_, **caller, kReportSamples, FromProto(*batch));
+  if (observability_ != nullptr) observability_->RecordIngest(result);
   // The contract (rescale.proto, ReportSamples): a non-OK reply carries no
   // body, so the error's message carries the whole summary.
   if (result.accepted == 0 && result.rejected_for_limits > 0) {

@@ -12,6 +12,7 @@
 #include "server/audit.h"
 #include "server/auth.h"
 #include "server/leadership.h"
+#include "server/observability.h"
 
 namespace rescale::server {
 
@@ -38,9 +39,15 @@ struct CallSecurity {
 
 class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
  public:
+  // `observability` (may be null) counts every batch's samples by outcome.
   MetricsServiceImpl(DecisionEngine& engine, ServiceLimits limits,
-                     const Leadership* leadership = nullptr, CallSecurity security = {})
-      : engine_(engine), limits_(limits), leadership_(leadership), security_(security) {}
+                     const Leadership* leadership = nullptr, CallSecurity security = {},
+                     ServerMetrics* observability = nullptr)
+      : engine_(engine),
+        limits_(limits),
+        leadership_(leadership),
+        security_(security),
+        observability_(observability) {}
 
   grpc::ServerReadReactor<v1::SampleBatch>* StreamSamples(grpc::CallbackServerContext* context,
                                                           v1::IngestSummary* summary) override;
@@ -53,6 +60,7 @@ class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
   const ServiceLimits limits_;
   const Leadership* const leadership_;
   const CallSecurity security_;
+  ServerMetrics* const observability_;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {

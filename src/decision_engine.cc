@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -843,6 +844,32 @@ ClusterView DecisionEngine::GetCluster() const {
   return view;
 }
 
+JobStateCounts DecisionEngine::CountJobStates() const {
+  JobStateCounts counts;
+  // The published entries and the board, each read shard by shard: a
+  // scrape never waits for a plan. A job registered or dropped between the
+  // two reads is counted as its entry says.
+  for (ReadShard& shard : read_shards_) {
+    std::vector<std::shared_ptr<const JobEntry>> entries;
+    {
+      std::lock_guard<std::mutex> lock(shard.mu);
+      entries.reserve(shard.jobs.size());
+      for (const auto& [id, entry] : shard.jobs) entries.push_back(entry);
+    }
+    for (const auto& entry : entries) {
+      const std::optional<Recommendation> rec = board_.Get(entry->spec.job_id);
+      if (rec.has_value() && rec->replicas > 0) {
+        ++counts.running;
+      } else if (entry->started_at != absl::InfinitePast()) {
+        ++counts.suspended;
+      } else {
+        ++counts.waiting;
+      }
+    }
+  }
+  return counts;
+}
+
 ClusterView DecisionEngine::PlanSummaryLocked() const {
   ClusterView view;
   view.total_gpus = capacity_gpus_;
@@ -887,6 +914,7 @@ void DecisionEngine::AddAllocations(ClusterView& view) const {
 void DecisionEngine::Replan() {
   std::lock_guard<std::mutex> plan_lock(plan_mu_);
   if (!leading_.load(std::memory_order_acquire)) return;  // a follower
+  const auto started = std::chrono::steady_clock::now();
   std::optional<uint32_t> capacity_gpus;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -896,10 +924,16 @@ void DecisionEngine::Replan() {
   const absl::Time now = clock_->Now();
   store_.Tick(now);
   PlanResult result = ComputePlan(plan_slots_, capacity_gpus, now);
+  PlanStats stats;
+  stats.optimality_gap = result.gap;
   {
     const DeliverOnExit deliver(board_);  // after the lock below is released
     std::lock_guard<std::mutex> lock(mu_);
-    CommitLocked(std::move(result), now);
+    CommitLocked(std::move(result), now, stats);
+  }
+  if (options_.plan_observer) {
+    stats.duration = absl::FromChrono(std::chrono::steady_clock::now() - started);
+    options_.plan_observer(stats);
   }
   // Without the engine's lock: calls and reads go on while it writes.
   CheckpointMeasurements(now);
@@ -932,7 +966,7 @@ std::optional<uint32_t> DecisionEngine::SyncSlotsLocked() {
 
 void DecisionEngine::MarkChangedLocked(const std::string& job_id) { dirty_.insert(job_id); }
 
-void DecisionEngine::CommitLocked(PlanResult result, absl::Time now) {
+void DecisionEngine::CommitLocked(PlanResult result, absl::Time now, PlanStats& stats) {
   // The jobs changed since the sync are in dirty_ again. A deregistered
   // one gets no recommendation back; one registered again is planned anew
   // by the next plan; one with a new spec or applied state keeps this
@@ -964,6 +998,7 @@ void DecisionEngine::CommitLocked(PlanResult result, absl::Time now) {
         // The write may have landed all the same (a timeout, or some of
         // its transactions): those generations are spent.
         board_.ReserveGenerations(kept);
+        stats.published = false;
         return;
       }
     }
@@ -972,7 +1007,7 @@ void DecisionEngine::CommitLocked(PlanResult result, absl::Time now) {
   last_plan_upper_bound_ = result.upper_bound;
   last_plan_gap_ = result.gap;
   last_plan_exact_ = result.exact;
-  board_.Stage(std::move(result.recs));
+  board_.Stage(std::move(result.recs), &stats.changes_by_action);
   planned_at_ = now;
   ++plans_run_;
 }

@@ -100,8 +100,9 @@ void RecommendationBoard::Remove(const std::string& job_id) {
   Deliver();
 }
 
-void RecommendationBoard::Stage(std::vector<Recommendation> decisions) {
-  StageInto(std::move(decisions), nullptr);
+void RecommendationBoard::Stage(std::vector<Recommendation> decisions,
+                                std::array<uint64_t, kActionCount>* target_changes) {
+  StageInto(std::move(decisions), nullptr, target_changes);
 }
 
 RecommendationBoard::Shard& RecommendationBoard::ShardOf(std::string_view job_id) {
@@ -112,7 +113,12 @@ const RecommendationBoard::Shard& RecommendationBoard::ShardOf(std::string_view 
 }
 
 void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
-                                    std::vector<Recommendation>* stored) {
+                                    std::vector<Recommendation>* stored,
+                                    std::array<uint64_t, kActionCount>* target_changes) {
+  const auto count_change = [target_changes](const Recommendation& rec) {
+    const auto action = static_cast<size_t>(rec.action);
+    if (target_changes != nullptr && action < kActionCount) ++(*target_changes)[action];
+  };
   // Shard by shard, so a reader of one job (Get) waits for at most one
   // shard's share of a plan; the events keep the decisions' order.
   std::vector<std::vector<size_t>> by_shard(kShards);
@@ -133,6 +139,7 @@ void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
       Recommendation& rec = decisions[i];
       auto it = shard.current.find(rec.job_id);
       if (it == shard.current.end()) {
+        count_change(rec);
         rec.generation = NextGeneration(shard, rec, 0);
         shard.retired_generations.erase(rec.job_id);
         shard.reserved.erase(rec.job_id);
@@ -145,6 +152,7 @@ void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
         if (old.SameTarget(rec)) {
           rec.generation = old.generation;
         } else {
+          count_change(rec);
           rec.generation = NextGeneration(shard, rec, old.generation);
           shard.reserved.erase(rec.job_id);
         }

@@ -12,6 +12,7 @@
 #include "client/adapter/adapter.h"
 
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -26,11 +27,13 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "client/adapter/adapter_metrics.h"
 #include "client/adapter/curl_kube_client.h"
 #include "client/adapter/kube_config.h"
 #include "rescale/clock.h"
@@ -886,6 +889,65 @@ TEST_CASE("a 409 Conflict makes the adapter re-GET and retry with the new resour
   CHECK(h.GetJob("default/bert")->status().current_replicas() == 4);
 }
 
+TEST_CASE("adapter metrics count patches by outcome and API errors by code and time applies",
+          "[metrics]") {
+  // Declared before the harness, which stops the adapter that uses them.
+  rescale::adapter::AdapterMetrics metrics;
+  std::unique_ptr<rescale::adapter::MeteredKubeClient> metered;
+  Harness h;
+  REQUIRE(metrics.Serve("127.0.0.1:0").ok());
+  REQUIRE(metrics.port() > 0);
+  metered = std::make_unique<rescale::adapter::MeteredKubeClient>(h.client.get(), &metrics);
+  const std::string path = JobPath("default", "bert");
+  h.kube.Put(PyTorchJob(JobParams{}));
+  h.kube.ConflictOnNextPatch(path, 1);
+  AdapterOptions options = h.Options();
+  options.metrics = &metrics;
+  h.adapter = std::make_unique<rescale::adapter::Adapter>(options, metered.get(), h.channel);
+  h.adapter->Start();
+  // Recorded before the event is emitted.
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  REQUIRE(Workers(h.kube.Object(path)) == 4);
+
+  httplib::Client client("127.0.0.1", metrics.port());
+  httplib::Result scraped = client.Get("/metrics");
+  REQUIRE(scraped);
+  REQUIRE(scraped->status == 200);
+  const std::string& text = scraped->body;
+  INFO(text);
+  // One 409, then the PATCH that applied; no PodGroup, so no other PATCH.
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_patches_total{outcome=\"conflict\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_patches_total{outcome=\"applied\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_patches_total{outcome=\"failed\"} 0\n"));
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_applies_total{outcome=\"applied\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_applies_total{outcome=\"failed\"} 0\n"));
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_apply_duration_seconds_count 1\n"));
+  // The conflict is an API error too, and each PodGroup flavour looked up
+  // and not found (the fake API has none) a GET answered 404.
+  CHECK_THAT(text, Catch::Contains(
+                       "rescale_adapter_kube_api_errors_total{code=\"ABORTED\",verb=\"patch\"} 1\n"));
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_kube_api_errors_total{code=\"NOT_FOUND\",verb=\"get\"}"));
+
+  // Debian's promtool finds nothing to say about it.
+  REQUIRE(std::filesystem::exists("/usr/bin/promtool"));
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() /
+      ("rescale-adapter-metrics-" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(file) << text;
+  FILE* pipe = ::popen(("/usr/bin/promtool check metrics < " + file.string() + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  std::filesystem::remove(file);
+  INFO(output);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(output.empty());
+  h.adapter->Stop();
+}
+
 TEST_CASE("a watch answered with 410 Gone relists and catches up") {
   for (bool as_http : {true, false}) {
     DYNAMIC_SECTION((as_http ? "HTTP 410" : "ERROR event with code 410")) {
@@ -1263,5 +1325,139 @@ TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs"
   CHECK_FALSE(ha_container["livenessProbe"]["grpc"]["service"]);
   REQUIRE(by_kind.count("ServiceAccount/rescale-adapter"));
   REQUIRE(by_kind.count("ClusterRoleBinding/rescale-adapter"));
+}
+
+// The pod template `pod` is scraped (prometheus.io annotations) on `port`,
+// which its first container serves metrics on (`flag`) and names "metrics".
+void CheckScraped(const YAML::Node& pod, const std::string& what, int port,
+                  const std::string& flag) {
+  INFO(what);
+  const YAML::Node annotations = pod["metadata"]["annotations"];
+  REQUIRE(annotations);
+  CHECK(annotations["prometheus.io/scrape"].as<std::string>() == "true");
+  CHECK(annotations["prometheus.io/port"].as<std::string>() == std::to_string(port));
+  CHECK(annotations["prometheus.io/path"].as<std::string>() == "/metrics");
+  const YAML::Node container = pod["spec"]["containers"][0];
+  bool listens = false;
+  for (const YAML::Node& arg : container["args"]) {
+    listens |= arg.as<std::string>() == flag + "=0.0.0.0:" + std::to_string(port);
+  }
+  CHECK(listens);
+  bool named = false;
+  for (const YAML::Node& container_port : container["ports"]) {
+    named |= container_port["name"].as<std::string>() == "metrics" &&
+             container_port["containerPort"].as<int>() == port;
+  }
+  CHECK(named);
+}
+
+TEST_CASE("the docker/k8s pods are scraped by annotation on the port their metrics listen on",
+          "[metrics]") {
+  const std::filesystem::path dir = std::filesystem::path(RESCALE_SOURCE_DIR) / "docker" / "k8s";
+  std::map<std::string, YAML::Node> by_kind;
+  for (const std::filesystem::path& file :
+       {dir / "rescaled.yaml", dir / "adapter.yaml", dir / "ha" / "rescaled-ha.yaml"}) {
+    for (const YAML::Node& doc : YAML::LoadAllFromFile(file.string())) {
+      if (!doc || doc.IsNull()) continue;
+      by_kind[file.filename().string() + ":" + doc["kind"].as<std::string>()] = doc;
+    }
+  }
+  REQUIRE(by_kind.count("rescaled.yaml:StatefulSet"));
+  REQUIRE(by_kind.count("rescaled-ha.yaml:Deployment"));
+  REQUIRE(by_kind.count("adapter.yaml:Deployment"));
+  CheckScraped(by_kind["rescaled.yaml:StatefulSet"]["spec"]["template"], "rescaled.yaml", 9464,
+               "--metrics_listen");
+  CheckScraped(by_kind["rescaled-ha.yaml:Deployment"]["spec"]["template"], "rescaled-ha.yaml",
+               9464, "--metrics_listen");
+  CheckScraped(by_kind["adapter.yaml:Deployment"]["spec"]["template"], "adapter.yaml", 9465,
+               "--metrics-listen");
+}
+
+TEST_CASE("the Grafana dashboard parses and every query names metrics rescaled or the adapter "
+          "export",
+          "[metrics]") {
+  // The metric names as exported: a rescaled with metrics on, after one
+  // call (the grpc_server_* series appear with the first), and the
+  // adapter's registry. Histograms add _bucket, _count and _sum.
+  rescale::server::ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "127.0.0.1:0";
+  options.run_plan_timer = false;
+  options.engine.capacity_gpus = 8;  // rescale_gpus_capacity is absent while unknown
+  auto started = rescale::server::RescaleServer::Start(options);
+  REQUIRE(started.ok());
+  {
+    auto stub = v1::ClusterService::NewStub(
+        grpc::CreateChannel((*started)->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    v1::Cluster cluster;
+    REQUIRE(stub->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok());
+  }
+  httplib::Client client("127.0.0.1", (*started)->metrics_port());
+  httplib::Result scraped = client.Get("/metrics");
+  REQUIRE(scraped);
+  rescale::adapter::AdapterMetrics adapter_metrics;
+  adapter_metrics.RecordApiError("get", absl::StatusCode::kNotFound);
+  std::set<std::string> exported;
+  for (const std::string& text : {scraped->body, adapter_metrics.Serialize()}) {
+    std::istringstream lines(text);
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      exported.insert(line.substr(0, line.find_first_of("{ ")));
+    }
+  }
+  for (const char* name : {"rescale_jobs", "rescale_gpus_capacity", "rescale_gpus_allocated",
+                           "rescale_plan_duration_seconds_bucket", "grpc_server_handled_total",
+                           "grpc_server_handling_seconds_bucket",
+                           "rescale_adapter_patches_total"}) {
+    INFO(name);
+    CHECK(exported.count(name));
+  }
+
+  const std::filesystem::path file = std::filesystem::path(RESCALE_SOURCE_DIR) / "docker" / "k8s" /
+                                     "grafana" / "rescale-dashboard.json";
+  std::ifstream in(file);
+  REQUIRE(in);
+  const json dashboard = json::parse(in);  // throws (fails the test) when it does not parse
+  REQUIRE(dashboard["panels"].is_array());
+  std::set<std::string> titles;
+  std::set<std::string> used;
+  size_t queries = 0;
+  for (const json& panel : dashboard["panels"]) {
+    titles.insert(panel["title"].get<std::string>());
+    for (const json& target : panel["targets"]) {
+      std::string expr = target["expr"].get<std::string>();
+      INFO(expr);
+      ++queries;
+      // Label values ("OK") are not names: drop the quoted strings.
+      expr = std::regex_replace(expr, std::regex("\"[^\"]*\""), "\"\"");
+      size_t names = 0;
+      const std::regex identifier("[a-zA-Z_:][a-zA-Z0-9_:]*");
+      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), identifier);
+           it != std::sregex_iterator(); ++it) {
+        const std::string name = it->str();
+        if (!name.starts_with("rescale_") && !name.starts_with("grpc_server_")) continue;
+        ++names;
+        used.insert(name);
+        INFO(name);
+        CHECK(exported.count(name));
+      }
+      CHECK(names > 0);
+    }
+  }
+  CHECK(queries >= 5);
+  // What the dashboard is for: jobs, GPUs, plan time, ingest rate, rejections.
+  for (const char* title : {"Jobs by state", "GPUs", "Plan time", "Ingest rate",
+                            "Rejected samples by reason"}) {
+    INFO(title);
+    CHECK(titles.count(title));
+  }
+  for (const char* name : {"rescale_jobs", "rescale_gpus_capacity", "rescale_samples_accepted_total",
+                           "rescale_samples_rejected_total",
+                           "rescale_plan_duration_seconds_bucket"}) {
+    INFO(name);
+    CHECK(used.count(name));
+  }
 }
 }  // namespace

@@ -1367,4 +1367,52 @@ TEST_CASE("a plan computed on a snapshot hands the policies' memory back to the 
   CHECK(rec.reason.find("finished exploring") != std::string::npos);
 }
 
+
+TEST_CASE("the plan observer sees each plan's changes by action and jobs are counted by state") {
+  ManualClock clock;
+  EngineOptions options = StaticMinOptions();
+  options.capacity_gpus = 4;
+  std::vector<PlanStats> plans;  // no timer: each change plans on this thread
+  options.plan_observer = [&plans](const PlanStats& stats) { plans.push_back(stats); };
+  auto engine_owner = MustCreate(options, &clock);
+  DecisionEngine& engine = *engine_owner;
+  const size_t at_start = plans.size();
+  const auto changes = [&](Action action) {
+    return plans.back().changes_by_action[static_cast<size_t>(action)];
+  };
+
+  const JobView a = MustRegister(engine, Spec("team-a/a", 2, 8));
+  REQUIRE(plans.size() == at_start + 1);
+  CHECK(plans.back().published);
+  CHECK(plans.back().duration >= absl::ZeroDuration());
+  CHECK(changes(Action::kScaleUp) == 1);  // a's first recommendation
+  const JobView b = MustRegister(engine, Spec("team-a/b", 2, 8));
+  CHECK(changes(Action::kScaleUp) == 1);  // b's; a's target stays
+  MustRegister(engine, Spec("team-a/c", 2, 8));  // no GPUs left: it waits
+  uint64_t total = 0;
+  for (uint64_t n : plans.back().changes_by_action) total += n;
+  CHECK(total == 1);  // c's first recommendation (0 replicas), nothing else
+
+  JobStateCounts counts = engine.CountJobStates();
+  CHECK(counts.running == 2);
+  CHECK(counts.waiting == 1);
+  CHECK(counts.suspended == 0);
+
+  // Both run; then the capacity halves: one of them is suspended, and it
+  // counts as suspended (it ran), not waiting.
+  REQUIRE(engine.ReportApplied("team-a/a", 2, false, a.recommendation->generation).ok());
+  REQUIRE(engine.ReportApplied("team-a/b", 2, false, b.recommendation->generation).ok());
+  MustSetCapacity(engine, 2);
+  CHECK(changes(Action::kSuspend) == 1);
+  counts = engine.CountJobStates();
+  CHECK(counts.running == 1);
+  CHECK(counts.waiting == 1);
+  CHECK(counts.suspended == 1);
+  CHECK(engine.watcher_count() == 0);
+  auto watch = engine.Watch();
+  REQUIRE(watch.ok());
+  CHECK(engine.watcher_count() == 1);
+  engine.Unwatch(*watch);
+}
+
 }  // namespace rescale

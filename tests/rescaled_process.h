@@ -40,11 +40,13 @@ struct Rescaled {
   std::unique_ptr<v1::ClusterService::Stub> cluster;
 
   // rescaled on a free port with `flags` after these defaults:
-  // --capacity_gpus=40 --plan_interval=200ms --cooldown=0s.
+  // --capacity_gpus=40 --plan_interval=200ms --cooldown=0s, and metrics on
+  // a free port too (--metrics_listen's default, 9464, would collide with
+  // the other processes tests start in parallel).
   static std::unique_ptr<Rescaled> Start(const std::vector<std::string>& flags) {
     std::vector<std::string> argv = {RESCALED_BINARY, "--listen=127.0.0.1:0",
-                                     "--capacity_gpus=40", "--plan_interval=200ms",
-                                     "--cooldown=0s"};
+                                     "--metrics_listen=127.0.0.1:0", "--capacity_gpus=40",
+                                     "--plan_interval=200ms", "--cooldown=0s"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     auto started = ChildProcess::Start(argv);
     REQUIRE(started.ok());

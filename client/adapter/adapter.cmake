@@ -13,11 +13,13 @@ add_library(rescale_adapter_lib
   client/adapter/list_watch.cc
   client/adapter/kube_config.cc
   client/adapter/curl_kube_client.cc
+  client/adapter/adapter_metrics.cc
 )
 target_include_directories(rescale_adapter_lib PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(rescale_adapter_lib PUBLIC rescale_base rescale_client_common rescale_proto CURL::libcurl
   nlohmann_json::nlohmann_json yaml-cpp absl::status absl::statusor absl::strings
-  absl::synchronization absl::time spdlog::spdlog Threads::Threads)
+  absl::synchronization absl::time spdlog::spdlog Threads::Threads
+  prometheus-cpp::core prometheus-cpp::pull)
 
 add_executable(rescale-adapter client/adapter/main.cc)
 target_link_libraries(rescale-adapter PRIVATE rescale_adapter_lib

@@ -50,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/adapter/adapter_metrics.h"
 #include "client/adapter/kube_client.h"
 #include "client/adapter/pytorchjob.h"
 #include "client/common/backoff.h"
@@ -108,6 +109,10 @@ struct AdapterOptions {
   std::function<double()> random;
   // Receives every AdapterEvent, on the adapter's threads; must not block.
   std::function<void(const AdapterEvent&)> observer;
+  // Where applies are counted and timed (null = nowhere); must outlive the
+  // adapter. API errors and PATCHes are counted by wrapping the KubeClient
+  // in a MeteredKubeClient on the same AdapterMetrics.
+  AdapterMetrics* metrics = nullptr;
 };
 
 class Adapter {

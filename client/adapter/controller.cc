@@ -3,6 +3,7 @@
 // applier), registration with rescaled, and the applying of recommendations
 // in the safe order.
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <utility>
 
@@ -539,6 +540,8 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
       workers = clamped;
     }
   }
+  // Wall time, for the metrics only (the backoff's waits are in it).
+  const auto apply_started = std::chrono::steady_clock::now();
   client::Backoff backoff(options_.backoff, [this] { return NextRandom(); });
   absl::Status status;
   for (int attempt = 1; attempt <= options_.max_apply_attempts && !stopping(); ++attempt) {
@@ -551,6 +554,10 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
     spdlog::warn("apply generation {} to {}: {}{}", recommendation.generation(), id,
                  status.ToString(), retryable ? "; retrying" : "");
     if (!retryable || !SleepFor(backoff.Next())) break;
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordApply(
+        status.ok(), absl::FromChrono(std::chrono::steady_clock::now() - apply_started));
   }
   if (!status.ok()) {
     spdlog::error("gave up applying generation {} to {}: {}", recommendation.generation(), id,

@@ -3,6 +3,7 @@
 // Usage:
 //   rescale-adapter --server rescaled.rescale:50051              # in a pod
 //   rescale-adapter --server 127.0.0.1:50051 --kubeconfig ~/.kube/config --dry-run
+//   rescale-adapter ... --metrics-listen=0.0.0.0:9465   # Prometheus at /metrics; empty = off
 // Kubernetes credentials: --kubeconfig, else in-cluster (service-account
 // token and CA) when KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG, else
 // ~/.kube/config. TLS to the API server is always verified; an http://
@@ -21,6 +22,7 @@
 #include <sstream>
 
 #include "client/adapter/adapter.h"
+#include "client/adapter/adapter_metrics.h"
 #include "client/adapter/curl_kube_client.h"
 #include "client/adapter/kube_config.h"
 #include "client/common/credentials.h"
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> job_apis;
   double backoff_initial = absl::ToDoubleSeconds(options.backoff.initial);
   double backoff_max = absl::ToDoubleSeconds(options.backoff.max);
+  std::string metrics_listen = rescale::adapter::kDefaultAdapterMetricsListen;
 
   CLI::App app{
       "rescale-adapter: applies Rescale's recommendations to Kubeflow and KubeDL "
@@ -67,6 +70,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-conflict-retries", options.max_conflict_retries,
                  "409 Conflicts retried per write")
+      ->capture_default_str();
+  app.add_option("--metrics-listen,--metrics_listen", metrics_listen,
+                 "host:port to serve Prometheus metrics on at /metrics (port 0 = any free port; "
+                 "empty = no metrics). Not rescaled's 9464, so both can run with their defaults "
+                 "on one machine")
       ->capture_default_str();
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
@@ -144,7 +152,23 @@ int main(int argc, char** argv) {
 
   spdlog::info("rescale-adapter: rescaled {} ; Kubernetes {} ; selector {}{}", server,
                config->server, options.label_selector, options.dry_run ? " ; DRY RUN" : "");
-  rescale::adapter::Adapter adapter(options, kube->get(), *servers);
+  // The metrics wrap the Kubernetes client to count its errors and
+  // PATCHes; off, the adapter talks to the client directly.
+  rescale::adapter::AdapterMetrics metrics;
+  rescale::adapter::MeteredKubeClient metered(kube->get(), &metrics);
+  rescale::adapter::KubeClient* kube_client = kube->get();
+  if (!metrics_listen.empty()) {
+    if (absl::Status served = metrics.Serve(metrics_listen); !served.ok()) {
+      std::cerr << "rescale-adapter: " << served.message() << "\n";
+      return 2;
+    }
+    spdlog::info("metrics at http://{}:{}/metrics (--metrics-listen={})",
+                 metrics_listen.substr(0, metrics_listen.rfind(':')), metrics.port(),
+                 metrics_listen);
+    options.metrics = &metrics;
+    kube_client = &metered;
+  }
+  rescale::adapter::Adapter adapter(options, kube_client, *servers);
   adapter.Start();
   int signal = 0;
   sigwait(&signals, &signal);

@@ -66,6 +66,31 @@
 
 namespace rescale {
 
+// What one plan did, for monitoring (EngineOptions::plan_observer): rescaled
+// turns it into Prometheus metrics without the core knowing of them.
+struct PlanStats {
+  // Wall time (steady clock, not the injected one: this is a measurement,
+  // not logic) from the sync of the jobs to the commit of the result.
+  absl::Duration duration;
+  // The plan's relative gap to its upper bound (ClusterView::optimality_gap).
+  double optimality_gap = 0;
+  // False when the state store refused its generations (nothing published).
+  bool published = true;
+  // Recommendations whose target (replicas, suspend) this plan changed, new
+  // jobs' first ones included, by the new one's action (index: Action).
+  std::array<uint64_t, kActionCount> changes_by_action{};
+};
+
+// Registered jobs by what they do now (rescaled's rescale_jobs{state}).
+// running: the current recommendation gives it replicas. Otherwise
+// suspended when it ran before (preempted or suspended since), waiting when
+// it never ran (queued, or not planned yet).
+struct JobStateCounts {
+  uint64_t running = 0;
+  uint64_t waiting = 0;
+  uint64_t suspended = 0;
+};
+
 // Every option of the engine, with its default. rescaled's flags of the same
 // names set them (ServerOptions embeds this struct); the simulator fills the
 // same struct. Create() checks them.
@@ -135,6 +160,10 @@ struct EngineOptions {
   // without the engine's lock, so a test can hold a plan there and check
   // what goes on meanwhile. Empty in production.
   std::function<void()> plan_compute_hook;
+  // Called after every plan (on the thread that planned, with no lock of
+  // the engine's held) with what it did; must be quick and thread-safe.
+  // Empty = nothing is measured.
+  std::function<void(const PlanStats&)> plan_observer;
 };
 
 class DecisionEngine {
@@ -181,6 +210,11 @@ class DecisionEngine {
   // UNAVAILABLE when options.state cannot record it (nothing changes).
   absl::StatusOr<ClusterView> SetCapacity(uint32_t total_gpus);
   ClusterView GetCluster() const;
+  // Registered jobs by state (see JobStateCounts); O(jobs), no engine lock
+  // (a metrics scrape).
+  JobStateCounts CountJobStates() const;
+  // Open WatchRecommendations streams.
+  int watcher_count() const { return board_.subscription_count(); }
 
   // A stream of recommendation changes: ADDED for every current job in
   // `namespace_filter` (empty = all), SYNCED, then every change (see
@@ -385,8 +419,9 @@ class DecisionEngine {
   // sync (dirty_), which it clears, and returns the capacity to plan.
   std::optional<uint32_t> SyncSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, plan_mu_);
   // Publishes a plan computed on the slots as last synced, for the jobs
-  // still registered.
-  void CommitLocked(PlanResult result, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, plan_mu_);
+  // still registered; fills `stats`' published and changes_by_action.
+  void CommitLocked(PlanResult result, absl::Time now, PlanStats& stats)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, plan_mu_);
   // The cluster's capacity and the last plan's figures; AddAllocations adds
   // what the board's recommendations allocate, without mu_.
   ClusterView PlanSummaryLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);

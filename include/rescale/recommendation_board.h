@@ -111,7 +111,11 @@ class RecommendationBoard {
 
   // Publish and Remove without the fan-out: the events wait for Deliver.
   // Readers (Get, List) see the change at once; watchers once delivered.
-  void Stage(std::vector<Recommendation> decisions);
+  // With `target_changes`, adds to it, by the new recommendation's action,
+  // the decisions whose target (replicas, suspend) changed, new jobs'
+  // first ones included (monitoring: recommendation changes per plan).
+  void Stage(std::vector<Recommendation> decisions,
+             std::array<uint64_t, kActionCount>* target_changes = nullptr);
   // The generation each of `decisions` gets if staged now (set in place),
   // and the indices of those that are new or change what a watcher sees
   // (the target, and with it the generation, among it): what must be
@@ -183,7 +187,8 @@ class RecommendationBoard {
   Shard& ShardOf(std::string_view job_id);
   const Shard& ShardOf(std::string_view job_id) const;
   // Stage; with `stored`, also the recommendations as stored.
-  void StageInto(std::vector<Recommendation> decisions, std::vector<Recommendation>* stored);
+  void StageInto(std::vector<Recommendation> decisions, std::vector<Recommendation>* stored,
+                 std::array<uint64_t, kActionCount>* target_changes = nullptr);
   void StageEventLocked(RecommendationEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every shard's decisions in `namespace_filter`, unordered.
   std::vector<std::shared_ptr<const Recommendation>> CopyLocked(

@@ -72,6 +72,8 @@ struct JobStatus {
 };
 
 enum class Action { kUnspecified, kHold, kScaleUp, kScaleDown, kSuspend, kResume };
+// How many Actions there are: arrays indexed by Action (counts per action).
+inline constexpr size_t kActionCount = 6;
 
 enum class BindingConstraint {
   kUnspecified,
