@@ -284,6 +284,11 @@ absl::Status RescaleServer::ReloadCredentials() {
   return impl_->auth->ReloadIfChanged();
 }
 
+std::string RescaleServer::MetricsText() const {
+  return impl_ != nullptr && impl_->observability != nullptr ? impl_->observability->Serialize()
+                                                             : "";
+}
+
 int RescaleServer::metrics_port() const {
   return impl_ != nullptr && impl_->observability != nullptr ? impl_->observability->port() : 0;
 }

@@ -89,6 +89,8 @@ class RescaleServer {
   std::string address() const;
   // The port /metrics is served on; 0 when metrics are off.
   int metrics_port() const;
+  // The metrics as a scrape would see them; empty when metrics are off.
+  std::string MetricsText() const;
 
   // Stops accepting RPCs, closes watch streams with UNAVAILABLE, lets
   // in-flight unary RPCs finish for up to `grace`, stops the plan timer.

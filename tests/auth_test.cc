@@ -251,7 +251,9 @@ TEST_CASE("with a token file, anonymous callers and unknown tokens are UNAUTHENT
 }
 
 TEST_CASE("a reporter reports for its namespace only and cannot deregister", "[auth]") {
-  AuthServer t;
+  ServerOptions with_metrics;
+  with_metrics.metrics_listen = "127.0.0.1:0";
+  AuthServer t(with_metrics);
   Client admin = t.As(kAdminToken);
   REQUIRE(admin.Register("team-a/bert").ok());
   REQUIRE(admin.Register("team-b/gpt").ok());
@@ -299,6 +301,12 @@ TEST_CASE("a reporter reports for its namespace only and cannot deregister", "[a
   }
   CHECK(saw_deregister);
   CHECK(saw_batch);
+
+  // And in the metrics, under its own reason.
+  const std::string metrics = t.server->MetricsText();
+  CHECK_THAT(metrics,
+             Catch::Contains("rescale_samples_rejected_total{reason=\"permission_denied\"} 1\n"));
+  CHECK_THAT(metrics, Catch::Contains("rescale_samples_accepted_total 2\n"));
 }
 
 TEST_CASE("a viewer reads its namespaces and cannot write", "[auth]") {
