@@ -1320,9 +1320,23 @@ TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs"
   CHECK(ha_args.count("--state=etcd://etcd.rescale.svc:2379/rescale"));
   CHECK(ha_args.count("--advertise_address=$(POD_IP):50051"));
   CHECK(ha_container["env"][0]["name"].as<std::string>() == "POD_IP");
-  CHECK(ha_container["readinessProbe"]["grpc"]["service"].as<std::string>() ==
-        "rescale.v1.JobService");
-  CHECK_FALSE(ha_container["livenessProbe"]["grpc"]["service"]);
+  // Probes run rescalectl over TLS: readiness asks for the leader-only
+  // service, liveness for the server as a whole.
+  auto probe = [&](const char* which) {
+    std::vector<std::string> command;
+    for (const YAML::Node& word : ha_container[which]["exec"]["command"]) {
+      command.push_back(word.as<std::string>());
+    }
+    return command;
+  };
+  const std::vector<std::string> readiness = probe("readinessProbe");
+  REQUIRE(readiness.size() >= 3);
+  CHECK(readiness.front() == "rescalectl");
+  CHECK(std::vector<std::string>(readiness.end() - 3, readiness.end()) ==
+        std::vector<std::string>{"health", "--service", "rescale.v1.JobService"});
+  const std::vector<std::string> liveness = probe("livenessProbe");
+  REQUIRE_FALSE(liveness.empty());
+  CHECK(liveness.back() == "health");
   REQUIRE(by_kind.count("ServiceAccount/rescale-adapter"));
   REQUIRE(by_kind.count("ClusterRoleBinding/rescale-adapter"));
 }

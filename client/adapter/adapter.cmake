@@ -35,6 +35,7 @@ if(NOT RESCALE_SANITIZE STREQUAL "thread")
     tests/etcd_cluster.cc
     tests/adapter_test.cc
     tests/client_common_test.cc
+    tests/k8s_security_test.cc
   )
   # The high-availability case also runs the agent's sender against two
   # rescaled processes of this build on a real etcd.
