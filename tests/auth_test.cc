@@ -22,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
+#include "tests/eventually.h"
 #include "tests/temp_dir.h"
 #include "tests/test_pki.h"
 
@@ -32,6 +33,7 @@ using rescale::client::RescaledConnection;
 using rescale::client::SecurityFlags;
 using rescale::server::RescaleServer;
 using rescale::server::ServerOptions;
+using rescale::testing::Eventually;
 using rescale::testing::PemPair;
 using rescale::testing::TempDir;
 using rescale::testing::TestCa;
@@ -57,15 +59,6 @@ constexpr char kTokenFile[] =
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
-}
-
-bool Eventually(absl::Duration within, const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + within;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return done();
 }
 
 // Every service's stub on one channel.

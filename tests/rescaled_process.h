@@ -20,6 +20,7 @@
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/etcd_cluster.h"
+#include "tests/eventually.h"
 
 namespace rescale::testing {
 
@@ -101,16 +102,6 @@ struct Rescaled {
     return by_job;
   }
 };
-
-// Asks `done` every 50 ms until it holds or `within` has passed.
-inline bool Eventually(absl::Duration within, const std::function<bool()>& done) {
-  const absl::Time deadline = absl::Now() + within;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return done();
-}
 
 inline std::string Leadership(Rescaled& rescaled) {
   grpc::ClientContext ctx;
