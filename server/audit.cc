@@ -44,6 +44,7 @@ void AuditLog::Record(const Identity& caller, absl::string_view method, absl::st
                                      {"method", std::string(method)},
                                      {"job", std::string(job)},
                                      {"outcome", code}};
+    if (!caller.peer.empty()) record["peer"] = caller.peer;
     if (!outcome.ok()) record["error"] = std::string(outcome.message());
     if (!detail.empty()) record["detail"] = std::string(detail);
     std::string members = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -52,11 +53,18 @@ void AuditLog::Record(const Identity& caller, absl::string_view method, absl::st
     logger_->log(level, "{}", members);
     return;
   }
-  std::string line = absl::StrFormat("user=%s role=%s method=%s job=%s outcome=%s", caller.user,
-                                     role, method, job.empty() ? "-" : job, code);
-  // Quoted with C escapes, so a message's own quotes cannot end the field.
-  if (!outcome.ok()) absl::StrAppend(&line, " error=\"", absl::CEscape(outcome.message()), "\"");
-  if (!detail.empty()) absl::StrAppend(&line, " detail=\"", absl::CEscape(detail), "\"");
+  // Every value a caller chose (user from a certificate's CN, job from the
+  // request, messages quoting them) is quoted with C escapes, so no value
+  // can end its field or the line and forge another record.
+  auto quoted = [](absl::string_view value) {
+    return absl::StrCat("\"", absl::CEscape(value), "\"");
+  };
+  std::string line =
+      absl::StrFormat("user=%s role=%s method=%s job=%s outcome=%s", quoted(caller.user), role,
+                      method, job.empty() ? "-" : quoted(job), code);
+  if (!caller.peer.empty()) absl::StrAppend(&line, " peer=", quoted(caller.peer));
+  if (!outcome.ok()) absl::StrAppend(&line, " error=", quoted(outcome.message()));
+  if (!detail.empty()) absl::StrAppend(&line, " detail=", quoted(detail));
   logger_->log(level, "{}", line);
 }
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -78,6 +79,8 @@ absl::string_view RolesFor(Access access) {
     case Access::kWrite:
     case Access::kClusterWrite:
       return "controller or admin";
+    case Access::kLeadership:
+      return "any role";
   }
   return "admin";
 }
@@ -91,6 +94,8 @@ bool RoleAllows(Role role, Access access) {
     case Access::kWrite:
     case Access::kClusterWrite:
       return role == Role::kController || role == Role::kAdmin;
+    case Access::kLeadership:
+      return true;
   }
   return false;
 }
@@ -134,7 +139,7 @@ std::string Identity::Describe() const {
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::string_view source) {
   TokenTable table;
   std::set<std::array<uint8_t, 32>> tokens;
-  std::set<std::string> users;
+  std::map<std::string, std::shared_ptr<const Identity>> users;
   int line_number = 0;
   for (absl::string_view raw : absl::StrSplit(text, '\n')) {
     ++line_number;
@@ -187,8 +192,19 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
     if (!tokens.insert(entry.token_digest).second) {
       return error(absl::StrFormat("token of user \"%s\" is already another line's", user));
     }
-    if (!users.insert(std::string(user)).second) {
-      return error(absl::StrFormat("user \"%s\" has another line already", user));
+    // A user may have several tokens (to rotate one without an outage:
+    // add the new line, move the clients, remove the old), all with the
+    // same role and namespaces.
+    if (auto [first, inserted] = users.emplace(std::string(user), entry.identity); !inserted) {
+      const Identity& before = *first->second;
+      if (before.role != entry.identity->role ||
+          before.all_namespaces != entry.identity->all_namespaces ||
+          before.namespaces != entry.identity->namespaces) {
+        return error(absl::StrFormat(
+            "user \"%s\" has another line with a different role or namespaces; a user's "
+            "tokens must agree",
+            user));
+      }
     }
     table.entries_.push_back(std::move(entry));
   }
@@ -243,6 +259,7 @@ std::shared_ptr<const TokenTable> Authenticator::Table() const {
 
 absl::Status Authenticator::ReloadIfChanged() {
   if (options_.token_file.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> reading(reading_mu_);
   struct stat info {};
   if (stat(options_.token_file.c_str(), &info) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(

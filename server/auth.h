@@ -49,13 +49,18 @@ enum class Access {
   kRead,           // Get*, List*, Watch*
   kWrite,          // RegisterJob, UpdateJob, DeregisterJob, ReportApplied
   kClusterWrite,   // SetCapacity: cluster-wide, so every namespace is needed
+  kLeadership,     // who leads (GetCluster's leader fields): every role, so
+                   // every client can follow the leader
 };
 
 struct Identity {
   std::string user;
   Role role = Role::kAdmin;
-  // Authentication is off: the caller is nobody in particular.
+  // Authentication is off, or failed: the caller is nobody in particular.
   bool anonymous = false;
+  // Where an unidentified caller called from (gRPC's peer string), for the
+  // audit log; empty otherwise.
+  std::string peer;
   bool all_namespaces = true;
   std::vector<std::string> namespaces;  // sorted, when !all_namespaces
 
@@ -140,6 +145,10 @@ class Authenticator {
   mutable std::mutex mu_;
   std::shared_ptr<const TokenTable> table_;  // guarded by mu_; null without a token file
   FileStamp stamp_;                          // guarded by mu_
+
+  // Serialises ReloadIfChanged (the reload thread and SIGHUP): a slower
+  // reload of an older file must not install it over a newer one.
+  std::mutex reading_mu_;
 
   std::mutex reload_mu_;
   std::condition_variable reload_cv_;

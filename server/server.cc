@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "rescale/address.h"
 #include "rescale/read_file.h"
 #include "server/observability.h"
 #include "server/services.h"
@@ -37,13 +38,6 @@ absl::Status CheckPem(const std::string& path, absl::string_view flag, absl::str
         absl::StrCat(flag, " \"", path, "\" holds no PEM ", absl::AsciiStrToLower(kind)));
   }
   return absl::OkStatus();
-}
-
-bool IsLoopbackHost(absl::string_view host) {
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
 // Plaintext without a certificate; otherwise TLS whose files a watcher
@@ -133,8 +127,7 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   const bool tls = !options.tls_cert_file.empty();
   const bool authenticated =
       !options.auth_token_file.empty() || !options.tls_client_ca_file.empty();
-  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  if (!IsLoopbackHost(host) && !(tls && authenticated) && !options.insecure) {
+  if (!IsLocalAddress(options.listen) && !(tls && authenticated) && !options.insecure) {
     return absl::FailedPreconditionError(absl::StrCat(
         "refusing to serve ", options.listen, " without ",
         tls ? "authentication" : (authenticated ? "TLS" : "TLS and authentication"),

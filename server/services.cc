@@ -97,11 +97,24 @@ absl::StatusOr<std::shared_ptr<const Identity>> Admit(const CallSecurity& securi
   if (allowed.ok()) return caller;
   if (security.audit != nullptr) {
     Identity unknown;
-    unknown.user = absl::StrCat("unauthenticated peer ", context->peer());
+    unknown.user = "unauthenticated";
+    unknown.peer = context->peer();
     unknown.anonymous = true;
     security.audit->Record(caller.ok() ? **caller : unknown, method, job, allowed);
   }
   return allowed;
+}
+
+// A change a follower refused, audited like any other outcome.
+grpc::Status AuditedRefusal(const CallSecurity& security, const Identity& caller,
+                            absl::string_view method, absl::string_view job,
+                            const grpc::Status& refused) {
+  if (security.audit != nullptr) {
+    security.audit->Record(
+        caller, method, job,
+        absl::Status(static_cast<absl::StatusCode>(refused.error_code()), refused.error_message()));
+  }
+  return refused;
 }
 
 // Records a change's outcome in the audit log and passes it on.
@@ -117,7 +130,7 @@ absl::Status Audited(const CallSecurity& security, const Identity& caller, absl:
 // namespace pays one branch.
 IngestResult IngestPermitted(DecisionEngine& engine, const CallSecurity& security,
                              const Identity& caller, absl::string_view method,
-                             std::vector<StepSample> samples) {
+                             std::vector<StepSample> samples, bool* stream_audited = nullptr) {
   if (caller.all_namespaces) return engine.Ingest(samples);
   // The usual batch is one pod's, of one job: decide once per run of equal
   // job ids (which FromProto points at the same bytes), and take the batch
@@ -156,11 +169,23 @@ IngestResult IngestPermitted(DecisionEngine& engine, const CallSecurity& securit
   for (SampleRejection& rejection : result.rejections) {
     rejection.index = original_index[rejection.index];
   }
+  result.rejected += refused.size();
   result.rejected_for_permission += refused.size();
-  for (auto& [index, reason] : refused) result.Reject(index, std::move(reason));
+  // The store reported its first rejections among the permitted samples;
+  // with the refused ones, the first by index of both are the batch's.
+  for (auto& [index, reason] : refused) {
+    if (result.rejections.size() >= 2 * IngestResult::kMaxReportedRejections) break;
+    result.rejections.push_back({index, std::move(reason)});
+  }
   std::sort(result.rejections.begin(), result.rejections.end(),
             [](const SampleRejection& a, const SampleRejection& b) { return a.index < b.index; });
-  if (security.audit != nullptr) {
+  if (result.rejections.size() > IngestResult::kMaxReportedRejections) {
+    result.rejections.resize(IngestResult::kMaxReportedRejections);
+  }
+  // A stream is audited for its first such batch only: an agent sending
+  // another namespace's job id in every batch must not flood the log.
+  if (security.audit != nullptr && (stream_audited == nullptr || !*stream_audited)) {
+    if (stream_audited != nullptr) *stream_audited = true;
     security.audit->Record(caller, method, "", absl::PermissionDeniedError(refused.front().second),
                            absl::StrFormat("%d of %d samples refused for their namespace",
                                            refused.size(), samples.size()));
@@ -218,7 +243,8 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
       for (int i = 0; i < batch_.samples_size(); ++i) result.Reject(i, reason);
       if (observability_ != nullptr) observability_->RecordBatchTooLarge(batch_.samples_size());
     } else {
-      result = IngestPermitted(engine_, security_, *caller_, kStreamSamples, FromProto(batch_));
+      result = IngestPermitted(engine_, security_, *caller_, kStreamSamples, FromProto(batch_),
+                               &refusal_audited_);
       if (observability_ != nullptr) observability_->RecordIngest(result);
     }
     total_.Merge(result, static_cast<uint32_t>(samples_seen_));
@@ -237,6 +263,7 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
   const ServiceLimits limits_;
   const CallSecurity security_;
   const std::shared_ptr<const Identity> caller_;
+  bool refusal_audited_ = false;
   v1::IngestSummary* const summary_;
   ServerMetrics* const observability_;
   // This call's grpc_server_* series (the interceptor skips this method).
@@ -409,8 +436,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::RegisterJob(grpc::CallbackServerContex
   auto caller =
       Admit(security_, context, Access::kWrite, kRegisterJob, NamespaceOfJobId(job_id), job_id);
   if (!caller.ok()) return FinishUnary(context, caller.status());
-  if (auto refused = RefuseUnlessLeader(leadership_, context))
-    return FinishRefused(context, *refused);
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) {
+    return FinishRefused(context,
+                         AuditedRefusal(security_, **caller, kRegisterJob, job_id, *refused));
+  }
   absl::StatusOr<JobView> job = engine_.RegisterJob(FromProto(request->spec()));
   if (job.ok()) {
     ToProto(*job, response);
@@ -427,8 +456,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext*
   auto caller =
       Admit(security_, context, Access::kWrite, kUpdateJob, NamespaceOfJobId(job_id), job_id);
   if (!caller.ok()) return FinishUnary(context, caller.status());
-  if (auto refused = RefuseUnlessLeader(leadership_, context))
-    return FinishRefused(context, *refused);
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) {
+    return FinishRefused(context,
+                         AuditedRefusal(security_, **caller, kUpdateJob, job_id, *refused));
+  }
   absl::StatusOr<JobView> job = engine_.UpdateJob(FromProto(request->spec()));
   if (job.ok()) {
     ToProto(*job, response);
@@ -469,8 +500,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeregisterJob(grpc::CallbackServerCont
   auto caller =
       Admit(security_, context, Access::kWrite, kDeregisterJob, NamespaceOfJobId(job_id), job_id);
   if (!caller.ok()) return FinishUnary(context, caller.status());
-  if (auto refused = RefuseUnlessLeader(leadership_, context))
-    return FinishRefused(context, *refused);
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) {
+    return FinishRefused(context,
+                         AuditedRefusal(security_, **caller, kDeregisterJob, job_id, *refused));
+  }
   absl::Status status = engine_.DeregisterJob(job_id);
   if (status.ok()) spdlog::info("deregistered job {}", job_id);
   return FinishUnary(context, Audited(security_, **caller, kDeregisterJob, job_id, status));
@@ -538,8 +571,10 @@ grpc::ServerUnaryReactor* RecommendationServiceImpl::ReportApplied(
   auto caller =
       Admit(security_, context, Access::kWrite, kReportApplied, NamespaceOfJobId(job_id), job_id);
   if (!caller.ok()) return FinishUnary(context, caller.status());
-  if (auto refused = RefuseUnlessLeader(leadership_, context))
-    return FinishRefused(context, *refused);
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) {
+    return FinishRefused(context,
+                         AuditedRefusal(security_, **caller, kReportApplied, job_id, *refused));
+  }
   absl::StatusOr<JobStatus> status = engine_.ReportApplied(
       job_id, request->replicas(), request->suspended(), request->generation());
   if (status.ok()) ToProto(*status, response->mutable_status());
@@ -569,8 +604,9 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::SetCapacity(grpc::CallbackServerCo
                                                           v1::Cluster* response) {
   auto caller = Admit(security_, context, Access::kClusterWrite, kSetCapacity, "");
   if (!caller.ok()) return FinishUnary(context, caller.status());
-  if (auto refused = RefuseUnlessLeader(leadership_, context))
-    return FinishRefused(context, *refused);
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) {
+    return FinishRefused(context, AuditedRefusal(security_, **caller, kSetCapacity, "", *refused));
+  }
   absl::StatusOr<ClusterView> view = engine_.SetCapacity(request->total_gpus());
   if (view.ok()) {
     ClusterToProto(*std::move(view), **caller, response);
@@ -582,9 +618,13 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::SetCapacity(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetCluster(grpc::CallbackServerContext* context,
                                                          const v1::GetClusterRequest* request,
                                                          v1::Cluster* response) {
-  auto caller = Admit(security_, context, Access::kRead, kGetCluster, "");
+  // Every role may learn who leads (agents follow the leader with it); the
+  // cluster itself is for readers.
+  auto caller = Admit(security_, context, Access::kLeadership, kGetCluster, "");
   if (!caller.ok()) return FinishUnary(context, caller.status());
-  ClusterToProto(engine_.GetCluster(), **caller, response);
+  if (Authorize(**caller, Access::kRead, kGetCluster, "").ok()) {
+    ClusterToProto(engine_.GetCluster(), **caller, response);
+  }
   response->set_leading(leadership_ == nullptr || leadership_->IsLeader());
   if (leadership_ != nullptr) {
     response->set_leader(leadership_->LeaderAddress());

@@ -18,6 +18,7 @@
 
 #include "absl/time/clock.h"
 #include "client/common/credentials.h"
+#include "client/common/server_list.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "rescale/v1/rescale.grpc.pb.h"
@@ -214,8 +215,14 @@ TEST_CASE("a token file parses into identities and its errors name the line and 
              Catch::Contains("namespaces: \"Team_A\" is not a DNS-1123 label"));
   CHECK_THAT(error("a-token-of-enough-length,u,viewer,*\na-token-of-enough-length,v,viewer,*\n"),
              Catch::Contains("t.csv:2: token of user \"v\" is already another line's"));
-  CHECK_THAT(error("a-token-of-enough-length,u,viewer,*\nanother-token-enough-len,u,viewer,*\n"),
-             Catch::Contains("user \"u\" has another line already"));
+  CHECK_THAT(error("a-token-of-enough-length,u,viewer,*\nanother-token-enough-len,u,admin,*\n"),
+             Catch::Contains("user \"u\" has another line with a different role or namespaces"));
+  // Two tokens of one user, as during a rotation, both work.
+  auto rotating = TokenTable::Parse(
+      "old-token-0123456789abc,u,viewer,a;b\nnew-token-0123456789abc,u,viewer,b;a\n", "t.csv");
+  REQUIRE(rotating.status().message() == "");
+  CHECK(rotating->FindByToken("old-token-0123456789abc")->user == "u");
+  CHECK(rotating->FindByToken("new-token-0123456789abc")->user == "u");
 }
 
 TEST_CASE("with a token file, anonymous callers and unknown tokens are UNAUTHENTICATED", "[auth]") {
@@ -321,9 +328,8 @@ TEST_CASE("a viewer reads its namespaces and cannot write", "[auth]") {
   v1::Cluster cluster;
   REQUIRE(viewer.GetCluster(&cluster).ok());
   CHECK(cluster.total_gpus() == 8);
-  for (const auto& allocation : cluster.allocations()) {
-    CHECK(allocation.job_id() == "team-a/bert");
-  }
+  REQUIRE(cluster.allocations_size() == 1);
+  CHECK(cluster.allocations(0).job_id() == "team-a/bert");
 
   grpc::Status write = viewer.Register("team-a/new");
   CHECK(write.error_code() == grpc::StatusCode::PERMISSION_DENIED);
@@ -465,7 +471,8 @@ namespace {
 // rescaled with mutual TLS: server certificate from `server_ca`, clients'
 // certificates must chain to `client_ca`; no token file.
 struct MutualTlsServer {
-  MutualTlsServer() {
+  // With `token_file`, also tokens (and certificate users' namespaces).
+  explicit MutualTlsServer(const std::string& token_file = "") {
     spdlog::set_level(spdlog::level::warn);
     PemPair identity = server_ca.IssueServer();
     WriteFile(cert, identity.certificate);
@@ -478,6 +485,10 @@ struct MutualTlsServer {
     options.tls_key_file = key;
     options.tls_client_ca_file = client_ca_file;
     options.credentials_reload_interval = absl::Seconds(1);
+    if (!token_file.empty()) {
+      WriteFile(dir.File("tokens.csv"), token_file);
+      options.auth_token_file = dir.File("tokens.csv");
+    }
     options.audit_sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(10);
     auto started = RescaleServer::Start(options);
     REQUIRE(started.status().message() == "");
@@ -539,6 +550,28 @@ TEST_CASE("with mutual TLS a client needs a certificate, whose CN and O are the 
   CHECK_THAT(denied.error_message(), Catch::Contains("O=\"engineering\""));
 }
 
+TEST_CASE("a certificate user has the namespaces of its token-file line, or all without one",
+          "[auth]") {
+  MutualTlsServer t(kTokenFile);
+  auto register_as = [&](const PemPair& certificate, const std::string& job) {
+    return t.Dial(t.server_ca.certificate(), &certificate).Register(job).error_code();
+  };
+  // bob's line says team-b; his certificate says controller.
+  PemPair bob = t.client_ca.IssueClient("bob", "controller");
+  CHECK(register_as(bob, "team-b/x") == grpc::StatusCode::OK);
+  CHECK(register_as(bob, "team-a/x") == grpc::StatusCode::PERMISSION_DENIED);
+  PemPair erin = t.client_ca.IssueClient("erin", "controller");
+  CHECK(register_as(erin, "team-a/x") == grpc::StatusCode::OK);
+  // A token still wins over the certificate.
+  RescaledConnection viewer =
+      RescaledConnection::Of(grpc::SslCredentials({.pem_root_certs = t.server_ca.certificate(),
+                                                   .pem_private_key = bob.private_key,
+                                                   .pem_cert_chain = bob.certificate}),
+                             BearerToken::Fixed(kViewerToken));
+  CHECK(Client(viewer.Dial(t.server->address(), {})).Register("team-b/y").error_code() ==
+        grpc::StatusCode::PERMISSION_DENIED);
+}
+
 TEST_CASE("a rotated server certificate serves new connections while live ones keep working",
           "[auth]") {
   MutualTlsServer t;
@@ -596,6 +629,21 @@ TEST_CASE("clients send the token of --token-file and RESCALE_TOKEN", "[auth]") 
   Client viewer(from_env->Dial(t.server->address(), {}));
   CHECK(viewer.Get("team-a/x").ok());
   CHECK(viewer.Register("team-a/y").error_code() == grpc::StatusCode::PERMISSION_DENIED);
+
+  // A token goes in plaintext to a local address only.
+  CHECK(from_env->CheckTokenSafeFor("127.0.0.1:50051").ok());
+  CHECK_THAT(std::string(from_env->CheckTokenSafeFor("10.0.0.5:50051").message()),
+             Catch::Contains("refusing to send the token") && Catch::Contains("--tls"));
+  CHECK_THAT(std::string(rescale::client::ServerList::Create("127.0.0.1:1,rescaled.example:50051",
+                                                             *from_env)
+                             .status()
+                             .message()),
+             Catch::Contains("in plaintext to rescaled.example:50051"));
+  SecurityFlags tls;
+  tls.tls = true;
+  auto over_tls = RescaledConnection::Create(tls, kViewerToken);
+  REQUIRE(over_tls.ok());
+  CHECK(over_tls->CheckTokenSafeFor("10.0.0.5:50051").ok());
 
   flags.token_file = t.dir.File("missing");
   CHECK_THAT(std::string(RescaledConnection::Create(flags, nullptr).status().message()),

@@ -756,6 +756,13 @@ TEST_CASE("a --ca-file client connects over TLS to a server with that certificat
   CHECK(health.exit_code == 0);
   CHECK(health.out == "SERVING\n");
 
+  // The flag's environment variable does the same (a container's health
+  // check has only its environment).
+  setenv("RESCALE_CA_FILE", certificate.path().c_str(), 1);
+  CliResult from_environment = server.Run({"health"});
+  unsetenv("RESCALE_CA_FILE");
+  CHECK(from_environment.exit_code == 0);
+
   // Without TLS the handshake never happens: a connection error, not a hang.
   CliResult plaintext = server.Run({"--timeout", "5", "health"});
   CHECK(plaintext.exit_code == 1);

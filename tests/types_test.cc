@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "rescale/address.h"
+
 namespace rescale {
 namespace {
 
@@ -13,3 +15,18 @@ TEST_CASE("JobNamespace is the part of a job_id before its slash") {
 
 }  // namespace
 }  // namespace rescale
+
+TEST_CASE("IsLocalAddress trusts loopback literals, localhost and Unix sockets only") {
+  using rescale::IsLocalAddress;
+  CHECK(IsLocalAddress("127.0.0.1:50051"));
+  CHECK(IsLocalAddress("127.3.2.1:0"));
+  CHECK(IsLocalAddress("localhost:50051"));
+  CHECK(IsLocalAddress("[::1]:50051"));
+  CHECK(IsLocalAddress("unix:/run/rescale.sock"));
+  CHECK_FALSE(IsLocalAddress("0.0.0.0:50051"));
+  CHECK_FALSE(IsLocalAddress(":50051"));
+  CHECK_FALSE(IsLocalAddress("[::]:50051"));
+  CHECK_FALSE(IsLocalAddress("10.0.0.5:50051"));
+  CHECK_FALSE(IsLocalAddress("127.example.com:50051"));
+  CHECK_FALSE(IsLocalAddress("rescaled.rescale.svc:50051"));
+}

@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "rescale/address.h"
 #include "rescale/read_file.h"
 
 namespace rescale::client {
@@ -71,18 +72,24 @@ void AddSecurityFlags(CLI::App& app, SecurityFlags& flags, const std::string& gr
       ->group(group);
   app.add_option("--ca-file", flags.ca_file,
                  "PEM file of CAs to trust instead of the system's; implies --tls")
+      ->envname("RESCALE_CA_FILE")
       ->group(group);
   app.add_option("--cert-file", flags.cert_file,
                  "PEM client certificate for mutual TLS (with --key-file); implies --tls")
+      ->envname("RESCALE_CERT_FILE")
       ->group(group);
-  app.add_option("--key-file", flags.key_file, "PEM private key of --cert-file")->group(group);
+  app.add_option("--key-file", flags.key_file, "PEM private key of --cert-file")
+      ->envname("RESCALE_KEY_FILE")
+      ->group(group);
   app.add_option("--tls-server-name", flags.tls_server_name,
                  "Name rescaled's certificate must be valid for, if not the --server host (e.g. "
                  "rescaled.rescale.svc when following a leader to its pod IP)")
+      ->envname("RESCALE_TLS_SERVER_NAME")
       ->group(group);
   app.add_option("--token-file", flags.token_file,
                  "File holding the bearer token sent with every call (re-read when it "
                  "changes); default: $RESCALE_TOKEN")
+      ->envname("RESCALE_TOKEN_FILE")
       ->group(group);
 }
 
@@ -134,6 +141,7 @@ absl::StatusOr<RescaledConnection> RescaledConnection::Create(const SecurityFlag
   const bool tls = flags.tls || !flags.ca_file.empty() || !flags.cert_file.empty() ||
                    !flags.tls_server_name.empty();
   connection.tls_server_name_ = flags.tls_server_name;
+  connection.tls_ = tls;
   if (!tls) {
     connection.credentials_ = grpc::InsecureChannelCredentials();
   } else {
@@ -175,6 +183,13 @@ absl::StatusOr<RescaledConnection> RescaledConnection::Create(const SecurityFlag
   return connection;
 }
 
+absl::Status RescaledConnection::CheckTokenSafeFor(const std::string& address) const {
+  if (token_ == nullptr || tls_ || IsLocalAddress(address)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("refusing to send the token (--token-file or RESCALE_TOKEN) in plaintext to ",
+                   address, ": connect with --tls or --ca-file"));
+}
+
 RescaledConnection RescaledConnection::Insecure() { return Of(grpc::InsecureChannelCredentials()); }
 
 RescaledConnection RescaledConnection::Of(std::shared_ptr<grpc::ChannelCredentials> credentials,
@@ -182,6 +197,9 @@ RescaledConnection RescaledConnection::Of(std::shared_ptr<grpc::ChannelCredentia
   RescaledConnection connection;
   connection.credentials_ = std::move(credentials);
   connection.token_ = std::move(token);
+  // Given credentials are trusted to be what the caller chose; plaintext
+  // ones are the tests' and benchmarks', on loopback.
+  connection.tls_ = true;
   return connection;
 }
 
@@ -189,7 +207,9 @@ std::shared_ptr<grpc::Channel> RescaledConnection::Dial(const std::string& addre
                                                         const grpc::ChannelArguments& given) const {
   grpc::ChannelArguments args = given;
   if (!tls_server_name_.empty()) args.SetSslTargetNameOverride(tls_server_name_);
-  if (token_ == nullptr) return grpc::CreateCustomChannel(address, credentials_, args);
+  if (token_ == nullptr || !CheckTokenSafeFor(address).ok()) {
+    return grpc::CreateCustomChannel(address, credentials_, args);
+  }
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> creators;
   creators.push_back(std::make_unique<BearerTokenInterceptorFactory>(token_));
   return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials_, args,

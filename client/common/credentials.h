@@ -45,7 +45,10 @@ struct SecurityFlags {
 };
 
 // Adds --tls, --ca-file, --cert-file, --key-file, --tls-server-name and
-// --token-file (with RESCALE_TOKEN) to `app`, in `group` of its help.
+// --token-file to `app`, in `group` of its help; each may come from the
+// environment too (RESCALE_CA_FILE, RESCALE_CERT_FILE, RESCALE_KEY_FILE,
+// RESCALE_TLS_SERVER_NAME, RESCALE_TOKEN_FILE; and RESCALE_TOKEN holds a
+// token itself), as a container's health check needs.
 void AddSecurityFlags(CLI::App& app, SecurityFlags& flags, const std::string& group = "Security");
 
 // The bearer token of every call: fixed, or a file's trimmed content, read
@@ -78,11 +81,18 @@ class RescaledConnection {
                                                    const char* env_token);
   // Plaintext, no token.
   static RescaledConnection Insecure();
+  // The caller vouches for `credentials` (tests, benchmarks): the token is
+  // sent whatever they are.
   static RescaledConnection Of(std::shared_ptr<grpc::ChannelCredentials> credentials,
                                std::shared_ptr<BearerToken> token = nullptr);
 
+  // A channel to `address`. A token goes only over TLS or to a local
+  // address (include/rescale/address.h): elsewhere the calls go without it
+  // (and fail UNAUTHENTICATED) rather than show it to the network.
   std::shared_ptr<grpc::Channel> Dial(const std::string& address,
                                       const grpc::ChannelArguments& args) const;
+  // INVALID_ARGUMENT when a token would go in plaintext to `address`.
+  absl::Status CheckTokenSafeFor(const std::string& address) const;
   bool has_token() const { return token_ != nullptr; }
   const std::shared_ptr<grpc::ChannelCredentials>& credentials() const { return credentials_; }
 
@@ -90,6 +100,7 @@ class RescaledConnection {
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::shared_ptr<BearerToken> token_;  // null: calls carry no token
   std::string tls_server_name_;         // empty: the dialled host
+  bool tls_ = false;
 };
 
 }  // namespace rescale::client

@@ -20,6 +20,9 @@ absl::StatusOr<std::shared_ptr<ServerList>> ServerList::Create(absl::string_view
   if (list->servers_.empty()) {
     return absl::InvalidArgumentError("--server is empty: give host:port[,host:port...]");
   }
+  for (const std::string& server : list->servers_) {
+    if (absl::Status safe = connection.CheckTokenSafeFor(server); !safe.ok()) return safe;
+  }
   list->connection_ = std::move(connection);
   list->args_ = std::move(args);
   list->current_ = list->servers_.front();
