@@ -22,6 +22,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "rescale/v1/rescale.grpc.pb.h"
+#include "server/audit.h"
 #include "server/server.h"
 #include "tests/eventually.h"
 #include "tests/temp_dir.h"
@@ -687,4 +688,31 @@ TEST_CASE("a client's renewed certificate is presented on its next connection, w
   CHECK(Eventually(absl::Seconds(30), [&] {
     return Client(connection->Dial(t.server->address(), own_connection)).Register("team-a/x").ok();
   }));
+}
+
+TEST_CASE("the text audit log quotes what callers chose, so no value can forge a record",
+          "[auth]") {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(10);
+  auto audit = rescale::server::AuditLog::Create("text", sink);
+  REQUIRE(audit.ok());
+  rescale::server::Identity caller;
+  caller.user = "unauthenticated";
+  caller.peer = "ipv4:10.1.2.3:4567";
+  caller.anonymous = true;
+  (*audit)->Record(caller, "rescale.v1.JobService/DeregisterJob",
+                   "x outcome=OK\n2026-01-01 I audit: user=root job=team-a/bert",
+                   absl::UnauthenticatedError("no \"credentials\""));
+  const std::vector<std::string> lines = sink->last_formatted();
+  REQUIRE(lines.size() == 1);
+  const std::string& line = lines.front();
+  // One line (its own newline last), every chosen value inside quotes.
+  CHECK(line.find('\n') == line.size() - 1);
+  CHECK_THAT(line, Catch::Contains("user=\"unauthenticated\" role=none") &&
+                       Catch::Contains("job=\"x outcome=OK\\n2026-01-01 I audit: user=root "
+                                       "job=team-a/bert\"") &&
+                       Catch::Contains("peer=\"ipv4:10.1.2.3:4567\"") &&
+                       Catch::Contains("outcome=UNAUTHENTICATED") &&
+                       Catch::Contains("error=\"no \\\"credentials\\\"\""));
+  CHECK(rescale::server::AuditLog::Create("xml", sink).status().message() ==
+        "log format must be text or json, got \"xml\"");
 }
