@@ -458,6 +458,16 @@ TEST_CASE("manifest mistakes fail before any call, naming the file and the probl
     CHECK(failed.err.find("min_replicas") != std::string::npos);
   }
 
+  // Found by tests/fuzz/rescalectl_manifest.cc: the bytes reached
+  // nlohmann's dump, whose exception ended rescalectl.
+  SECTION("a manifest that is not UTF-8 is an error naming the document") {
+    TempFile manifest("jobId: default/bert\npolicy: \"static\xe3y\"\nmaxReplicas: 2\n");
+    CliResult failed = server.Run({"register", "-f", manifest.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("document 1") != std::string::npos);
+    CHECK(failed.err.find("not UTF-8") != std::string::npos);
+  }
+
   SECTION("a missing file is named") {
     CliResult failed = server.Run({"register", "-f", "/nonexistent/rescale/jobs.yaml"});
     CHECK(failed.exit_code == 1);

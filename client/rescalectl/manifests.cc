@@ -121,13 +121,22 @@ std::optional<std::vector<SpecDocument>> ReadJobSpecs(const std::vector<std::str
         err << "error: " << origin << ": " << unwrapped.error << "\n";
         return std::nullopt;
       }
+      // yaml-cpp passes bytes through as they are; JSON text must be UTF-8,
+      // and nlohmann's dump throws on anything else.
+      std::string spec_json;
+      try {
+        spec_json = unwrapped.spec.dump();
+      } catch (const nlohmann::json::exception& e) {
+        err << "error: " << origin << ": not UTF-8 text (" << e.what() << ")\n";
+        return std::nullopt;
+      }
       SpecDocument spec_document;
       spec_document.origin = origin;
       google::protobuf::util::JsonParseOptions options;
       // A misspelled field must fail loudly, not be dropped.
       options.ignore_unknown_fields = false;
-      const auto status = google::protobuf::util::JsonStringToMessage(unwrapped.spec.dump(),
-                                                                      &spec_document.spec, options);
+      const auto status =
+          google::protobuf::util::JsonStringToMessage(spec_json, &spec_document.spec, options);
       if (!status.ok()) {
         err << "error: " << origin << ": invalid JobSpec: " << status.message() << "\n";
         return std::nullopt;
