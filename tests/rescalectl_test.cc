@@ -468,6 +468,22 @@ TEST_CASE("manifest mistakes fail before any call, naming the file and the probl
     CHECK(failed.err.find("not UTF-8") != std::string::npos);
   }
 
+  // Found by tests/fuzz/rescalectl_manifest.cc: yaml-cpp's LoadAll never
+  // returned on these, filling memory with empty documents.
+  SECTION("a ',' between documents is a syntax error naming the line, not a hang") {
+    TempFile manifest(
+        "{\"jobId\": \"default/a\", \"maxReplicas\": 2},\n{\"jobId\": \"default/b\"}\n");
+    CliResult failed = server.Run({"register", "-f", manifest.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("line 1, column 41") != std::string::npos);
+    CHECK(failed.err.find("unexpected ','") != std::string::npos);
+
+    TempFile leading(",jobId: default/a\n");
+    failed = server.Run({"register", "-f", leading.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("line 1, column 1") != std::string::npos);
+  }
+
   SECTION("a missing file is named") {
     CliResult failed = server.Run({"register", "-f", "/nonexistent/rescale/jobs.yaml"});
     CHECK(failed.exit_code == 1);
