@@ -417,6 +417,20 @@ TEST_CASE("workload errors name the line and the field") {
           R"( "colour": "red"})",
           "jsonl"),
       Catch::Matchers::Contains("colour"));
+  // Found by tests/fuzz/sim_workload.cc: a Pollux row named "ci\xe6ar10-12"
+  // was accepted, and writing the workload as JSONL then threw.
+  CHECK_THAT(error("name,time,application,num_replicas,batch_size\n"
+                   "cifar10-0,107,cifar10,6,2048\nci\xe6" "ar10-12,1611,cifar10,8,2048\n",
+                   "csv"),
+             Catch::Matchers::Contains("line 3: not UTF-8"));
+  // Overlong forms and surrogates are not UTF-8 either; real UTF-8 is fine.
+  CHECK_THAT(error("id,arrival_seconds\n\xc0\xaf,0\n", "csv"), Catch::Matchers::Contains("line 2"));
+  CHECK_THAT(error("id,arrival_seconds\n\xed\xa0\x80,0\n", "csv"),
+             Catch::Matchers::Contains("not UTF-8"));
+  CHECK(ParseWorkload("id,arrival_seconds,profile,samples,max_replicas\n"
+                      "b\xc3\xa9" "b\xe2\x82\xac\xf0\x9f\x9a\x80,0,linear,10,2\n",
+                      "csv")
+            .ok());
 }
 
 TEST_CASE("a JSONL workload carries the cluster's capacity and its changes") {
