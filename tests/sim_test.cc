@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -423,6 +424,18 @@ TEST_CASE("workload errors name the line and the field") {
                    "cifar10-0,107,cifar10,6,2048\nci\xe6" "ar10-12,1611,cifar10,8,2048\n",
                    "csv"),
              Catch::Matchers::Contains("line 3: not UTF-8"));
+  // Found by tests/fuzz/sim_workload.cc: SimpleAtod reads "inf", and an
+  // infinite batch_size reached a float-to-uint32 conversion (undefined).
+  const std::string pollux_header = "name,time,application,num_replicas,batch_size\n";
+  CHECK_THAT(error(pollux_header + "a,0,cifar10,6,inf\n", "csv"),
+             Catch::Matchers::Contains("line 2"));
+  CHECK_THAT(error(pollux_header + "a,nan,cifar10,6,2048\n", "csv"),
+             Catch::Matchers::Contains("finite"));
+  // A finite batch beyond uint32_t's range takes the largest measured one.
+  absl::StatusOr<Workload> huge = ParseWorkload(pollux_header + "a,0,cifar10,1,1e20\n", "csv");
+  REQUIRE(huge.ok());
+  CHECK(huge->jobs[0].local_batch_size ==
+        RoundToMeasuredLocalBatch("cifar10", std::numeric_limits<uint32_t>::max()));
   // Overlong forms and surrogates are not UTF-8 either; real UTF-8 is fine.
   CHECK_THAT(error("id,arrival_seconds\n\xc0\xaf,0\n", "csv"), Catch::Matchers::Contains("line 2"));
   CHECK_THAT(error("id,arrival_seconds\n\xed\xa0\x80,0\n", "csv"),
