@@ -431,6 +431,10 @@ TEST_CASE("workload errors name the line and the field") {
              Catch::Matchers::Contains("line 2"));
   CHECK_THAT(error(pollux_header + "a,nan,cifar10,6,2048\n", "csv"),
              Catch::Matchers::Contains("finite"));
+  // Found by tests/fuzz/sim_workload.cc: a row without a name made a job
+  // with an empty id, which WorkloadToJsonl wrote and the JSONL reader refused.
+  CHECK_THAT(error(pollux_header + "a,0,cifar10,6,2048\n,1611,cifar10,8,2048\n", "csv"),
+             Catch::Matchers::Contains("line 3: name is required"));
   // A finite batch beyond uint32_t's range takes the largest measured one.
   absl::StatusOr<Workload> huge = ParseWorkload(pollux_header + "a,0,cifar10,1,1e20\n", "csv");
   REQUIRE(huge.ok());

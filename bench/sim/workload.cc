@@ -281,6 +281,10 @@ absl::StatusOr<Workload> ParsePollux(const CsvTable& table, const PolluxMapping&
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: time, num_replicas and batch_size must be positive finite numbers", where));
     }
+    // Every job needs an id, as in the Rescale formats (their "id is required").
+    if (row[name].empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: name is required", where));
+    }
     absl::StatusOr<JobDescription> job = PolluxJob(row[name], t, row[app], n, b, mapping, where);
     if (!job.ok()) return job.status();
     workload.jobs.push_back(*std::move(job));
