@@ -878,6 +878,17 @@ list: [1, "1", x]
   CHECK(json.at("list") == nlohmann::json::array({1, "1", "x"}));
 }
 
+// Found by tests/fuzz/rescalectl_manifest.cc: a string ending in "\r" was
+// written as a plain scalar, and reading it back dropped the "\r"s.
+TEST_CASE("get -o yaml quotes strings with control characters so they read back the same",
+          "[rescalectl][output]") {
+  for (const std::string value : {"x\r\r", "a\tb", "\x01", "line\nbreak"}) {
+    INFO(value);
+    const std::string yaml = rescale::cli::JsonToYaml(nlohmann::ordered_json{{"note", value}});
+    CHECK(rescale::cli::YamlToJson(YAML::Load(yaml)).at("note") == value);
+  }
+}
+
 TEST_CASE("describe shows each pod with its step time and flags stragglers",
           "[rescalectl][output]") {
   rescale::v1::Job job;
