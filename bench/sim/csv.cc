@@ -145,7 +145,11 @@ absl::StatusOr<CsvTable> ParseCsv(std::string_view text) {
 }
 
 std::string CsvField(std::string_view field) {
-  if (field.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(field);
+  // Unquoted, a field that opens a line with '#' would read as a comment,
+  // and leading or trailing blanks would be trimmed.
+  const bool plain = field.find_first_of(",\"\n\r") == std::string_view::npos &&
+                     (field.empty() || (field.front() != '#' && Trim(field) == field));
+  if (plain) return std::string(field);
   std::string out = "\"";
   for (char c : field) {
     if (c == '"') out += '"';
