@@ -7,15 +7,17 @@
 #   make bench           build and run rescale-bench
 #   make docker          build docker/Dockerfile (needs a container engine)
 #   make format          clang-format every C++ file (.clang-format: Google, 100 columns)
+#   make fuzz            build the libFuzzer targets (clang) and run each FUZZ_RUNS times
+#                        (tests/fuzz/README.md)
 #
-# Build trees: build/ (Release), build-asan/, build-tsan/.
+# Build trees: build/ (Release), build-asan/, build-tsan/, build-fuzz/.
 
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 ARGS ?=
 CTEST := ctest --output-on-failure -j $(JOBS) --timeout 300
 
-.PHONY: all deps build run test test-sanitize test-asan test-tsan bench docker format clean
+.PHONY: all deps build run test test-sanitize test-asan test-tsan fuzz bench docker format clean
 
 all: build
 
@@ -52,6 +54,31 @@ test-tsan: deps
 
 test-sanitize: test-asan test-tsan
 
+# Each target replays its committed corpus (tests/fuzz/corpus/<target>, read
+# only: libFuzzer adds what it finds to the first directory, a scratch one
+# in build-fuzz/) and then mutates for the rest of FUZZ_RUNS executions.
+# Crash inputs go to build-fuzz/fuzz/artifacts/<target>/, not the repo.
+FUZZ_RUNS ?= 20000
+FUZZ_FLAGS ?= -max_len=4096 -timeout=10 -rss_limit_mb=2048
+FUZZ_TARGETS := agent_log_line rescalectl_manifest kubeconfig pytorchjob sim_workload \
+	proto_job_spec proto_sample_batch
+
+fuzz: deps
+	@cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Fuzz \
+		-DRESCALE_FUZZ=ON -DRESCALE_BUILD_BENCH=OFF $(CMAKE_FLAGS) > /dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_targets
+	@for target in $(FUZZ_TARGETS); do \
+		mkdir -p build-fuzz/fuzz/scratch/$$target build-fuzz/fuzz/artifacts/$$target; \
+		log=build-fuzz/fuzz/$$target.log; \
+		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		./build-fuzz/fuzz_$$target -runs=$(FUZZ_RUNS) $(FUZZ_FLAGS) -print_final_stats=1 \
+			-artifact_prefix=build-fuzz/fuzz/artifacts/$$target/ \
+			build-fuzz/fuzz/scratch/$$target tests/fuzz/corpus/$$target > $$log 2>&1 \
+			|| { tail -n 80 $$log; echo "fuzz: $$target failed (log: $$log)" >&2; exit 1; }; \
+		echo "fuzz: $$target: $$(grep -h -E 'stat::(number_of_executed_units|average_exec_per_sec)' $$log \
+			| tr '\n' ' ')"; \
+	done
+
 bench: build
 	./build/rescale-bench $(ARGS)
 
@@ -63,4 +90,4 @@ docker:
 	docker build -f docker/Dockerfile -t rescale:dev .
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz

@@ -38,6 +38,10 @@ packages=(
   golang-github-gogo-protobuf-dev
   golang-github-grpc-ecosystem-grpc-gateway-dev
   etcd-server
+  # make fuzz: libFuzzer targets need clang, and libFuzzer's runtime
+  # (libclang_rt.fuzzer*.a) ships in clang 14's runtime package
+  clang
+  libclang-rt-14-dev
 )
 
 missing=()

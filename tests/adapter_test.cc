@@ -421,6 +421,33 @@ users:
   CHECK_THAT(std::string(missing.status().message()), Catch::Contains("nope"));
 }
 
+// Found by tests/fuzz/kubeconfig.cc: yaml-cpp throws on subscripting a
+// scalar, and the exception used to escape ParseKubeconfig and end the
+// adapter.
+TEST_CASE("kubeconfig: list entries that are not maps, or not named by a string, are skipped") {
+  const std::string yaml = R"(
+current-context: prod
+contexts:
+- just-a-string
+- [a, list]
+- name: [not, a, string]
+- name: prod
+  context: {cluster: prodc}
+clusters:
+- prodc
+- name: prodc
+  cluster: {server: "https://prod:6443"}
+)";
+  auto config = rescale::adapter::ParseKubeconfig(yaml, "");
+  REQUIRE(config.ok());
+  CHECK(config->server == "https://prod:6443");
+
+  auto only_scalars = rescale::adapter::ParseKubeconfig(
+      "current-context: c\ncontexts: [c]\nclusters: [c]\n", "");
+  REQUIRE_FALSE(only_scalars.ok());
+  CHECK(only_scalars.status().code() == absl::StatusCode::kNotFound);
+}
+
 TEST_CASE("the curl client refuses plain URLs that are not http(s) and maps HTTP statuses") {
   rescale::adapter::CurlKubeClientOptions options;
   options.config.server = "ftp://example";

@@ -459,6 +459,32 @@ TEST_CASE("manifest mistakes fail before any call, naming the file and the probl
     CHECK(failed.err.find("min_replicas") != std::string::npos);
   }
 
+  // Found by tests/fuzz/rescalectl_manifest.cc: the bytes reached
+  // nlohmann's dump, whose exception ended rescalectl.
+  SECTION("a manifest that is not UTF-8 is an error naming the document") {
+    TempFile manifest("jobId: default/bert\npolicy: \"static\xe3y\"\nmaxReplicas: 2\n");
+    CliResult failed = server.Run({"register", "-f", manifest.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("document 1") != std::string::npos);
+    CHECK(failed.err.find("not UTF-8") != std::string::npos);
+  }
+
+  // Found by tests/fuzz/rescalectl_manifest.cc: yaml-cpp's LoadAll never
+  // returned on these, filling memory with empty documents.
+  SECTION("a ',' between documents is a syntax error naming the line, not a hang") {
+    TempFile manifest(
+        "{\"jobId\": \"default/a\", \"maxReplicas\": 2},\n{\"jobId\": \"default/b\"}\n");
+    CliResult failed = server.Run({"register", "-f", manifest.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("line 1, column 41") != std::string::npos);
+    CHECK(failed.err.find("unexpected ','") != std::string::npos);
+
+    TempFile leading(",jobId: default/a\n");
+    failed = server.Run({"register", "-f", leading.path()});
+    CHECK(failed.exit_code == 1);
+    CHECK(failed.err.find("line 1, column 1") != std::string::npos);
+  }
+
   SECTION("a missing file is named") {
     CliResult failed = server.Run({"register", "-f", "/nonexistent/rescale/jobs.yaml"});
     CHECK(failed.exit_code == 1);
@@ -916,6 +942,17 @@ list: [1, "1", x]
   CHECK(json.at("infinity") == "Infinity");
   CHECK(json.at("big") == 18446744073709551615ull);
   CHECK(json.at("list") == nlohmann::json::array({1, "1", "x"}));
+}
+
+// Found by tests/fuzz/rescalectl_manifest.cc: a string ending in "\r" was
+// written as a plain scalar, and reading it back dropped the "\r"s.
+TEST_CASE("get -o yaml quotes strings with control characters so they read back the same",
+          "[rescalectl][output]") {
+  for (const std::string value : {"x\r\r", "a\tb", "\x01", "line\nbreak"}) {
+    INFO(value);
+    const std::string yaml = rescale::cli::JsonToYaml(nlohmann::ordered_json{{"note", value}});
+    CHECK(rescale::cli::YamlToJson(YAML::Load(yaml)).at("note") == value);
+  }
 }
 
 TEST_CASE("describe shows each pod with its step time and flags stragglers",

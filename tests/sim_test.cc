@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -395,6 +396,19 @@ TEST_CASE("a Pollux workload row maps to a job as documented") {
   CHECK(w.jobs[2].local_batch_size == 8);  // 64 / 4 = 16, capped at 8
 }
 
+// Found by tests/fuzz/sim_workload.cc: a job id "#bert-a" was written
+// unquoted at the start of a CSV line, which the reader skips as a comment.
+TEST_CASE("CSV fields that would read as a comment or lose blanks are quoted") {
+  CHECK(CsvField("#bert-a") == "\"#bert-a\"");
+  CHECK(CsvField(" a") == "\" a\"");
+  CHECK(CsvField("a\t") == "\"a\t\"");
+  CHECK(CsvField("a#b") == "a#b");
+  absl::StatusOr<CsvTable> table = ParseCsv("id,x\n" + CsvField("#bert-a") + ",1\n");
+  REQUIRE(table.ok());
+  REQUIRE(table->rows.size() == 1);
+  CHECK(table->rows[0][0] == "#bert-a");
+}
+
 TEST_CASE("workload errors name the line and the field") {
   auto error = [](const std::string& text, std::string_view format) {
     absl::StatusOr<Workload> w = ParseWorkload(text, format);
@@ -417,6 +431,36 @@ TEST_CASE("workload errors name the line and the field") {
           R"( "colour": "red"})",
           "jsonl"),
       Catch::Matchers::Contains("colour"));
+  // Found by tests/fuzz/sim_workload.cc: a Pollux row named "ci\xe6ar10-12"
+  // was accepted, and writing the workload as JSONL then threw.
+  CHECK_THAT(error("name,time,application,num_replicas,batch_size\n"
+                   "cifar10-0,107,cifar10,6,2048\nci\xe6" "ar10-12,1611,cifar10,8,2048\n",
+                   "csv"),
+             Catch::Matchers::Contains("line 3: not UTF-8"));
+  // Found by tests/fuzz/sim_workload.cc: SimpleAtod reads "inf", and an
+  // infinite batch_size reached a float-to-uint32 conversion (undefined).
+  const std::string pollux_header = "name,time,application,num_replicas,batch_size\n";
+  CHECK_THAT(error(pollux_header + "a,0,cifar10,6,inf\n", "csv"),
+             Catch::Matchers::Contains("line 2"));
+  CHECK_THAT(error(pollux_header + "a,nan,cifar10,6,2048\n", "csv"),
+             Catch::Matchers::Contains("finite"));
+  // Found by tests/fuzz/sim_workload.cc: a row without a name made a job
+  // with an empty id, which WorkloadToJsonl wrote and the JSONL reader refused.
+  CHECK_THAT(error(pollux_header + "a,0,cifar10,6,2048\n,1611,cifar10,8,2048\n", "csv"),
+             Catch::Matchers::Contains("line 3: name is required"));
+  // A finite batch beyond uint32_t's range takes the largest measured one.
+  absl::StatusOr<Workload> huge = ParseWorkload(pollux_header + "a,0,cifar10,1,1e20\n", "csv");
+  REQUIRE(huge.ok());
+  CHECK(huge->jobs[0].local_batch_size ==
+        RoundToMeasuredLocalBatch("cifar10", std::numeric_limits<uint32_t>::max()));
+  // Overlong forms and surrogates are not UTF-8 either; real UTF-8 is fine.
+  CHECK_THAT(error("id,arrival_seconds\n\xc0\xaf,0\n", "csv"), Catch::Matchers::Contains("line 2"));
+  CHECK_THAT(error("id,arrival_seconds\n\xed\xa0\x80,0\n", "csv"),
+             Catch::Matchers::Contains("not UTF-8"));
+  CHECK(ParseWorkload("id,arrival_seconds,profile,samples,max_replicas\n"
+                      "b\xc3\xa9" "b\xe2\x82\xac\xf0\x9f\x9a\x80,0,linear,10,2\n",
+                      "csv")
+            .ok());
 }
 
 TEST_CASE("a JSONL workload carries the cluster's capacity and its changes") {

@@ -24,9 +24,48 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+// Length of the well-formed UTF-8 sequence at the start of `s` (Unicode
+// table 3-7: no overlong forms, surrogates or code points above U+10FFFF,
+// what JSON writers accept), or 0 when it is not one.
+size_t Utf8SequenceLength(std::string_view s) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto continuation = [&](size_t i, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
+    return i < s.size() && byte(i) >= lo && byte(i) <= hi;
+  };
+  const unsigned char b = byte(0);
+  if (b < 0x80) return 1;
+  if (b >= 0xC2 && b <= 0xDF) return continuation(1) ? 2 : 0;
+  if (b >= 0xE0 && b <= 0xEF) {
+    const unsigned char lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+    return continuation(1, lo, hi) && continuation(2) ? 3 : 0;
+  }
+  if (b >= 0xF0 && b <= 0xF4) {
+    const unsigned char lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
+    return continuation(1, lo, hi) && continuation(2) && continuation(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+// The 1-based line of the first byte that is not UTF-8, or 0.
+int FirstNonUtf8Line(std::string_view text) {
+  int line = 1;
+  for (size_t i = 0; i < text.size();) {
+    const size_t length = Utf8SequenceLength(text.substr(i));
+    if (length == 0) return line;
+    if (text[i] == '\n') ++line;
+    i += length;
+  }
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<CsvTable> ParseCsv(std::string_view text) {
+  // Workloads are text: the same bytes written out as JSON Lines (and JSON
+  // reports) must be UTF-8, and the JSONL reader rejects anything else.
+  if (const int line = FirstNonUtf8Line(text); line != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("line %d: not UTF-8 text", line));
+  }
   CsvTable table;
   size_t pos = 0;
   int line = 1;
@@ -106,7 +145,11 @@ absl::StatusOr<CsvTable> ParseCsv(std::string_view text) {
 }
 
 std::string CsvField(std::string_view field) {
-  if (field.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(field);
+  // Unquoted, a field that opens a line with '#' would read as a comment,
+  // and leading or trailing blanks would be trimmed.
+  const bool plain = field.find_first_of(",\"\n\r") == std::string_view::npos &&
+                     (field.empty() || (field.front() != '#' && Trim(field) == field));
+  if (plain) return std::string(field);
   std::string out = "\"";
   for (char c : field) {
     if (c == '"') out += '"';

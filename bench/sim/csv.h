@@ -35,11 +35,12 @@ struct CsvTable {
   std::optional<size_t> Find(std::string_view column) const;
 };
 
-// Parses `text`; INVALID_ARGUMENT (naming the line) for an unterminated
-// quote or a row with more fields than the header.
+// Parses `text`; INVALID_ARGUMENT (naming the line) for text that is not
+// UTF-8, an unterminated quote or a row with more fields than the header.
 absl::StatusOr<CsvTable> ParseCsv(std::string_view text);
 
-// `field` quoted when it holds a comma, quote or line break.
+// `field` quoted when it holds a comma, quote or line break, starts with '#'
+// (a comment line otherwise) or has leading or trailing blanks.
 std::string CsvField(std::string_view field);
 
 // Reads a whole file; NOT_FOUND when it cannot be opened.

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -270,7 +271,10 @@ absl::StatusOr<JobCurve> MakeJobCurve(const ProfileSpec& profile, uint32_t local
 
 uint32_t RoundToMeasuredLocalBatch(std::string_view name, double local_batch) {
   const BuiltinProfile* builtin = FindBuiltinProfile(name);
-  uint32_t chosen = static_cast<uint32_t>(std::max(1.0, std::round(local_batch)));
+  // Clamped before the cast: a double beyond uint32_t's range (a batch of
+  // 1e20 samples) does not convert.
+  uint32_t chosen = static_cast<uint32_t>(
+      std::clamp(std::round(local_batch), 1.0, double(std::numeric_limits<uint32_t>::max())));
   if (builtin == nullptr) return chosen;
   if (builtin->measured) {
     absl::StatusOr<const MeasuredApp*> app = LoadMeasuredApp(name);

@@ -273,10 +273,17 @@ absl::StatusOr<Workload> ParsePollux(const CsvTable& table, const PolluxMapping&
     const std::string where = absl::StrFormat("line %d", table.line_numbers[i]);
     double t = 0, b = 0;
     uint32_t n = 0;
-    if (!absl::SimpleAtod(row[time], &t) || t < 0 || !absl::SimpleAtoi(row[replicas], &n) ||
-        n == 0 || !absl::SimpleAtod(row[batch], &b) || b <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: time, num_replicas and batch_size must be positive numbers", where));
+    // SimpleAtod reads "inf" and "nan" (and 1e999 as inf): the checks must
+    // exclude them, as the Rescale formats' number fields do.
+    if (!absl::SimpleAtod(row[time], &t) || !std::isfinite(t) || t < 0 ||
+        !absl::SimpleAtoi(row[replicas], &n) || n == 0 || !absl::SimpleAtod(row[batch], &b) ||
+        !std::isfinite(b) || b <= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: time, num_replicas and batch_size must be positive finite numbers", where));
+    }
+    // Every job needs an id, as in the Rescale formats (their "id is required").
+    if (row[name].empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: name is required", where));
     }
     absl::StatusOr<JobDescription> job = PolluxJob(row[name], t, row[app], n, b, mapping, where);
     if (!job.ok()) return job.status();

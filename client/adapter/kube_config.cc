@@ -26,7 +26,12 @@ absl::StatusOr<YAML::Node> FindNamed(const YAML::Node& root, const std::string& 
   const YAML::Node entries = root[list];
   if (entries && entries.IsSequence()) {
     for (const YAML::Node& entry : entries) {
-      if (entry["name"] && entry["name"].as<std::string>() == name) {
+      // yaml-cpp throws when a scalar or a list is subscripted, or a
+      // non-scalar read as a string: entries of another shape are not the
+      // one we look for.
+      if (!entry.IsMap()) continue;
+      const YAML::Node entry_name = entry["name"];
+      if (entry_name && entry_name.IsScalar() && entry_name.Scalar() == name) {
         if (!entry[inner] || !entry[inner].IsMap()) {
           return absl::InvalidArgumentError(
               absl::StrCat("kubeconfig: ", list, "[name=", name, "] has no \"", inner, "\" map"));

@@ -3,6 +3,7 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
@@ -45,6 +46,42 @@ std::optional<std::string> ReadManifest(const std::string& path, std::istream& i
     return std::nullopt;
   }
   return *std::move(read);
+}
+
+// yaml-cpp 0.7's LoadAll never returns when a ',' stands at the top level
+// of a document ("{...},{...}", or a leading ','): each document ends before
+// the ',' without consuming it, so LoadAll collects empty documents until
+// memory runs out. A first pass over the parser's events finds a document
+// that starts where the previous one did; ReadJobSpecs reports it instead.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  YAML::Mark last;
+  void OnDocumentStart(const YAML::Mark& mark) override { last = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Where the parser stops making progress, or nullopt. Throws
+// YAML::Exception for syntax errors, as LoadAll would.
+std::optional<YAML::Mark> FindStuckDocument(const std::string& content) {
+  std::istringstream stream(content);
+  YAML::Parser parser(stream);
+  DocumentStarts starts;
+  std::optional<int> previous_start;
+  while (parser.HandleNextDocument(starts)) {
+    if (previous_start == starts.last.pos) return starts.last;
+    previous_start = starts.last.pos;
+  }
+  return std::nullopt;
 }
 
 // A document is either a bare JobSpec or a kubectl-style wrapper
@@ -95,6 +132,13 @@ std::optional<std::vector<SpecDocument>> ReadJobSpecs(const std::vector<std::str
     // JSON is (for manifests) a subset of YAML, so one parser serves both.
     std::vector<YAML::Node> documents;
     try {
+      if (std::optional<YAML::Mark> stuck = FindStuckDocument(*content)) {
+        err << "error: parsing \"" << display_name << "\": line " << stuck->line + 1
+            << ", column " << stuck->column + 1
+            << ": unexpected ',' at the top level of a document"
+               " (documents are separated by ---)\n";
+        return std::nullopt;
+      }
       documents = YAML::LoadAll(*content);
     } catch (const YAML::Exception& e) {
       err << "error: parsing \"" << display_name << "\": line " << e.mark.line + 1 << ", column "
@@ -121,13 +165,22 @@ std::optional<std::vector<SpecDocument>> ReadJobSpecs(const std::vector<std::str
         err << "error: " << origin << ": " << unwrapped.error << "\n";
         return std::nullopt;
       }
+      // yaml-cpp passes bytes through as they are; JSON text must be UTF-8,
+      // and nlohmann's dump throws on anything else.
+      std::string spec_json;
+      try {
+        spec_json = unwrapped.spec.dump();
+      } catch (const nlohmann::json::exception& e) {
+        err << "error: " << origin << ": not UTF-8 text (" << e.what() << ")\n";
+        return std::nullopt;
+      }
       SpecDocument spec_document;
       spec_document.origin = origin;
       google::protobuf::util::JsonParseOptions options;
       // A misspelled field must fail loudly, not be dropped.
       options.ignore_unknown_fields = false;
-      const auto status = google::protobuf::util::JsonStringToMessage(unwrapped.spec.dump(),
-                                                                      &spec_document.spec, options);
+      const auto status =
+          google::protobuf::util::JsonStringToMessage(spec_json, &spec_document.spec, options);
       if (!status.ok()) {
         err << "error: " << origin << ": invalid JobSpec: " << status.message() << "\n";
         return std::nullopt;

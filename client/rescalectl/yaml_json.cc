@@ -95,6 +95,13 @@ nlohmann::json InferPlainScalar(const std::string& s) {
 // Whether a plain scalar with this text would read back as something other
 // than this string, so that the emitter has to quote it.
 bool NeedsQuotesToStayString(const std::string& s) {
+  // yaml-cpp writes control characters (a '\r', say) into plain scalars as
+  // they are, and a reader then takes them for line breaks or trims them:
+  // only a double-quoted scalar, which escapes them, keeps them.
+  if (std::any_of(s.begin(), s.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    return true;
+  }
   // ".inf" infers to the string "Infinity": a string, but not this one.
   const nlohmann::json read_back = InferPlainScalar(s);
   return !read_back.is_string() || read_back != s;
