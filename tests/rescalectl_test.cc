@@ -955,6 +955,22 @@ TEST_CASE("get -o yaml quotes strings with control characters so they read back 
   }
 }
 
+// Found by tests/fuzz/rescalectl_manifest.cc: a parameter name longer than
+// the 1024 characters YAML allows an implicit key was written as "key: ",
+// and reading it back failed with "illegal map value".
+TEST_CASE("get -o yaml writes keys too long for an implicit key as explicit keys",
+          "[rescalectl][output]") {
+  const std::string long_plain(1100, '9');
+  const std::string long_once_escaped = std::string(300, '\x10') + "x";  // "\x10" is 4 characters
+  for (const std::string& key : {long_plain, long_once_escaped}) {
+    const nlohmann::ordered_json object{{key, "v"}, {"short", "w"}};
+    const std::string yaml = rescale::cli::JsonToYaml(object);
+    CHECK(yaml.rfind("? ", 0) == 0);
+    CHECK(yaml.find("\nshort: w") != std::string::npos);  // short keys stay implicit
+    CHECK(rescale::cli::YamlToJson(YAML::Load(yaml)) == nlohmann::json(object));
+  }
+}
+
 TEST_CASE("describe shows each pod with its step time and flags stragglers",
           "[rescalectl][output]") {
   rescale::v1::Job job;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <regex>
@@ -109,6 +110,20 @@ bool NeedsQuotesToStayString(const std::string& s) {
 
 // ------------------------------------------------------------- emitting --
 
+// The YAML spec limits an implicit key to 1024 characters; yaml-cpp's
+// scanner counts them from the key's first character to its ':'. A margin
+// keeps indentation and the indicator out of the question.
+constexpr std::size_t kMaxImplicitKeyLength = 1000;
+
+// How many characters a scalar takes once written, quotes and escapes
+// included (a "\x10" escape is four).
+std::size_t EmittedScalarLength(const std::string& s, bool double_quoted) {
+  YAML::Emitter probe;
+  if (double_quoted) probe << YAML::DoubleQuoted;
+  probe << s;
+  return probe.size();
+}
+
 void EmitJson(YAML::Emitter& emitter, const nlohmann::ordered_json& value) {
   switch (value.type()) {
     case nlohmann::ordered_json::value_t::null:
@@ -144,8 +159,17 @@ void EmitJson(YAML::Emitter& emitter, const nlohmann::ordered_json& value) {
       if (value.empty()) emitter << YAML::Flow;
       emitter << YAML::BeginMap;
       for (const auto& [key, element] : value.items()) {
+        const bool quoted = NeedsQuotesToStayString(key);
+        // A reader takes a key written as "key: value" (an implicit key) to
+        // be at most 1024 characters long, as the YAML spec says, and
+        // yaml-cpp's reader refuses a longer one ("illegal map value"). A
+        // longer key is written as an explicit "? key" line instead. The
+        // choice is made for every key, since yaml-cpp keeps LongKey in
+        // force for the rest of the map once set.
+        emitter << (EmittedScalarLength(key, quoted) > kMaxImplicitKeyLength ? YAML::LongKey
+                                                                              : YAML::Auto);
         emitter << YAML::Key;
-        if (NeedsQuotesToStayString(key)) emitter << YAML::DoubleQuoted;
+        if (quoted) emitter << YAML::DoubleQuoted;
         emitter << key << YAML::Value;
         EmitJson(emitter, element);
       }
