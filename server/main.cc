@@ -36,7 +36,9 @@ const rescale::EngineOptions& kEngine = kDefaults.engine;
 std::string TransportSecurity(const rescale::server::ServerOptions& options) {
   std::string text = options.tls_cert_file.empty()        ? "plaintext"
                      : options.tls_client_ca_file.empty() ? "TLS"
-                                                          : "mutual TLS";
+                     : options.tls_client_certificate_optional
+                         ? "TLS with optional client certificates"
+                         : "mutual TLS";
   if (!options.auth_token_file.empty()) text += ", tokens";
   if (options.auth_token_file.empty() && options.tls_client_ca_file.empty()) {
     text += ", no authentication";
@@ -102,6 +104,10 @@ ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(std::string, tls_client_ca_file, "",
           "mutual TLS: PEM CAs client certificates must chain to; every client must present "
           "one, and a client without a token is identified by it (CN = user, O = role)");
+ABSL_FLAG(std::string, tls_client_auth, "require",
+          "with --tls_client_ca_file: require (every client presents a certificate) or optional "
+          "(a client may present one, verified and then identifying it, or else send a token; "
+          "for KEDA, which cannot send tokens, next to clients without certificates)");
 ABSL_FLAG(std::string, auth_token_file, "",
           "CSV file of identities, one per line: token,user,role,namespaces (role reporter, "
           "viewer, controller or admin; namespaces * or ns1;ns2); clients send "
@@ -160,6 +166,13 @@ int main(int argc, char** argv) {
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  const std::string client_auth = absl::GetFlag(FLAGS_tls_client_auth);
+  if (client_auth != "require" && client_auth != "optional") {
+    std::cerr << "rescaled: --tls_client_auth must be require or optional, got \"" << client_auth
+              << "\"\n";
+    return 2;
+  }
+  options.tls_client_certificate_optional = client_auth == "optional";
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.credentials_reload_interval = absl::GetFlag(FLAGS_credentials_reload_interval);
   options.insecure = absl::GetFlag(FLAGS_insecure);

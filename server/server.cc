@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "rescale/address.h"
 #include "rescale/read_file.h"
+#include "server/keda_scaler.h"
 #include "server/observability.h"
 #include "server/services.h"
 
@@ -43,8 +44,14 @@ absl::Status CheckPem(const std::string& path, absl::string_view flag, absl::str
 // Plaintext without a certificate; otherwise TLS whose files a watcher
 // re-reads every reload interval, so a rotated certificate (or CA) serves
 // new connections without a restart. With a client CA, clients must
-// present a certificate that chains to it.
+// present a certificate that chains to it (or, when certificates are
+// optional, may present one).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& options) {
+  if (options.tls_client_certificate_optional && options.tls_client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_client_auth=optional needs --tls_client_ca_file: the CA that client certificates "
+        "are verified against");
+  }
   if (options.tls_cert_file.empty() && options.tls_key_file.empty()) {
     if (!options.tls_client_ca_file.empty()) {
       return absl::InvalidArgumentError(
@@ -78,7 +85,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
   tls.watch_identity_key_cert_pairs();
   if (mutual) {
     tls.watch_root_certs();
-    tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    tls.set_cert_request_type(options.tls_client_certificate_optional
+                                  ? GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY
+                                  : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   } else {
     tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   }
@@ -106,6 +115,7 @@ struct RescaleServer::Impl {
   std::unique_ptr<JobServiceImpl> jobs;
   std::unique_ptr<RecommendationServiceImpl> recommendations;
   std::unique_ptr<ClusterServiceImpl> cluster;
+  std::unique_ptr<ExternalScalerImpl> keda;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<EtcdLeadership> leadership;
   std::mutex shutdown_mu;
@@ -202,6 +212,7 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   impl->recommendations =
       std::make_unique<RecommendationServiceImpl>(*self->engine_, leadership, security);
   impl->cluster = std::make_unique<ClusterServiceImpl>(*self->engine_, leadership, security);
+  impl->keda = std::make_unique<ExternalScalerImpl>(*self->engine_, security);
 
   // Both are process-wide switches; they must be set before building.
   grpc::EnableDefaultHealthCheckService(true);
@@ -215,6 +226,7 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   builder.RegisterService(impl->jobs.get());
   builder.RegisterService(impl->recommendations.get());
   builder.RegisterService(impl->cluster.get());
+  builder.RegisterService(impl->keda.get());
   if (observability != nullptr) {
     builder.experimental().SetInterceptorCreators(observability->InterceptorFactories());
   }
@@ -228,6 +240,8 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
   for (const char* service : kRescaleServices) {
     health->SetServingStatus(service, impl->leadership == nullptr);
   }
+  // Read-only, so every replica serves it, leader or not.
+  health->SetServingStatus(externalscaler::ExternalScaler::service_full_name(), true);
   self->impl_ = std::move(impl);
   self->engine_->Replan();  // nothing on a follower
   if (options.run_plan_timer) {

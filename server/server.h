@@ -43,6 +43,12 @@ struct ServerOptions {
   // client must present a valid certificate, and one without a token is
   // identified by it (CN = user, O = role; see server/auth.h).
   std::string tls_client_ca_file;
+  // With tls_client_ca_file: a client may also connect without a
+  // certificate, and must then send a token; a certificate it presents is
+  // still verified (rescaled --tls_client_auth=optional). For deployments
+  // where some clients cannot send tokens (KEDA's external scaler client)
+  // and others have no certificate (rescale-adapter, agents).
+  bool tls_client_certificate_optional = false;
   // Tokens, one identity per line (server/auth.h). Empty, and without
   // client certificates, every caller is anonymous and may do everything.
   std::string auth_token_file;

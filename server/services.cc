@@ -1,6 +1,6 @@
 // Implementations of the rescale.v1 services (see server/services.h): the
-// unary handlers, the StreamSamples read reactor and the WatchRecommendations
-// write reactor.
+// unary handlers, the StreamSamples read reactor, and WatchRecommendations
+// on the shared subscription reactor (server/handler_support.h).
 #include "server/services.h"
 
 #include <spdlog/spdlog.h>
@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/convert.h"
+#include "server/handler_support.h"
 
 namespace rescale::server {
 namespace {
@@ -34,30 +35,6 @@ constexpr absl::string_view kWatchRecommendations =
 constexpr absl::string_view kReportApplied = "rescale.v1.RecommendationService/ReportApplied";
 constexpr absl::string_view kSetCapacity = "rescale.v1.ClusterService/SetCapacity";
 constexpr absl::string_view kGetCluster = "rescale.v1.ClusterService/GetCluster";
-
-grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                      const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
-// gRPC from Debian is not instrumented for ThreadSanitizer, so TSan cannot
-// see that gRPC runs a reactor's callbacks, on its own threads, only after
-// the method handler returned the reactor (the hand-off goes through atomics
-// inside libgrpc). These state that hand-off to TSan: the constructor's end
-// releases the reactor, each callback acquires it first. Everything else the
-// callbacks share is under the reactor's std::mutex, which TSan sees. They
-// are no-ops outside TSan builds.
-#if defined(__SANITIZE_THREAD__)
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-void ReactorHandedToGrpc(void* reactor) { __tsan_release(reactor); }
-void ReactorCallbackFromGrpc(void* reactor) { __tsan_acquire(reactor); }
-#else
-void ReactorHandedToGrpc(void*) {}
-void ReactorCallbackFromGrpc(void*) {}
-#endif
 
 // Why this replica cannot take a change or samples (it does not lead), with
 // the leader's address added to the trailing metadata; nullopt when it can.
@@ -81,28 +58,6 @@ grpc::ServerUnaryReactor* FinishRefused(grpc::CallbackServerContext* context,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
   return reactor;
-}
-
-// The caller of `context` if it may make this call, else the status that
-// refuses it (UNAUTHENTICATED or PERMISSION_DENIED), which is audited
-// whatever the method: refusals are what an audit is read for.
-absl::StatusOr<std::shared_ptr<const Identity>> Admit(const CallSecurity& security,
-                                                      grpc::CallbackServerContext* context,
-                                                      Access access, absl::string_view method,
-                                                      absl::string_view ns,
-                                                      absl::string_view job = "") {
-  if (security.auth == nullptr) return AnonymousIdentity();
-  absl::StatusOr<std::shared_ptr<const Identity>> caller = security.auth->Authenticate(*context);
-  absl::Status allowed = caller.ok() ? Authorize(**caller, access, method, ns) : caller.status();
-  if (allowed.ok()) return caller;
-  if (security.audit != nullptr) {
-    Identity unknown;
-    unknown.user = "unauthenticated";
-    unknown.peer = context->peer();
-    unknown.anonymous = true;
-    security.audit->Record(caller.ok() ? **caller : unknown, method, job, allowed);
-  }
-  return allowed;
 }
 
 // A change a follower refused, audited like any other outcome.
@@ -273,111 +228,10 @@ class SampleStreamReactor final : public grpc::ServerReadReactor<v1::SampleBatch
   uint64_t samples_seen_ = 0;
 };
 
-// Streams a Subscription: initial ADDED events, SYNCED, then every change.
-//
-// Events arrive on publishing threads, writes complete on gRPC threads, so the
-// reactor's state sits behind `Gate::mu`. The subscription's ready callback
-// holds a shared_ptr to the Gate, not to the reactor: OnDone clears
-// Gate::reactor under the same mutex before deleting the reactor, so a late
-// callback finds null instead of freed memory.
-class WatchReactor final : public grpc::ServerWriteReactor<v1::RecommendationEvent> {
- public:
-  WatchReactor(DecisionEngine& engine, std::shared_ptr<Subscription> subscription)
-      : engine_(engine), subscription_(std::move(subscription)), gate_(std::make_shared<Gate>()) {
-    std::lock_guard<std::mutex> lock(gate_->mu);
-    gate_->reactor = this;
-    subscription_->SetReadyCallback([gate = gate_] {
-      std::lock_guard<std::mutex> lock(gate->mu);
-      if (gate->reactor != nullptr) gate->reactor->PumpLocked();
-    });
-    PumpLocked();
-    ReactorHandedToGrpc(this);
-  }
-
-  void OnWriteDone(bool ok) override {
-    ReactorCallbackFromGrpc(this);
-    std::lock_guard<std::mutex> lock(gate_->mu);
-    writing_ = false;
-    if (!ok) {  // the client is gone or the call was cancelled
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
-      return;
-    }
-    PumpLocked();
-  }
-
-  void OnCancel() override {
-    ReactorCallbackFromGrpc(this);
-    std::lock_guard<std::mutex> lock(gate_->mu);
-    cancelled_ = true;
-    // With a write in flight, OnWriteDone(false) follows and finishes.
-    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
-  }
-
-  void OnDone() override {
-    ReactorCallbackFromGrpc(this);
-    {
-      std::lock_guard<std::mutex> lock(gate_->mu);
-      gate_->reactor = nullptr;
-    }
-    // Outside the gate: the board may call the ready callback under its own
-    // lock, which takes the gate (lock order board -> gate).
-    engine_.Unwatch(subscription_);
-    delete this;
-  }
-
- private:
-  struct Gate {
-    // std::mutex, as in the core: Debian's Abseil is not built with
-    // ThreadSanitizer, which would not see absl::Mutex's synchronisation.
-    std::mutex mu;
-    WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
-  };
-
-  void PumpLocked() {
-    if (writing_ || finished_) return;
-    if (cancelled_) {
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
-      return;
-    }
-    RecommendationEvent event;
-    switch (subscription_->Next(&event)) {
-      case Subscription::Poll::kEvent:
-        out_.Clear();
-        ToProto(event, &out_);
-        writing_ = true;
-        StartWrite(&out_);
-        return;
-      case Subscription::Poll::kEmpty:
-        return;  // the ready callback pumps again
-      case Subscription::Poll::kClosed:
-        FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                  "rescaled is shutting down; reconnect and watch again"));
-        return;
-    }
-  }
-
-  void FinishLocked(const grpc::Status& status) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(status);
-  }
-
-  DecisionEngine& engine_;
-  const std::shared_ptr<Subscription> subscription_;
-  const std::shared_ptr<Gate> gate_;
-  // Guarded by gate_->mu (not annotated: the lock lives in a shared object).
-  v1::RecommendationEvent out_;
-  bool writing_ = false;
-  bool cancelled_ = false;
-  bool finished_ = false;
-};
-
-// Finishes a streaming call that could not start.
-class RejectedWatchReactor final : public grpc::ServerWriteReactor<v1::RecommendationEvent> {
- public:
-  explicit RejectedWatchReactor(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
-  void OnDone() override { delete this; }
-};
+// Finishes a WatchRecommendations call that could not start.
+grpc::ServerWriteReactor<v1::RecommendationEvent>* RejectedWatch(const absl::Status& status) {
+  return new RejectedStreamReactor<v1::RecommendationEvent>(ToGrpcStatus(status));
+}
 
 }  // namespace
 
@@ -543,25 +397,31 @@ grpc::ServerWriteReactor<v1::RecommendationEvent>* RecommendationServiceImpl::Wa
     grpc::CallbackServerContext* context, const v1::WatchRecommendationsRequest* request) {
   auto caller =
       Admit(security_, context, Access::kRead, kWatchRecommendations, request->namespace_());
-  if (!caller.ok()) return new RejectedWatchReactor(caller.status());
+  if (!caller.ok()) return RejectedWatch(caller.status());
   std::string ns = request->namespace_();
   if (!ns.empty() && !IsDns1123Label(ns)) {
-    return new RejectedWatchReactor(absl::InvalidArgumentError(
+    return RejectedWatch(absl::InvalidArgumentError(
         absl::StrFormat("namespace \"%s\" is not a DNS-1123 label", ns)));
   }
   // A watch follows one namespace or all: a caller restricted to one
   // watches it; one restricted to several must choose.
   if (ns.empty() && !(*caller)->all_namespaces) {
     if ((*caller)->namespaces.size() != 1) {
-      return new RejectedWatchReactor(absl::PermissionDeniedError(absl::StrFormat(
+      return RejectedWatch(absl::PermissionDeniedError(absl::StrFormat(
           "%s may not call %s for every namespace: watch one of %s", (*caller)->Describe(),
           kWatchRecommendations, (*caller)->NamespacesText())));
     }
     ns = (*caller)->namespaces.front();
   }
   absl::StatusOr<std::shared_ptr<Subscription>> sub = engine_.Watch(ns);
-  if (!sub.ok()) return new RejectedWatchReactor(sub.status());
-  return new WatchReactor(engine_, *std::move(sub));
+  if (!sub.ok()) return RejectedWatch(sub.status());
+  // Initial ADDED events, SYNCED, then every change, each as it is.
+  return new SubscriptionStreamReactor<v1::RecommendationEvent>(
+      engine_, *std::move(sub),
+      [](const RecommendationEvent& event, v1::RecommendationEvent* out, grpc::Status*) {
+        ToProto(event, out);
+        return StreamStep::kWrite;
+      });
 }
 
 grpc::ServerUnaryReactor* RecommendationServiceImpl::ReportApplied(

@@ -21,6 +21,7 @@
 #include "client/common/server_list.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "externalscaler/externalscaler.grpc.pb.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/audit.h"
 #include "server/server.h"
@@ -473,7 +474,8 @@ namespace {
 // certificates must chain to `client_ca`; no token file.
 struct MutualTlsServer {
   // With `token_file`, also tokens (and certificate users' namespaces).
-  explicit MutualTlsServer(const std::string& token_file = "") {
+  // With `certificates_optional`, --tls_client_auth=optional.
+  explicit MutualTlsServer(const std::string& token_file = "", bool certificates_optional = false) {
     spdlog::set_level(spdlog::level::warn);
     PemPair identity = server_ca.IssueServer();
     WriteFile(cert, identity.certificate);
@@ -485,6 +487,7 @@ struct MutualTlsServer {
     options.tls_cert_file = cert;
     options.tls_key_file = key;
     options.tls_client_ca_file = client_ca_file;
+    options.tls_client_certificate_optional = certificates_optional;
     options.credentials_reload_interval = absl::Seconds(1);
     if (!token_file.empty()) {
       WriteFile(dir.File("tokens.csv"), token_file);
@@ -571,6 +574,69 @@ TEST_CASE("a certificate user has the namespaces of its token-file line, or all 
                              BearerToken::Fixed(kViewerToken));
   CHECK(Client(viewer.Dial(t.server->address(), {})).Register("team-b/y").error_code() ==
         grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_CASE("with optional client certificates a client proves itself by certificate or by token",
+          "[auth]") {
+  MutualTlsServer t(kTokenFile, /*certificates_optional=*/true);
+  // No certificate and no token: connected, but nobody.
+  grpc::Status nobody = t.Dial(t.server_ca.certificate()).Get("team-a/x");
+  CHECK(nobody.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  // A token without a certificate (rescale-adapter, agents).
+  grpc::SslCredentialsOptions server_only;
+  server_only.pem_root_certs = t.server_ca.certificate();
+  RescaledConnection by_token = RescaledConnection::Of(grpc::SslCredentials(server_only),
+                                                       BearerToken::Fixed(kControllerToken));
+  CHECK(Client(by_token.Dial(t.server->address(), {})).Register("team-a/x").ok());
+  // A certificate without a token (KEDA).
+  PemPair viewer = t.client_ca.IssueClient("keda", "viewer");
+  Client keda = t.Dial(t.server_ca.certificate(), &viewer);
+  CHECK(keda.Get("team-a/x").ok());
+  CHECK(keda.Register("team-a/y").error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  // A certificate is still verified when one is presented.
+  TestCa stranger("stranger-ca");
+  PemPair forged = stranger.IssueClient("mallory", "admin");
+  CHECK(t.Dial(t.server_ca.certificate(), &forged).Get("team-a/x").error_code() ==
+        grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_CASE("KEDA's calls are reads of the job's namespace, by client certificate", "[auth][keda]") {
+  MutualTlsServer t(kTokenFile, /*certificates_optional=*/true);
+  PemPair controller = t.client_ca.IssueClient("adapter", "controller");
+  REQUIRE(t.Dial(t.server_ca.certificate(), &controller).Register("team-a/x").ok());
+  REQUIRE(t.Dial(t.server_ca.certificate(), &controller).Register("team-c/x").ok());
+
+  auto is_active = [&](const PemPair* certificate, const std::string& job) {
+    auto keda = externalscaler::ExternalScaler::NewStub(
+        t.Dial(t.server_ca.certificate(), certificate).channel);
+    externalscaler::ScaledObjectRef ref;
+    ref.set_namespace_("anywhere");
+    ref.set_name("scaler");
+    (*ref.mutable_scalermetadata())["job"] = job;
+    grpc::ClientContext ctx;
+    externalscaler::IsActiveResponse reply;
+    return keda->IsActive(&ctx, ref, &reply);
+  };
+  PemPair keda = t.client_ca.IssueClient("keda", "viewer");  // no line: every namespace
+  CHECK(is_active(&keda, "team-a/x").error_message() == "");
+  CHECK(is_active(&keda, "team-c/x").ok());
+  PemPair bob = t.client_ca.IssueClient("bob", "viewer");  // his line says team-b
+  grpc::Status denied = is_active(&bob, "team-a/x");
+  CHECK(denied.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  CHECK_THAT(denied.error_message(),
+             Catch::Contains("user \"bob\" (role viewer)") &&
+                 Catch::Contains("externalscaler.ExternalScaler/IsActive"));
+  CHECK(is_active(nullptr, "team-a/x").error_code() == grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_CASE("optional client certificates need a client CA", "[auth]") {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.tls_client_certificate_optional = true;
+  absl::StatusOr<std::unique_ptr<RescaleServer>> started = RescaleServer::Start(options);
+  CHECK(started.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(started.status().message()),
+             Catch::Contains("--tls_client_auth=optional needs --tls_client_ca_file"));
 }
 
 TEST_CASE("a rotated server certificate serves new connections while live ones keep working",
