@@ -145,6 +145,9 @@ TEST_CASE("every file a manifest's flags name is mounted from a Secret that hold
         if (name == "rescaled") {
           CHECK(flags.count("--tls_cert_file"));
           CHECK(flags.count("--auth_token_file"));
+          // Client certificates optional, for KEDA (docker/k8s/keda).
+          CHECK(flags.count("--tls_client_ca_file"));
+          CHECK(flags.count("--tls_client_auth"));
           CHECK_FALSE(flags.count("--insecure"));
         } else {
           CHECK(flags.count("--ca-file"));
@@ -156,5 +159,41 @@ TEST_CASE("every file a manifest's flags name is mounted from a Secret that hold
   }
   CHECK(secured == std::set<std::string>{"rescaled.yaml:rescaled", "adapter.yaml:rescale-adapter",
                                          "ha/rescaled-ha.yaml:rescaled"});
-  CHECK(checked_files == 8);
+  CHECK(checked_files == 10);
+}
+
+TEST_CASE("the KEDA example scales the example PyTorchJob with a client certificate for rescaled") {
+  const std::filesystem::path k8s = std::filesystem::path(RESCALE_SOURCE_DIR) / "docker" / "k8s";
+  std::map<std::string, YAML::Node> keda =
+      ByKey(YAML::LoadAllFromFile((k8s / "keda" / "scaledobject.yaml").string()));
+  const YAML::Node job = YAML::LoadFile((k8s / "example-pytorchjob.yaml").string());
+  const std::string job_ns =
+      job["metadata"]["namespace"] ? job["metadata"]["namespace"].as<std::string>() : "default";
+  const std::string job_name = job["metadata"]["name"].as<std::string>();
+
+  const std::string scaled_key = "ScaledObject/" + job_ns + "/" + job_name;
+  REQUIRE(keda.count(scaled_key));
+  const YAML::Node spec = keda[scaled_key]["spec"];
+  CHECK(spec["scaleTargetRef"]["apiVersion"].as<std::string>() ==
+        job["apiVersion"].as<std::string>());
+  CHECK(spec["scaleTargetRef"]["kind"].as<std::string>() == "PyTorchJob");
+  CHECK(spec["scaleTargetRef"]["name"].as<std::string>() == job_name);
+  const YAML::Node elastic = job["spec"]["elasticPolicy"];
+  CHECK(spec["minReplicaCount"].as<int>() == elastic["minReplicas"].as<int>());
+  CHECK(spec["maxReplicaCount"].as<int>() == elastic["maxReplicas"].as<int>());
+
+  REQUIRE(spec["triggers"].size() == 1);
+  const YAML::Node trigger = spec["triggers"][0];
+  CHECK(trigger["type"].as<std::string>() == "external-push");
+  CHECK(trigger["metadata"]["job"].as<std::string>() == job_ns + "/" + job_name);
+  // rescaled's Service and port, under the name its certificate carries.
+  CHECK(trigger["metadata"]["scalerAddress"].as<std::string>() == "rescaled.rescale.svc:50051");
+  const std::string auth_key =
+      "TriggerAuthentication/" + job_ns + "/" + trigger["authenticationRef"]["name"].as<std::string>();
+  REQUIRE(keda.count(auth_key));
+  std::set<std::string> parameters;
+  for (const YAML::Node& ref : keda[auth_key]["spec"]["secretTargetRef"]) {
+    parameters.insert(ref["parameter"].as<std::string>());
+  }
+  CHECK(parameters == std::set<std::string>{"caCert", "tlsClientCert", "tlsClientKey"});
 }
