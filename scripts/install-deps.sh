@@ -52,6 +52,16 @@ for pkg in "${packages[@]}"; do
   fi
 done
 
+# kubectl, for `kubectl kustomize docker/k8s` in the manifest tests:
+# Debian's kubernetes-client, unless a kubectl is already installed (from
+# another package, e.g. a cloud SDK, which Debian's would conflict with).
+if ! command -v kubectl > /dev/null 2>&1; then
+  status=$(dpkg-query -W -f='${Status}' kubernetes-client 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=(kubernetes-client)
+  fi
+fi
+
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi

@@ -1,7 +1,9 @@
-// The Kubernetes manifests' security wiring (docker/k8s): what
-// scripts/k8s-credentials.sh makes is what rescaled's token file needs
-// (each component a token of the role the README gives it), and every file
-// a container's flags name is mounted from a Secret that holds that key.
+// The Kubernetes manifests (docker/k8s): the default set renders with
+// `kubectl kustomize` and every object of every manifest parses; and their
+// security wiring: what scripts/k8s-credentials.sh makes is what rescaled's
+// token file needs (each component a token of the role the README gives
+// it), and every file a container's flags name is mounted from a Secret
+// that holds that key.
 #include <yaml-cpp/yaml.h>
 
 #include <array>
@@ -50,6 +52,47 @@ std::map<std::string, YAML::Node> ByKey(const std::vector<YAML::Node>& docs) {
 }
 
 }  // namespace
+
+TEST_CASE("kubectl kustomize renders the default manifests and every manifest's objects parse") {
+  const std::filesystem::path k8s = std::filesystem::path(RESCALE_SOURCE_DIR) / "docker" / "k8s";
+  // Every object of every manifest, straight from the files.
+  std::map<std::string, std::vector<YAML::Node>> objects_of;  // file -> objects
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(k8s)) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::string file = std::filesystem::relative(entry.path(), k8s).string();
+    if (file == "kustomization.yaml") continue;
+    INFO(file);
+    for (const YAML::Node& doc : YAML::LoadAllFromFile(entry.path().string())) {
+      if (!doc || doc.IsNull()) continue;
+      REQUIRE(doc.IsMap());
+      CHECK(doc["apiVersion"].as<std::string>().size() > 0);
+      CHECK(doc["kind"].as<std::string>().size() > 0);
+      CHECK(doc["metadata"]["name"].as<std::string>().size() > 0);
+      objects_of[file].push_back(doc);
+    }
+  }
+  // namespace, rescaled, adapter, example job, ha, keda, cert-manager
+  CHECK(objects_of.size() >= 7);
+
+  // kustomize renders exactly the objects of the files it lists.
+  const YAML::Node kustomization = YAML::LoadFile((k8s / "kustomization.yaml").string());
+  std::vector<YAML::Node> listed;
+  for (const YAML::Node& resource : kustomization["resources"]) {
+    const std::string file = resource.as<std::string>();
+    INFO(file);
+    REQUIRE(objects_of.count(file));
+    listed.insert(listed.end(), objects_of[file].begin(), objects_of[file].end());
+  }
+  const std::string rendered = Run("kubectl kustomize " + k8s.string());
+  std::map<std::string, YAML::Node> rendered_objects = ByKey(YAML::LoadAll(rendered));
+  std::map<std::string, YAML::Node> listed_objects = ByKey(listed);
+  std::set<std::string> rendered_keys, listed_keys;
+  for (const auto& [key, doc] : rendered_objects) rendered_keys.insert(key);
+  for (const auto& [key, doc] : listed_objects) listed_keys.insert(key);
+  CHECK(rendered_keys == listed_keys);
+  CHECK(rendered_keys.count("StatefulSet/rescale/rescaled"));
+  CHECK(rendered_keys.count("Deployment/rescale/rescale-adapter"));
+}
 
 TEST_CASE("k8s-credentials.sh makes a token per component with the role it needs") {
   const std::filesystem::path root(RESCALE_SOURCE_DIR);
