@@ -9,6 +9,7 @@ find_package(PkgConfig REQUIRED)
 
 add_library(rescale_adapter_lib
   client/adapter/pytorchjob.cc
+  client/adapter/trainjob.cc
   client/adapter/controller.cc
   client/adapter/list_watch.cc
   client/adapter/kube_config.cc
