@@ -10,6 +10,7 @@ find_package(PkgConfig REQUIRED)
 add_library(rescale_adapter_lib
   client/adapter/pytorchjob.cc
   client/adapter/trainjob.cc
+  client/adapter/job_events.cc
   client/adapter/controller.cc
   client/adapter/list_watch.cc
   client/adapter/kube_config.cc
