@@ -1717,6 +1717,26 @@ TEST_CASE("TrainJobs are registered at numNodes and suspended and resumed, never
   CHECK(h.kube.Object(path)["spec"]["trainer"]["numNodes"] == 2);
 }
 
+TEST_CASE("a job API whose CRD is not installed is retried with backoff and holds nothing back") {
+  Harness h;
+  // TrainJobs are in the default job APIs, but Trainer is not installed.
+  h.kube.Unserve("/apis/trainer.kubeflow.org/");
+  h.kube.Put(PyTorchJob(JobParams{}));
+  h.StartAdapter();
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  CHECK(Workers(h.kube.Object(JobPath("default", "bert"))) == 4);
+  // It keeps looking (a later install is found), with backoff.
+  const std::string trainjobs = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs";
+  REQUIRE(h.kube.WaitForRequests([&](const std::vector<RecordedRequest>& requests) {
+    int lists = 0;
+    for (const RecordedRequest& request : requests) lists += request.path == trainjobs;
+    return lists >= 3;
+  }));
+  for (const AdapterEvent& event : h.log.Events()) {
+    if (event.kind == Kind::kJobsListed) CHECK(event.detail != trainjobs);
+  }
+}
+
 TEST_CASE("the fake API server treats TrainJobs as the CRD does: no scale, trainer immutable") {
   FakeKubeApi kube;
   rescale::adapter::CurlKubeClientOptions options;

@@ -324,6 +324,11 @@ void FakeKubeApi::ConflictOnNextPatch(const std::string& path, int times) {
   conflicts_[path] += times;
 }
 
+void FakeKubeApi::Unserve(const std::string& api_prefix) {
+  std::lock_guard lock(mu_);
+  unserved_.push_back(api_prefix);
+}
+
 void FakeKubeApi::RejectNextPosts(int http_code, int times) {
   std::lock_guard lock(mu_);
   reject_posts_ = times;
@@ -378,6 +383,12 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
   Record(recorded);
 
   Route route = Route::Parse(req.path);
+  {
+    std::lock_guard lock(mu_);
+    for (const std::string& prefix : unserved_) {
+      if (req.path.rfind(prefix, 0) == 0) route.valid = false;
+    }
+  }
   if (!route.valid) {
     Reply(res, 404, StatusObject(404, "NotFound", "no route " + req.path));
     return;

@@ -100,6 +100,9 @@ class FakeKubeApi {
   // (its resourceVersion moves on), so a patch built from an earlier GET
   // gets 409 Conflict. `times` such writes, one before each PATCH.
   void ConflictOnNextPatch(const std::string& path, int times = 1);
+  // Requests under `api_prefix` (e.g. "/apis/trainer.kubeflow.org/") are
+  // answered 404, as for an API group whose CRD is not installed.
+  void Unserve(const std::string& api_prefix);
   // The next `times` POSTs are answered `http_code` (a Status object)
   // without creating anything, as an API server refusing them would (403
   // without RBAC, 500 on an etcd hiccup).
@@ -146,6 +149,7 @@ class FakeKubeApi {
   bool stopping_ = false;
   int open_watches_ = 0;
   std::map<std::string, int> conflicts_;
+  std::vector<std::string> unserved_;
   int reject_posts_ = 0;
   int reject_posts_code_ = 0;
   int64_t next_uid_ = 1;
