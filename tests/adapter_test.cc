@@ -1686,7 +1686,19 @@ TEST_CASE("TrainJobs are registered at numNodes and suspended and resumed, never
     REQUIRE(h.cluster->SetCapacity(&context, request, &cluster).ok());
   }
   REQUIRE(h.WaitForPatches(path, 2));
-  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/llm", 2));
+  // The resume applied and reported: after the suspension, an applied
+  // event with replicas.
+  REQUIRE(h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+    bool suspended = false;
+    for (const AdapterEvent& event : events) {
+      if (event.kind != Kind::kApplied || event.job_id != "default/llm") continue;
+      if (event.detail == "suspend")
+        suspended = true;
+      else if (suspended)
+        return true;
+    }
+    return false;
+  }));
   const v1::Recommendation resumed = h.GetJob("default/llm")->recommendation();
   REQUIRE_FALSE(resumed.suspend());
   REQUIRE(resumed.replicas() == 2);
