@@ -106,6 +106,88 @@ json PyTorchJob(const JobParams& p) {
   return job;
 }
 
+struct TrainJobParams {
+  std::string ns = "default";
+  std::string name = "llm";
+  std::optional<int> num_nodes = 2;
+  // Per node, in spec.trainer.resourcesPerNode.limits; unset = none.
+  std::optional<int> gpus = 1;
+  std::optional<bool> suspend;
+  std::map<std::string, std::string> annotations = {{"rescale.io/policy", "planner"}};
+};
+
+// A Kubeflow Trainer v2 TrainJob as kubeflow/trainer's
+// pkg/apis/trainer/v1alpha1/trainjob_types.go defines it.
+json TrainJob(const TrainJobParams& p) {
+  json trainer = {{"image", "example/train:1"}};
+  if (p.num_nodes) trainer["numNodes"] = *p.num_nodes;
+  if (p.gpus) {
+    trainer["resourcesPerNode"] = {{"limits", {{"nvidia.com/gpu", std::to_string(*p.gpus)}}}};
+  }
+  json job = {{"apiVersion", "trainer.kubeflow.org/v1alpha1"},
+              {"kind", "TrainJob"},
+              {"metadata",
+               {{"name", p.name},
+                {"namespace", p.ns},
+                {"labels", {{"rescale.io/managed", "true"}}},
+                {"annotations", p.annotations}}},
+              {"spec", {{"runtimeRef", {{"name", "torch-distributed"}}}, {"trainer", trainer}}}};
+  if (p.suspend) job["spec"]["suspend"] = *p.suspend;
+  return job;
+}
+
+std::string TrainJobPath(const std::string& ns, const std::string& name) {
+  return "/apis/trainer.kubeflow.org/v1alpha1/namespaces/" + ns + "/trainjobs/" + name;
+}
+
+std::string EventsPath(const std::string& ns) {
+  return "/apis/events.k8s.io/v1/namespaces/" + ns + "/events";
+}
+
+// The three annotations an applied change carries, for `recommendation`
+// with `reason` as applied.
+json ChangeAnnotations(const v1::Recommendation& recommendation, const std::string& reason) {
+  return {{"rescale.io/recommended-replicas",
+           std::to_string(recommendation.suspend() ? 0 : recommendation.replicas())},
+          {"rescale.io/generation", std::to_string(recommendation.generation())},
+          {"rescale.io/reason", reason}};
+}
+
+// The rescale.io/reason a job PATCH carried. rescaled's reason for the
+// same generation can change later (it explains the current state: "needs
+// 2 GPUs" becomes "suspended: needs 2 GPUs"), so tests take the one that
+// was applied from the patch and check the Event says the same.
+std::string PatchedReason(const RecordedRequest& patch) {
+  const json body = json::parse(patch.body);
+  const json& reason = body["metadata"]["annotations"]["rescale.io/reason"];
+  return reason.is_string() ? reason.get<std::string>() : "";
+}
+
+// The Event the adapter must POST for a change of `job` (the stored object
+// after the change) at the test clock's `at`.
+json ExpectedEvent(const json& job, const std::string& action, const std::string& reason,
+                   const std::string& note, absl::Time at) {
+  return {{"apiVersion", "events.k8s.io/v1"},
+          {"kind", "Event"},
+          {"metadata",
+           {{"generateName", job["metadata"]["name"].get<std::string>() + "."},
+            {"namespace", job["metadata"]["namespace"]}}},
+          {"eventTime", absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", at, absl::UTCTimeZone())},
+          {"reportingController", "rescale.io/rescale-adapter"},
+          {"reportingInstance", "rescale-adapter-7d9f8-xk2lp"},
+          {"action", action},
+          {"reason", reason},
+          {"note", note},
+          {"type", "Normal"},
+          {"regarding",
+           {{"apiVersion", job["apiVersion"]},
+            {"kind", job["kind"]},
+            {"namespace", job["metadata"]["namespace"]},
+            {"name", job["metadata"]["name"]},
+            {"uid", job["metadata"]["uid"]},
+            {"resourceVersion", job["metadata"]["resourceVersion"]}}}};
+}
+
 json PodGroup(const std::string& api_version, const std::string& ns, const std::string& name,
               int min_member) {
   return {{"apiVersion", api_version},
@@ -249,6 +331,30 @@ class Harness {
     return job;
   }
 
+  // Options with Events on the test's clock, from a named pod.
+  AdapterOptions OptionsWithClock(rescale::Clock* clock) {
+    AdapterOptions options = Options();
+    options.events.clock = clock;
+    options.events.reporting_instance = "rescale-adapter-7d9f8-xk2lp";
+    return options;
+  }
+
+  std::vector<RecordedRequest> PostsTo(const std::string& path) {
+    std::vector<RecordedRequest> out;
+    for (const RecordedRequest& request : kube.Writes()) {
+      if (request.method == "POST" && request.path == path) out.push_back(request);
+    }
+    return out;
+  }
+  bool WaitForPosts(const std::string& path, size_t count) {
+    return kube.WaitForRequests([&](const std::vector<RecordedRequest>& requests) {
+      size_t n = 0;
+      for (const RecordedRequest& request : requests)
+        n += request.method == "POST" && request.path == path;
+      return n >= count;
+    });
+  }
+
   std::vector<RecordedRequest> PatchesTo(const std::string& path) {
     std::vector<RecordedRequest> out;
     for (const RecordedRequest& request : kube.Writes()) {
@@ -381,6 +487,188 @@ TEST_CASE("the patches are JSON merge patches guarded by resourceVersion") {
             R"({"metadata":{"resourceVersion":"42"},"spec":{"runPolicy":{"suspend":true}}})"));
   CHECK(rescale::adapter::MinMemberPatch("7", 5) ==
         json::parse(R"({"metadata":{"resourceVersion":"7"},"spec":{"minMember":5}})"));
+}
+
+TEST_CASE("the annotations of a change are valid strings and go in the change's merge patch") {
+  v1::Recommendation recommendation;
+  recommendation.set_replicas(4);
+  recommendation.set_generation(7);
+  recommendation.set_reason("planner: 1.8x the throughput");
+  auto annotations = rescale::adapter::RecommendationAnnotations(
+      recommendation,
+      rescale::adapter::AppliedReason(rescale::adapter::JobInfo{}, recommendation, 4));
+  CHECK(rescale::adapter::WorkerPatch("42", 4, std::nullopt, annotations) ==
+        json::parse(R"({"metadata":{"resourceVersion":"42",
+                          "annotations":{"rescale.io/recommended-replicas":"4",
+                                         "rescale.io/generation":"7",
+                                         "rescale.io/reason":"planner: 1.8x the throughput"}},
+                        "spec":{"pytorchReplicaSpecs":{"Worker":{"replicas":4}}}})"));
+  // A suspension recommends 0 replicas, whatever the replicas field says.
+  recommendation.set_suspend(true);
+  CHECK(rescale::adapter::RecommendationAnnotations(recommendation, "x")
+            .at("rescale.io/recommended-replicas") == "0");
+  // Replicas clamped into the job's bounds say so in the reason.
+  rescale::adapter::JobInfo bounded;
+  bounded.min_replicas = 1;
+  bounded.max_replicas = 4;
+  recommendation.set_suspend(false);
+  recommendation.set_replicas(9);
+  CHECK(rescale::adapter::AppliedReason(bounded, recommendation, 4) ==
+        "planner: 1.8x the throughput; replicas clamped to 4 (the job allows 1..4)");
+
+  // Invalid UTF-8 becomes U+FFFD, control characters spaces; the JSON of
+  // the patch can then always be written.
+  CHECK(rescale::adapter::SanitizeText("a\xff"
+                                       "b\n\tc\xc3\xa9",
+                                       100) ==
+        "a\xef\xbf\xbd"
+        "b \tc\xc3\xa9");
+  // A surrogate: each byte of it is a maximal invalid subpart (Unicode's
+  // recommended practice), one U+FFFD each.
+  CHECK(rescale::adapter::SanitizeText("\xed\xa0\x80", 100) ==
+        "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+  CHECK(rescale::adapter::SanitizeText("\xc0\xaf", 100) == "\xef\xbf\xbd\xef\xbf\xbd");  // overlong
+  // Too long: cut at a character boundary, "..." within the limit.
+  std::string long_reason(1020, 'x');
+  long_reason += "\xc3\xa9\xc3\xa9\xc3\xa9";  // three 2-byte characters: 1026 bytes
+  std::string cut = rescale::adapter::SanitizeText(long_reason, 1024);
+  CHECK(cut.size() <= 1024);
+  CHECK(cut == std::string(1020, 'x') + "...");
+  CHECK(rescale::adapter::SanitizeText("\xc3\xa9\xc3\xa9\xc3\xa9", 6) ==
+        "\xc3\xa9\xc3\xa9\xc3\xa9");
+  CHECK(rescale::adapter::SanitizeText("\xc3\xa9\xc3\xa9\xc3\xa9", 5) == "\xc3\xa9...");
+  recommendation.set_reason(std::string(5000, 'r') + "\xff");
+  const std::string reason =
+      rescale::adapter::RecommendationAnnotations(recommendation, recommendation.reason())
+          .at("rescale.io/reason");
+  CHECK(reason.size() == 1024);
+  CHECK_NOTHROW(json(reason).dump());
+}
+
+TEST_CASE("ParseTrainJob registers min and max as numNodes and reads GPUs per node") {
+  TrainJobParams p;
+  p.num_nodes = 3;
+  p.gpus = 2;
+  p.annotations = {{"rescale.io/priority", "4"}, {"rescale.io/policy", "planner"}};
+  json object = TrainJob(p);
+  object["metadata"]["uid"] = "u-1";
+  auto job = rescale::adapter::ParseJob(rescale::adapter::kTrainerV1alpha1, object);
+  REQUIRE(job.ok());
+  CHECK(job->kind == "TrainJob");
+  CHECK(job->uid == "u-1");
+  CHECK(job->api == rescale::adapter::kTrainerV1alpha1);
+  CHECK(job->workers == 3);
+  CHECK(job->min_replicas == 3);
+  CHECK(job->max_replicas == 3);
+  CHECK(job->gpus_per_replica == 2u);
+  CHECK(job->priority == 4);
+  CHECK_FALSE(job->resizable);
+  CHECK_FALSE(job->suspended);
+  CHECK_FALSE(job->finished);
+  CHECK(rescale::adapter::ToJobSpec(*job).min_replicas() == 3);
+  CHECK(rescale::adapter::ToJobSpec(*job).max_replicas() == 3);
+
+  // numNodes unset: one node. GPUs from requests when limits say nothing.
+  p.num_nodes.reset();
+  p.gpus.reset();
+  object = TrainJob(p);
+  object["spec"]["trainer"]["resourcesPerNode"] = {{"requests", {{"nvidia.com/gpu", 8}}}};
+  object["spec"]["suspend"] = true;
+  job = rescale::adapter::ParseTrainJob(object);
+  REQUIRE(job.ok());
+  CHECK(job->min_replicas == 1);
+  CHECK(job->max_replicas == 1);
+  CHECK(job->gpus_per_replica == 8u);
+  CHECK(job->suspended);
+  object["spec"]["trainer"].erase("resourcesPerNode");
+  CHECK_FALSE(rescale::adapter::ParseTrainJob(object)->gpus_per_replica.has_value());
+
+  // Complete and Failed mean it is over.
+  for (const char* type : {"Complete", "Failed"}) {
+    json over = TrainJob(TrainJobParams{});
+    over["status"]["conditions"] = json::array({{{"type", type}, {"status", "True"}}});
+    CHECK(rescale::adapter::ParseTrainJob(over)->finished);
+  }
+  json suspended_only = TrainJob(TrainJobParams{});
+  suspended_only["status"]["conditions"] =
+      json::array({{{"type", "Suspended"}, {"status", "True"}}});
+  CHECK_FALSE(rescale::adapter::ParseTrainJob(suspended_only)->finished);
+
+  // Errors name the object and the field.
+  json bad = TrainJob(TrainJobParams{});
+  bad["spec"]["trainer"]["numNodes"] = 0;
+  auto parsed = rescale::adapter::ParseTrainJob(bad);
+  REQUIRE_FALSE(parsed.ok());
+  CHECK_THAT(std::string(parsed.status().message()),
+             Catch::Contains("TrainJob default/llm") && Catch::Contains("spec.trainer.numNodes"));
+  bad = TrainJob(TrainJobParams{});
+  bad["spec"]["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] = "500m";
+  parsed = rescale::adapter::ParseTrainJob(bad);
+  REQUIRE_FALSE(parsed.ok());
+  CHECK_THAT(std::string(parsed.status().message()),
+             Catch::Contains("spec.trainer.resourcesPerNode.limits"));
+
+  // The only patch there is: spec.suspend and the annotations.
+  CHECK(rescale::adapter::TrainJobSuspendPatch("9", true, {{"rescale.io/generation", "2"}}) ==
+        json::parse(R"({"metadata":{"resourceVersion":"9",
+                                    "annotations":{"rescale.io/generation":"2"}},
+                        "spec":{"suspend":true}})"));
+  CHECK(rescale::adapter::JobResource(rescale::adapter::kTrainerV1alpha1) == "trainjobs");
+  CHECK(rescale::adapter::JobResource(rescale::adapter::kKubeflowV1) == "pytorchjobs");
+}
+
+TEST_CASE("a change's Event is a valid events.k8s.io/v1 Event about the job") {
+  rescale::adapter::JobInfo job;
+  job.ns = "team-a";
+  job.name = "bert";
+  job.id = "team-a/bert";
+  job.api = rescale::adapter::kKubeflowV1;
+  job.uid = "0b3c";
+  const absl::Time at = absl::FromUnixMicros(1'700'000'000'123'456);
+  CHECK(rescale::adapter::MicroTime(at) == "2023-11-14T22:13:20.123456Z");
+  json body = rescale::adapter::JobEventBody(job, "812", rescale::adapter::JobChange::kSuspended,
+                                             std::string(2000, 'n'), at, "pod-1");
+  CHECK(body == json{{"apiVersion", "events.k8s.io/v1"},
+                     {"kind", "Event"},
+                     {"metadata", {{"generateName", "bert."}, {"namespace", "team-a"}}},
+                     {"eventTime", "2023-11-14T22:13:20.123456Z"},
+                     {"reportingController", "rescale.io/rescale-adapter"},
+                     {"reportingInstance", "pod-1"},
+                     {"action", "Suspend"},
+                     {"reason", "Suspended"},
+                     {"note", std::string(1021, 'n') + "..."},
+                     {"type", "Normal"},
+                     {"regarding",
+                      {{"apiVersion", "kubeflow.org/v1"},
+                       {"kind", "PyTorchJob"},
+                       {"namespace", "team-a"},
+                       {"name", "bert"},
+                       {"uid", "0b3c"},
+                       {"resourceVersion", "812"}}}});
+  CHECK(std::string(rescale::adapter::EventReason(rescale::adapter::JobChange::kRescaled)) ==
+        "Rescaled");
+  CHECK(std::string(rescale::adapter::EventAction(rescale::adapter::JobChange::kResumed)) ==
+        "Resume");
+}
+
+TEST_CASE("the Event rate limit is a burst per job, then one per interval") {
+  rescale::adapter::EventRateLimiter limiter(2, absl::Seconds(30));
+  const absl::Time t0 = absl::FromUnixSeconds(1'700'000'000);
+  CHECK(limiter.Allow("a", t0));
+  CHECK(limiter.Allow("a", t0));
+  CHECK_FALSE(limiter.Allow("a", t0));
+  CHECK(limiter.Allow("b", t0));  // each job has its own bucket
+  CHECK_FALSE(limiter.Allow("a", t0 + absl::Seconds(29)));
+  CHECK(limiter.Allow("a", t0 + absl::Seconds(30)));
+  CHECK_FALSE(limiter.Allow("a", t0 + absl::Seconds(31)));
+  // Refills to the burst, no further.
+  CHECK(limiter.Allow("a", t0 + absl::Hours(1)));
+  CHECK(limiter.Allow("a", t0 + absl::Hours(1)));
+  CHECK_FALSE(limiter.Allow("a", t0 + absl::Hours(1)));
+  limiter.Forget("a");
+  CHECK(limiter.Allow("a", t0 + absl::Hours(1)));
+  rescale::adapter::EventRateLimiter none(0, absl::Seconds(30));
+  CHECK_FALSE(none.Allow("a", t0));
 }
 
 TEST_CASE("kubeconfig: current context, base64 data, relative paths, no insecure mode") {
@@ -827,6 +1115,18 @@ TEST_CASE("suspend and resume go through spec.runPolicy.suspend") {
   CHECK(body["spec"] == json::parse(R"({"runPolicy":{"suspend":true}})"));
   CHECK(h.kube.Object(low_path)["spec"]["runPolicy"]["suspend"] == true);
   auto low_job = h.GetJob("default/low");
+  // The suspension's annotations are in the suspending patch, its Event
+  // says Suspended.
+  std::string reason = PatchedReason(h.PatchesTo(low_path)[0]);
+  CHECK_FALSE(reason.empty());
+  CHECK(body["metadata"]["annotations"] == ChangeAnnotations(low_job->recommendation(), reason));
+  REQUIRE(h.WaitForPosts(EventsPath("default"), 1));
+  json event = json::parse(h.PostsTo(EventsPath("default"))[0].body);
+  CHECK(event["reason"] == "Suspended");
+  CHECK(event["action"] == "Suspend");
+  CHECK(event["note"] == reason);
+  CHECK(event["regarding"]["name"] == "low");
+  CHECK(event["regarding"]["kind"] == "PyTorchJob");
   CHECK(low_job->status().suspended());
   CHECK(low_job->status().current_replicas() == 0);
   CHECK(h.PatchesTo(JobPath("default", "high")).empty());  // already right
@@ -852,6 +1152,15 @@ TEST_CASE("suspend and resume go through spec.runPolicy.suspend") {
   low_job = h.GetJob("default/low");
   CHECK_FALSE(low_job->status().suspended());
   CHECK(low_job->status().current_replicas() == 2);
+  reason = PatchedReason(h.PatchesTo(low_path)[1]);
+  CHECK_FALSE(reason.empty());
+  CHECK(body["metadata"]["annotations"] == ChangeAnnotations(low_job->recommendation(), reason));
+  REQUIRE(h.WaitForPosts(EventsPath("default"), 2));
+  event = json::parse(h.PostsTo(EventsPath("default"))[1].body);
+  CHECK(event["reason"] == "Resumed");
+  CHECK(event["note"] == reason);
+  CHECK(event["action"] == "Resume");
+  CHECK(event["regarding"]["name"] == "low");
 }
 
 TEST_CASE("PodGroup minMember follows the workers plus master, for both PodGroup flavours") {
@@ -874,9 +1183,12 @@ TEST_CASE("PodGroup minMember follows the workers plus master, for both PodGroup
       CHECK(body["metadata"]["resourceVersion"].is_string());
       CHECK(h.kube.Object(group_path)["spec"]["minMember"] == 5);
       CHECK(Workers(h.kube.Object(JobPath("default", "bert"))) == 4);
-      // The gang is widened before the job grows.
+      // The gang is widened before the job grows. (The Event for the
+      // change is POSTed besides, on its own thread.)
       std::vector<std::string> order;
-      for (const RecordedRequest& request : h.kube.Writes()) order.push_back(request.path);
+      for (const RecordedRequest& request : h.kube.Writes()) {
+        if (request.method == "PATCH") order.push_back(request.path);
+      }
       REQUIRE(order.size() == 2);
       CHECK(order[0] == group_path);
       CHECK(order[1] == JobPath("default", "bert"));
@@ -1011,12 +1323,17 @@ TEST_CASE("an API server restart: the adapter re-watches from its resourceVersio
   h.kube.Put(PyTorchJob(JobParams{}));
   h.StartAdapter();
   REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
-  REQUIRE(h.kube.WaitForOpenWatches(2));
+  // The change's Event is a write too: let it land first.
+  REQUIRE(h.log.WaitCount(Kind::kEventRecorded, "default/bert", 1));
+  // One watch per job API (PyTorchJobs of both flavours, TrainJobs).
+  const size_t job_apis = AdapterOptions().job_apis.size();
+  REQUIRE(job_apis == 3);
+  REQUIRE(h.kube.WaitForOpenWatches(static_cast<int>(job_apis)));
   // A write the job watches do not see moves the resourceVersion on; a
   // bookmark brings them up to it, so they resume from there.
   const std::string bookmark_rv = h.kube.Put(Node("cpu-only", 0))["metadata"]["resourceVersion"];
   h.kube.SendBookmarks();
-  REQUIRE(h.log.WaitCount(Kind::kBookmark, "", 2));
+  REQUIRE(h.log.WaitCount(Kind::kBookmark, "", job_apis));
   for (const AdapterEvent& event : h.log.Events()) {
     if (event.kind == Kind::kBookmark) CHECK(event.detail == bookmark_rv);
   }
@@ -1116,12 +1433,24 @@ TEST_CASE("dry run prints the exact patches and sends none") {
         "PATCH /apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/bert "
         "application/merge-patch+json {\"metadata\":{\"resourceVersion\":\"" +
             group_rv + "\"},\"spec\":{\"minMember\":5}}");
+  // The job's patch carries the annotations of the change with it.
+  auto job = h.GetJob("default/bert");
+  REQUIRE(job);
+  const json job_patch = {
+      {"metadata",
+       {{"resourceVersion", job_rv},
+        {"annotations",
+         {{"rescale.io/recommended-replicas", "4"},
+          {"rescale.io/generation", std::to_string(job->recommendation().generation())},
+          {"rescale.io/reason", job->recommendation().reason()}}}}},
+      {"spec", {{"pytorchReplicaSpecs", {{"Worker", {{"replicas", 4}}}}}}}};
   CHECK(lines[1] ==
         "PATCH /apis/kubeflow.org/v1/namespaces/default/pytorchjobs/bert "
-        "application/merge-patch+json {\"metadata\":{\"resourceVersion\":\"" +
-            job_rv + "\"},\"spec\":{\"pytorchReplicaSpecs\":{\"Worker\":{\"replicas\":4}}}}");
+        "application/merge-patch+json " +
+            job_patch.dump());
+  // No Event either: nothing changed.
+  CHECK(h.log.CountOf(Kind::kEventRecorded) == 0);
   // Nothing was applied, so rescaled still sees the 2 workers that run.
-  auto job = h.GetJob("default/bert");
   CHECK(job->status().current_replicas() == 2);
   CHECK(job->status().last_applied_generation() == 0);
 }
@@ -1146,6 +1475,316 @@ TEST_CASE("jobs are deregistered when deleted and when they succeed") {
   });
   REQUIRE(h.log.WaitCount(Kind::kDeregistered, "default/b", 1));
   CHECK_FALSE(h.GetJob("default/b"));
+}
+
+TEST_CASE("an applied change carries its annotations in the same patch and records an Event") {
+  Harness h;
+  rescale::ManualClock clock;
+  h.kube.Put(PyTorchJob(JobParams{}));  // 2 workers in [1, 4], static-max: 4
+  h.StartAdapter(h.OptionsWithClock(&clock));
+  const std::string path = JobPath("default", "bert");
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  REQUIRE(h.WaitForPosts(EventsPath("default"), 1));
+  REQUIRE(h.log.WaitCount(Kind::kEventRecorded, "default/bert", 1));
+  const v1::Recommendation recommendation = h.GetJob("default/bert")->recommendation();
+  REQUIRE(recommendation.replicas() == 4);
+
+  // One PATCH: the replicas and the three annotations together.
+  auto patches = h.PatchesTo(path);
+  REQUIRE(patches.size() == 1);
+  CHECK(patches[0].content_type == "application/merge-patch+json");
+  json body = json::parse(patches[0].body);
+  const std::string reason = PatchedReason(patches[0]);
+  CHECK_FALSE(reason.empty());
+  const json annotations = ChangeAnnotations(recommendation, reason);
+  CHECK(body == json{{"metadata",
+                      {{"resourceVersion", body["metadata"]["resourceVersion"]},
+                       {"annotations", annotations}}},
+                     {"spec", {{"pytorchReplicaSpecs", {{"Worker", {{"replicas", 4}}}}}}}});
+  // Merged into the job's annotations: its own stay, the label too.
+  const json stored = h.kube.Object(path);
+  CHECK(stored["metadata"]["annotations"]["rescale.io/policy"] == "static-max");
+  for (const auto& [key, value] : annotations.items())
+    CHECK(stored["metadata"]["annotations"][key] == value);
+  CHECK(stored["metadata"]["labels"]["rescale.io/managed"] == "true");
+
+  // The Event, exactly, about the job as the patch left it.
+  auto posts = h.PostsTo(EventsPath("default"));
+  REQUIRE(posts.size() == 1);
+  CHECK(posts[0].content_type == "application/json");
+  CHECK(json::parse(posts[0].body) ==
+        ExpectedEvent(stored, "Rescale", "Rescaled", reason, clock.Now()));
+  // The API server named it from generateName and stored it.
+  auto events = h.client->List(EventsPath("default"), "");
+  REQUIRE(events.ok());
+  REQUIRE((*events)["items"].size() == 1);
+  const json& event = (*events)["items"][0];
+  CHECK(event["metadata"]["name"].get<std::string>().rfind("bert.", 0) == 0);
+  CHECK(event["metadata"]["name"].get<std::string>().size() == 10);
+  CHECK(event["metadata"]["resourceVersion"].is_string());
+
+  // rescaled restarts: the job already runs 4, so no patch and no Event,
+  // though the generation is new.
+  const int port = h.rescaled->port();
+  h.rescaled->Shutdown(absl::ZeroDuration());
+  h.rescaled.reset();
+  h.StartRescaled(port);
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 2));
+  CHECK(h.PatchesTo(path).size() == 1);
+  CHECK(h.log.CountOf(Kind::kEventRecorded) == 1);
+}
+
+TEST_CASE("Events are rate-limited per job on the injected clock") {
+  Harness h;
+  rescale::ManualClock clock;
+  AdapterOptions options = h.OptionsWithClock(&clock);
+  options.events.burst = 1;
+  options.events.interval = absl::Seconds(60);
+  h.kube.Put(PyTorchJob(JobParams{}));  // 2 workers in [1, 4], static-max
+  h.StartAdapter(options);
+  const std::string path = JobPath("default", "bert");
+  // Each lower maxReplicas is a new recommendation, and a shrink.
+  auto set_max = [&](int max_replicas) {
+    h.kube.Update(path,
+                  [&](json& job) { job["spec"]["elasticPolicy"]["maxReplicas"] = max_replicas; });
+  };
+  // 1: grow to 4, the burst's one Event.
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  REQUIRE(h.log.WaitCount(Kind::kEventRecorded, "default/bert", 1));
+  // 2: shrink to 3 in the same minute: applied, annotated, no Event.
+  set_max(3);
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 2));
+  REQUIRE(h.log.WaitCount(Kind::kEventRateLimited, "default/bert", 1));
+  REQUIRE(h.PatchesTo(path).size() == 2);
+  const v1::Recommendation second = h.GetJob("default/bert")->recommendation();
+  CHECK(second.replicas() == 3);
+  CHECK(json::parse(h.PatchesTo(path)[1].body)["metadata"]["annotations"] ==
+        ChangeAnnotations(second, PatchedReason(h.PatchesTo(path)[1])));
+  // 3: 59 s later, shrink to 2: still no token.
+  clock.Advance(absl::Seconds(59));
+  set_max(2);
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 3));
+  REQUIRE(h.log.WaitCount(Kind::kEventRateLimited, "default/bert", 2));
+  // 4: a minute after the first, shrink to 1: a token is back.
+  clock.Advance(absl::Seconds(1));
+  set_max(1);
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 4));
+  REQUIRE(h.WaitForPosts(EventsPath("default"), 2));
+  REQUIRE(h.log.WaitCount(Kind::kEventRecorded, "default/bert", 2));
+  // Events are POSTed in order, so the held-back ones would have come
+  // before this one: exactly two, for the first and fourth changes.
+  auto posts = h.PostsTo(EventsPath("default"));
+  REQUIRE(posts.size() == 2);
+  REQUIRE(h.PatchesTo(path).size() == 4);
+  CHECK(Workers(h.kube.Object(path)) == 1);
+  const json event = json::parse(posts[1].body);
+  CHECK(event["reason"] == "Rescaled");
+  CHECK(event["note"] == PatchedReason(h.PatchesTo(path)[3]));
+  CHECK(event["eventTime"] ==
+        absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", clock.Now(), absl::UTCTimeZone()));
+  CHECK(h.log.CountOf(Kind::kEventRateLimited) == 2);
+}
+
+TEST_CASE("a failed Event POST is logged and counted and the change stands") {
+  rescale::adapter::AdapterMetrics metrics;
+  Harness h;
+  rescale::ManualClock clock;
+  h.kube.Put(PyTorchJob(JobParams{}));
+  h.kube.RejectNextPosts(403);
+  AdapterOptions options = h.OptionsWithClock(&clock);
+  options.metrics = &metrics;
+  h.StartAdapter(options);
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  REQUIRE(h.log.WaitCount(Kind::kEventFailed, "default/bert", 1));
+  CHECK(Workers(h.kube.Object(JobPath("default", "bert"))) == 4);
+  auto job = h.GetJob("default/bert");
+  CHECK(job->status().current_replicas() == 4);
+  CHECK(job->status().last_applied_generation() == job->recommendation().generation());
+  const std::string text = metrics.Serialize();
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_events_total{outcome=\"failed\"} 1"));
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_events_total{outcome=\"recorded\"} 0"));
+  CHECK_THAT(text, Catch::Contains("rescale_adapter_applies_total{outcome=\"applied\"} 1"));
+  h.adapter->Stop();
+}
+
+TEST_CASE("TrainJobs are registered at numNodes and suspended and resumed, never resized") {
+  Harness h;
+  rescale::ManualClock clock;
+  // On 2 GPUs the planner runs the higher-priority PyTorchJob (2 fixed
+  // one-GPU workers) and suspends the TrainJob (2 one-GPU nodes).
+  JobParams high;
+  high.name = "high";
+  high.min_replicas = 2;
+  high.max_replicas = 2;
+  high.annotations = {{"rescale.io/priority", "10"}, {"rescale.io/policy", "planner"}};
+  h.kube.Put(PyTorchJob(high));
+  TrainJobParams low;
+  low.annotations = {{"rescale.io/priority", "1"}, {"rescale.io/policy", "planner"}};
+  h.kube.Put(TrainJob(low));
+  AdapterOptions options = h.OptionsWithClock(&clock);
+  options.capacity_gpus = 2;
+  h.StartAdapter(options);
+  const std::string path = TrainJobPath("default", "llm");
+  REQUIRE(h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+    for (const AdapterEvent& event : events) {
+      if (event.kind == Kind::kApplied && event.job_id == "default/llm" &&
+          event.detail == "suspend")
+        return true;
+    }
+    return false;
+  }));
+  auto registered = h.GetJob("default/llm");
+  REQUIRE(registered);
+  CHECK(registered->spec().min_replicas() == 2);
+  CHECK(registered->spec().max_replicas() == 2);
+  CHECK(registered->spec().gpus_per_replica() == 1);
+  CHECK(registered->spec().priority() == 1);
+  // The list went to the TrainJob collection with the managed label.
+  bool listed = false;
+  for (const RecordedRequest& request : h.kube.Requests()) {
+    listed |= request.path == "/apis/trainer.kubeflow.org/v1alpha1/trainjobs" &&
+              !request.is_watch() && request.query.count("labelSelector") &&
+              request.query.at("labelSelector") == "rescale.io/managed=true";
+  }
+  CHECK(listed);
+
+  // The suspension: spec.suspend and the annotations, in one patch.
+  const v1::Recommendation suspended = registered->recommendation();
+  REQUIRE(suspended.suspend());
+  const std::string kNotResizable =
+      "; TrainJob cannot be resized: spec.trainer.numNodes is immutable";
+  REQUIRE(h.PatchesTo(path).size() == 1);
+  RecordedRequest patch = h.PatchesTo(path)[0];
+  const std::string suspend_reason = PatchedReason(patch);
+  // rescaled's reason, then that it cannot be resized.
+  CHECK(suspend_reason.size() > kNotResizable.size());
+  CHECK_THAT(suspend_reason, Catch::EndsWith(kNotResizable));
+  CHECK(patch.content_type == "application/merge-patch+json");
+  json body = json::parse(patch.body);
+  CHECK(body == json{{"metadata",
+                      {{"resourceVersion", body["metadata"]["resourceVersion"]},
+                       {"annotations", ChangeAnnotations(suspended, suspend_reason)}}},
+                     {"spec", {{"suspend", true}}}});
+  CHECK(h.kube.Object(path)["spec"]["suspend"] == true);
+  CHECK(registered->status().suspended());
+  REQUIRE(h.WaitForPosts(EventsPath("default"), 1));
+  auto posts = h.PostsTo(EventsPath("default"));
+  REQUIRE(posts.size() == 1);
+  CHECK(json::parse(posts[0].body) ==
+        ExpectedEvent(h.kube.Object(path), "Suspend", "Suspended", suspend_reason, clock.Now()));
+  // The PyTorchJob already ran as planned: no patch, no Event.
+  CHECK(h.PatchesTo(JobPath("default", "high")).empty());
+
+  // More GPUs: the TrainJob resumes at its one size.
+  clock.Advance(absl::Seconds(5));
+  {
+    grpc::ClientContext context;
+    v1::SetCapacityRequest request;
+    request.set_total_gpus(4);
+    v1::Cluster cluster;
+    REQUIRE(h.cluster->SetCapacity(&context, request, &cluster).ok());
+  }
+  REQUIRE(h.WaitForPatches(path, 2));
+  // The resume applied and reported: after the suspension, an applied
+  // event with replicas.
+  REQUIRE(h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+    bool suspended = false;
+    for (const AdapterEvent& event : events) {
+      if (event.kind != Kind::kApplied || event.job_id != "default/llm") continue;
+      if (event.detail == "suspend")
+        suspended = true;
+      else if (suspended)
+        return true;
+    }
+    return false;
+  }));
+  const v1::Recommendation resumed = h.GetJob("default/llm")->recommendation();
+  REQUIRE_FALSE(resumed.suspend());
+  REQUIRE(resumed.replicas() == 2);
+  const std::string resume_reason = PatchedReason(h.PatchesTo(path)[1]);
+  CHECK(resume_reason.size() > kNotResizable.size());
+  CHECK_THAT(resume_reason, Catch::EndsWith(kNotResizable));
+  body = json::parse(h.PatchesTo(path)[1].body);
+  CHECK(body == json{{"metadata",
+                      {{"resourceVersion", body["metadata"]["resourceVersion"]},
+                       {"annotations", ChangeAnnotations(resumed, resume_reason)}}},
+                     {"spec", {{"suspend", false}}}});
+  CHECK(h.kube.Object(path)["spec"]["suspend"] == false);
+  CHECK(h.GetJob("default/llm")->status().current_replicas() == 2);
+  REQUIRE(h.WaitForPosts(EventsPath("default"), 2));
+  posts = h.PostsTo(EventsPath("default"));
+  REQUIRE(posts.size() == 2);
+  CHECK(json::parse(posts[1].body) ==
+        ExpectedEvent(h.kube.Object(path), "Resume", "Resumed", resume_reason, clock.Now()));
+
+  // Never a numNodes patch, never the scale subresource (it has none).
+  for (const RecordedRequest& request : h.kube.Requests()) {
+    INFO(request.method << " " << request.path << " " << request.body);
+    CHECK(request.path.find("/scale") == std::string::npos);
+    if (request.path == path && request.method == "PATCH") {
+      CHECK_FALSE(json::parse(request.body)["spec"].contains("trainer"));
+    }
+  }
+  CHECK(h.kube.Object(path)["spec"]["trainer"]["numNodes"] == 2);
+}
+
+TEST_CASE("a job API whose CRD is not installed is retried with backoff and holds nothing back") {
+  Harness h;
+  // TrainJobs are in the default job APIs, but Trainer is not installed.
+  h.kube.Unserve("/apis/trainer.kubeflow.org/");
+  h.kube.Put(PyTorchJob(JobParams{}));
+  h.StartAdapter();
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/bert", 1));
+  CHECK(Workers(h.kube.Object(JobPath("default", "bert"))) == 4);
+  // It keeps looking (a later install is found), with backoff.
+  const std::string trainjobs = "/apis/trainer.kubeflow.org/v1alpha1/trainjobs";
+  REQUIRE(h.kube.WaitForRequests([&](const std::vector<RecordedRequest>& requests) {
+    int lists = 0;
+    for (const RecordedRequest& request : requests) lists += request.path == trainjobs;
+    return lists >= 3;
+  }));
+  for (const AdapterEvent& event : h.log.Events()) {
+    if (event.kind == Kind::kJobsListed) CHECK(event.detail != trainjobs);
+  }
+}
+
+TEST_CASE("the fake API server treats TrainJobs as the CRD does: no scale, trainer immutable") {
+  FakeKubeApi kube;
+  rescale::adapter::CurlKubeClientOptions options;
+  options.config.server = kube.url();
+  auto client = rescale::adapter::CurlKubeClient::Create(options);
+  REQUIRE(client.ok());
+  json stored = kube.Put(TrainJob(TrainJobParams{}));
+  CHECK(stored["metadata"]["uid"].is_string());
+  const std::string path = TrainJobPath("default", "llm");
+  auto scale = (*client)->Get(path + "/scale");
+  REQUIRE_FALSE(scale.ok());
+  CHECK(scale.status().code() == absl::StatusCode::kNotFound);
+  auto resize = (*client)->Patch(path, "application/merge-patch+json",
+                                 json{{"spec", {{"trainer", {{"numNodes", 4}}}}}});
+  REQUIRE_FALSE(resize.ok());
+  CHECK(resize.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(resize.status().message()), Catch::Contains("immutable"));
+  auto suspend =
+      (*client)->Patch(path, "application/merge-patch+json",
+                       rescale::adapter::TrainJobSuspendPatch(
+                           stored["metadata"]["resourceVersion"].get<std::string>(), true));
+  REQUIRE(suspend.ok());
+  CHECK((*suspend)["spec"]["suspend"] == true);
+  // An Event the API server would refuse is refused (422), naming the field.
+  json event = ExpectedEvent(*suspend, "Suspend", "Suspended", "n", absl::UnixEpoch());
+  event.erase("reportingInstance");
+  auto refused = (*client)->Post(EventsPath("default"), event);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.status().message()), Catch::Contains("reportingInstance"));
+  event["reportingInstance"] = "pod";
+  auto created = (*client)->Post(EventsPath("default"), event);
+  REQUIRE(created.ok());
+  CHECK((*created)["metadata"]["name"].get<std::string>().rfind("llm.", 0) == 0);
+  CHECK(kube.Object(EventsPath("default") + "/" + (*created)["metadata"]["name"].get<std::string>())
+            .is_object());
 }
 
 // YAML as the API server would store it in JSON: plain scalars that read
@@ -1304,6 +1943,9 @@ TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs"
     for (const char* verb : {"get", "patch"})
       expected.insert(std::string(group) + "/podgroups:" + verb);
   }
+  for (const char* verb : {"get", "list", "watch", "patch"})
+    expected.insert("trainer.kubeflow.org/trainjobs:" + std::string(verb));
+  expected.insert("events.k8s.io/events:create");
   for (const char* verb : {"get", "list", "watch"}) expected.insert("/nodes:" + std::string(verb));
   CHECK(grants == expected);
   REQUIRE(by_kind.count("PyTorchJob/bert-elastic"));

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <csignal>
+#include <cstdio>
 #include <stdexcept>
 
 #include "absl/strings/numbers.h"
@@ -26,11 +27,19 @@ void Reply(httplib::Response& res, int code, const json& body) {
   res.set_content(body.dump(), "application/json");
 }
 
-std::string ResourceOfKind(const std::string& kind) {
+std::string ResourceOfKindOrEmpty(const std::string& kind) {
   if (kind == "PyTorchJob") return "pytorchjobs";
+  if (kind == "TrainJob") return "trainjobs";
+  if (kind == "Event") return "events";
   if (kind == "PodGroup") return "podgroups";
   if (kind == "Node") return "nodes";
-  throw std::invalid_argument("FakeKubeApi: unsupported kind " + kind);
+  return "";
+}
+
+std::string ResourceOfKind(const std::string& kind) {
+  std::string resource = ResourceOfKindOrEmpty(kind);
+  if (resource.empty()) throw std::invalid_argument("FakeKubeApi: unsupported kind " + kind);
+  return resource;
 }
 
 bool MatchesSelector(const json& object, const std::string& selector) {
@@ -45,6 +54,31 @@ bool MatchesSelector(const json& object, const std::string& selector) {
     if (!labels.contains(kv[0]) || labels[kv[0]] != value) return false;
   }
   return true;
+}
+
+// What the API server checks on a new events.k8s.io/v1 Event
+// (ValidateEventCreate for the events.k8s.io group): the field that fails,
+// with why, or empty when it is valid.
+std::string InvalidEventField(const json& event, const std::string& ns) {
+  auto text = [&](const char* key) -> std::string {
+    return event.contains(key) && event[key].is_string() ? event[key].get<std::string>() : "";
+  };
+  if (text("eventTime").empty()) return "eventTime: Required value";
+  if (text("reportingController").empty()) return "reportingController: Required value";
+  if (text("reportingInstance").empty()) return "reportingInstance: Required value";
+  if (text("reportingInstance").size() > 128) return "reportingInstance: Too long";
+  if (text("action").empty()) return "action: Required value";
+  if (text("action").size() > 128) return "action: Too long";
+  if (text("reason").empty()) return "reason: Required value";
+  if (text("reason").size() > 128) return "reason: Too long";
+  if (text("type") != "Normal" && text("type") != "Warning")
+    return "type: Unsupported value: \"" + text("type") + "\"";
+  if (text("note").size() > 1024) return "note: Too long: may not be more than 1024 bytes";
+  if (!event.contains("regarding") || !event["regarding"].is_object())
+    return "regarding: Required value";
+  if (event["regarding"].value("namespace", "") != ns)
+    return "regarding.namespace: Invalid value: does not match event.namespace";
+  return "";
 }
 
 }  // namespace
@@ -202,6 +236,12 @@ json FakeKubeApi::WriteLocked(const std::string& path, json object, bool created
   object["metadata"]["resourceVersion"] = std::to_string(rv_);
   if (created) {
     object["metadata"]["generation"] = 1;
+    if (!object["metadata"].contains("uid")) {
+      char uid[40];
+      std::snprintf(uid, sizeof uid, "00000000-0000-4000-8000-%012lld",
+                    static_cast<long long>(next_uid_++));
+      object["metadata"]["uid"] = uid;
+    }
   } else {
     const json& old = objects_[path];
     int64_t generation = old["metadata"].value("generation", int64_t{1});
@@ -284,6 +324,17 @@ void FakeKubeApi::ConflictOnNextPatch(const std::string& path, int times) {
   conflicts_[path] += times;
 }
 
+void FakeKubeApi::Unserve(const std::string& api_prefix) {
+  std::lock_guard lock(mu_);
+  unserved_.push_back(api_prefix);
+}
+
+void FakeKubeApi::RejectNextPosts(int http_code, int times) {
+  std::lock_guard lock(mu_);
+  reject_posts_ = times;
+  reject_posts_code_ = http_code;
+}
+
 std::vector<RecordedRequest> FakeKubeApi::Requests() const {
   std::lock_guard lock(mu_);
   return requests_;
@@ -332,12 +383,22 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
   Record(recorded);
 
   Route route = Route::Parse(req.path);
+  {
+    std::lock_guard lock(mu_);
+    for (const std::string& prefix : unserved_) {
+      if (req.path.rfind(prefix, 0) == 0) route.valid = false;
+    }
+  }
   if (!route.valid) {
     Reply(res, 404, StatusObject(404, "NotFound", "no route " + req.path));
     return;
   }
   if (method == "GET" && recorded.is_watch()) {
     HandleWatch(route, recorded, &res);
+    return;
+  }
+  if (method == "POST" && route.name.empty() && !route.scale) {
+    HandlePost(route, recorded, &res);
     return;
   }
   std::unique_lock lock(mu_);
@@ -365,6 +426,12 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
   if (it == objects_.end()) {
     Reply(res, 404,
           StatusObject(404, "NotFound", route.resource + " \"" + route.name + "\" not found"));
+    return;
+  }
+  if (route.scale && route.resource != "pytorchjobs") {
+    // Only the PyTorchJob CRD declares a scale subresource.
+    Reply(res, 404,
+          StatusObject(404, "NotFound", "the server could not find the requested resource"));
     return;
   }
   auto scale_of = [&](const json& object) {
@@ -420,10 +487,108 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
   }
   json object = it->second;
   object.merge_patch(patch);
+  if (route.resource == "trainjobs" &&
+      object["spec"].value("trainer", json()) != it->second["spec"].value("trainer", json())) {
+    // The TrainJob CRD: spec.trainer has x-kubernetes-validations
+    // `self == oldSelf`.
+    Reply(res, 422,
+          StatusObject(422, "Invalid",
+                       "TrainJob.trainer.kubeflow.org \"" + route.name +
+                           "\" is invalid: spec.trainer: Invalid value: \"object\": field is "
+                           "immutable"));
+    return;
+  }
   json stored = WriteLocked(path, std::move(object), false);
   lock.unlock();
   changed_.notify_all();
   Reply(res, 200, route.scale ? scale_of(stored) : stored);
+}
+
+void FakeKubeApi::HandlePost(const Route& route, const RecordedRequest& recorded,
+                             void* response_ptr) {
+  auto& res = *static_cast<httplib::Response*>(response_ptr);
+  if (recorded.content_type != "application/json") {
+    Reply(res, 415,
+          StatusObject(415, "UnsupportedMediaType",
+                       "the fake creates from application/json only, got \"" +
+                           recorded.content_type + "\""));
+    return;
+  }
+  json object = json::parse(recorded.body, nullptr, false);
+  if (object.is_discarded() || !object.is_object() || !object.contains("metadata") ||
+      !object["metadata"].is_object()) {
+    Reply(res, 400, StatusObject(400, "BadRequest", "body is not an object with metadata"));
+    return;
+  }
+  if (route.ns.empty()) {
+    Reply(res, 405,
+          StatusObject(405, "MethodNotAllowed", "the fake creates namespaced objects only"));
+    return;
+  }
+  if (object.value("apiVersion", "") != route.api_version ||
+      ResourceOfKindOrEmpty(object.value("kind", "")) != route.resource) {
+    Reply(
+        res, 400,
+        StatusObject(400, "BadRequest",
+                     "the API version in the data (" + object.value("apiVersion", "") +
+                         ") does not match the expected API version (" + route.api_version + ")"));
+    return;
+  }
+  json& metadata = object["metadata"];
+  const std::string body_ns = metadata.value("namespace", "");
+  if (!body_ns.empty() && body_ns != route.ns) {
+    Reply(res, 400,
+          StatusObject(400, "BadRequest",
+                       "the namespace of the provided object does not match the namespace sent "
+                       "on the request"));
+    return;
+  }
+  metadata["namespace"] = route.ns;
+  if (route.resource == "events") {
+    if (std::string invalid = InvalidEventField(object, route.ns); !invalid.empty()) {
+      Reply(res, 422, StatusObject(422, "Invalid", "Event is invalid: " + invalid));
+      return;
+    }
+  }
+  std::unique_lock lock(mu_);
+  if (reject_posts_ > 0) {
+    --reject_posts_;
+    Reply(
+        res, reject_posts_code_,
+        StatusObject(reject_posts_code_, reject_posts_code_ == 403 ? "Forbidden" : "InternalError",
+                     "rejected by the test"));
+    return;
+  }
+  if (metadata.value("name", "").empty()) {
+    const std::string prefix = metadata.value("generateName", "");
+    if (prefix.empty()) {
+      Reply(res, 422,
+            StatusObject(422, "Invalid",
+                         "metadata.name: Required value: name or generateName is "
+                         "required"));
+      return;
+    }
+    // The API server appends five random characters from a DNS-safe
+    // alphabet; a counter is as unique and repeatable.
+    static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+    int64_t n = next_generated_name_++;
+    std::string suffix;
+    for (int i = 0; i < 5; ++i, n /= 27) suffix += kAlphabet[n % 27];
+    metadata["name"] = prefix + suffix;
+  }
+  Route at = route;
+  at.name = metadata["name"].get<std::string>();
+  const std::string path = at.ObjectPath();
+  if (objects_.count(path)) {
+    Reply(
+        res, 409,
+        StatusObject(409, "AlreadyExists", route.resource + " \"" + at.name + "\" already exists"));
+    return;
+  }
+  json stored = WriteLocked(path, std::move(object), true);
+  lock.unlock();
+  changed_.notify_all();
+  Reply(res, 201, stored);
 }
 
 void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorded,

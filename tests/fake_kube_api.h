@@ -3,16 +3,25 @@
 //
 // It serves real HTTP on 127.0.0.1 (an ephemeral port) with cpp-httplib and
 // keeps PyTorchJobs (kubeflow.org/v1, training.kubedl.io/v1alpha1),
-// PodGroups (scheduling.x-k8s.io/v1alpha1, scheduling.volcano.sh/v1beta1)
-// and Nodes (/api/v1) as JSON, with one resourceVersion counter as etcd
-// would. It implements what the adapter relies on, with the API server's
-// semantics: GET, LIST (labelSelector k=v[,k=v]), WATCH (?watch=true&
+// TrainJobs (trainer.kubeflow.org/v1alpha1), PodGroups
+// (scheduling.x-k8s.io/v1alpha1, scheduling.volcano.sh/v1beta1), Nodes
+// (/api/v1) and Events (events.k8s.io/v1) as JSON, with one resourceVersion
+// counter as etcd would, and a metadata.uid for every object created. It
+// implements what the adapter relies on, with the API server's semantics:
+// GET, LIST (labelSelector k=v[,k=v]), WATCH (?watch=true&
 // resourceVersion=..., newline-delimited events, BOOKMARKs on request, 410
 // Gone for a compacted resourceVersion, as an HTTP status or an ERROR event),
 // JSON merge PATCH (RFC 7386, application/merge-patch+json only; 409 when the
-// patch's metadata.resourceVersion is stale), and the scale subresource of
-// PyTorchJobs. Every request is recorded (method, path, query, content type,
-// body) so tests can assert on exactly what was sent, and tests can wait
+// patch's metadata.resourceVersion is stale), POST to a namespaced
+// collection (application/json; metadata.generateName -> a generated name;
+// 201 Created with the stored object; 409 AlreadyExists; 400 when the
+// body's namespace is not the path's), and the scale subresource of
+// PyTorchJobs only: TrainJobs, as their CRD declares, have the status
+// subresource alone, so .../trainjobs/x/scale is 404, and a PATCH that
+// changes a TrainJob's spec.trainer is refused 422 like the CRD's
+// `self == oldSelf` rule. A new Event is validated as the API server
+// validates an events.k8s.io/v1 Event (422 naming the field). Every request is recorded (method,
+// path, query, content type, body) so tests can assert on exactly what was sent, and tests can wait
 // for a request or a state without sleeping.
 //
 // Stop() and Start() restart the server on the same port with its objects
@@ -91,9 +100,16 @@ class FakeKubeApi {
   // (its resourceVersion moves on), so a patch built from an earlier GET
   // gets 409 Conflict. `times` such writes, one before each PATCH.
   void ConflictOnNextPatch(const std::string& path, int times = 1);
+  // Requests under `api_prefix` (e.g. "/apis/trainer.kubeflow.org/") are
+  // answered 404, as for an API group whose CRD is not installed.
+  void Unserve(const std::string& api_prefix);
+  // The next `times` POSTs are answered `http_code` (a Status object)
+  // without creating anything, as an API server refusing them would (403
+  // without RBAC, 500 on an etcd hiccup).
+  void RejectNextPosts(int http_code, int times = 1);
 
   std::vector<RecordedRequest> Requests() const;
-  // Requests that write (PATCH).
+  // Requests that write (PATCH, POST).
   std::vector<RecordedRequest> Writes() const;
   void ClearRequests();
   // Waits until `predicate` holds over the recorded requests, or `timeout`.
@@ -116,6 +132,7 @@ class FakeKubeApi {
   void Serve();
   void Handle(const void* request, void* response, const std::string& method);
   void HandleWatch(const Route& route, const RecordedRequest& recorded, void* response);
+  void HandlePost(const Route& route, const RecordedRequest& recorded, void* response);
   void Record(const RecordedRequest& request);
   nlohmann::json WriteLocked(const std::string& path, nlohmann::json object, bool created);
   void EmitLocked(const std::string& type, const std::string& path, const nlohmann::json& object);
@@ -132,6 +149,11 @@ class FakeKubeApi {
   bool stopping_ = false;
   int open_watches_ = 0;
   std::map<std::string, int> conflicts_;
+  std::vector<std::string> unserved_;
+  int reject_posts_ = 0;
+  int reject_posts_code_ = 0;
+  int64_t next_uid_ = 1;
+  int64_t next_generated_name_ = 0;
   std::vector<RecordedRequest> requests_;
 
   int port_ = 0;

@@ -9,7 +9,10 @@ find_package(PkgConfig REQUIRED)
 
 add_library(rescale_adapter_lib
   client/adapter/pytorchjob.cc
+  client/adapter/trainjob.cc
+  client/adapter/job_events.cc
   client/adapter/controller.cc
+  client/adapter/apply_job.cc
   client/adapter/list_watch.cc
   client/adapter/kube_config.cc
   client/adapter/curl_kube_client.cc

@@ -1,11 +1,21 @@
 // rescale-adapter's controller: it keeps rescaled's view of the cluster's
-// PyTorchJobs and GPU capacity current, and applies rescaled's
-// recommendations to those jobs (and their gang PodGroups) through a
-// KubeClient.
+// PyTorchJobs (and Trainer v2 TrainJobs) and GPU capacity current, and
+// applies rescaled's recommendations to those jobs (and their gang
+// PodGroups) through a KubeClient.
 //
-// The PyTorchJob mapping (parsing, patches) lives in client/adapter/pytorchjob.h;
-// this is the controller: threads that list+watch jobs and nodes, one that
-// watches recommendations and one that applies them.
+// The PyTorchJob mapping (parsing, patches) lives in client/adapter/pytorchjob.h,
+// the TrainJob one in client/adapter/trainjob.h, Events in
+// client/adapter/job_events.h; this is the controller: threads that
+// list+watch jobs and nodes, one that watches recommendations and one that
+// applies them.
+//
+// What an apply leaves behind for `kubectl describe`: the patch that
+// changes a job also sets its rescale.io/recommended-replicas,
+// rescale.io/generation and rescale.io/reason annotations (one write, so
+// the change and its reason are never seen apart), and each change records
+// an Event (reason Rescaled, Suspended or Resumed; note = the reason as
+// applied), rate-limited per job. A recommendation that changes nothing
+// (the job already runs as recommended) writes neither.
 //
 // Applying a plan in the safe order. rescaled's planner publishes a plan's
 // changes together, but the WatchRecommendations stream carries them one
@@ -51,8 +61,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/adapter/adapter_metrics.h"
+#include "client/adapter/job_events.h"
 #include "client/adapter/kube_client.h"
 #include "client/adapter/pytorchjob.h"
+#include "client/adapter/trainjob.h"
 #include "client/common/backoff.h"
 #include "client/common/server_list.h"
 #include "rescale/clock.h"
@@ -63,17 +75,20 @@ namespace rescale::adapter {
 // What the adapter did, for tests and for the log's structure.
 struct AdapterEvent {
   enum class Kind {
-    kJobsListed,      // a LIST of jobs (one API version) was processed
-    kNodesListed,     // a LIST of nodes was processed
-    kRegistered,      // job registered or updated with rescaled
-    kDeregistered,    // job deregistered (finished or deleted)
-    kSkipped,         // job not managed (operator HPA, invalid): detail says why
-    kApplied,         // a recommendation's generation applied and reported
-    kDryRunPatch,     // dry run: detail is "PATCH path body"
-    kCapacitySet,     // SetCapacity sent; value = GPUs
-    kRescaledSynced,  // a WatchRecommendations stream delivered SYNCED
-    kWatchRelisted,   // a watch got 410 Gone and relists
-    kBookmark,        // a watch moved to a BOOKMARK's resourceVersion (detail)
+    kJobsListed,        // a LIST of jobs (one API version) was processed
+    kNodesListed,       // a LIST of nodes was processed
+    kRegistered,        // job registered or updated with rescaled
+    kDeregistered,      // job deregistered (finished or deleted)
+    kSkipped,           // job not managed (operator HPA, invalid): detail says why
+    kApplied,           // a recommendation's generation applied and reported
+    kDryRunPatch,       // dry run: detail is "PATCH path body"
+    kCapacitySet,       // SetCapacity sent; value = GPUs
+    kRescaledSynced,    // a WatchRecommendations stream delivered SYNCED
+    kWatchRelisted,     // a watch got 410 Gone and relists
+    kBookmark,          // a watch moved to a BOOKMARK's resourceVersion (detail)
+    kEventRecorded,     // a Kubernetes Event was created; detail = its reason
+    kEventFailed,       // an Event's POST failed (the change stands); detail = error
+    kEventRateLimited,  // an Event the job's rate limit (or a full queue) held back
   };
   Kind kind;
   std::string job_id;
@@ -86,9 +101,11 @@ struct AdapterOptions {
   std::string ns;
   // Jobs carrying this label selector are managed.
   std::string label_selector = "rescale.io/managed=true";
-  // PyTorchJob APIs to list+watch; an API whose CRD is not installed is
-  // retried with backoff (and logged once).
-  std::vector<ApiVersion> job_apis = {kKubeflowV1, kKubeDlV1alpha1};
+  // Job APIs to list+watch: PyTorchJobs (Kubeflow, KubeDL) and Trainer v2
+  // TrainJobs (trainer.kubeflow.org, suspend/resume only). An API whose CRD
+  // is not installed is retried with backoff (and logged once) and does
+  // not hold back the others.
+  std::vector<ApiVersion> job_apis = {kKubeflowV1, kKubeDlV1alpha1, kTrainerV1alpha1};
   // PodGroup APIs looked up (in order) for a job's gang.
   std::vector<ApiVersion> podgroup_apis = {kCoschedulingV1alpha1, kVolcanoV1beta1};
   // Fixed GPU capacity; -1 = the sum of nodes' allocatable nvidia.com/gpu.
@@ -109,6 +126,10 @@ struct AdapterOptions {
   std::function<double()> random;
   // Receives every AdapterEvent, on the adapter's threads; must not block.
   std::function<void(const AdapterEvent&)> observer;
+  // Events for applied changes: reporting instance, per-job rate limit and
+  // the clock it runs on (JobEventOptions documents the defaults). None are
+  // recorded in a dry run.
+  JobEventOptions events;
   // Where applies are counted and timed (null = nowhere); must outlive the
   // adapter. API errors and PATCHes are counted by wrapping the KubeClient
   // in a MeteredKubeClient on the same AdapterMetrics.
@@ -178,18 +199,34 @@ class Adapter {
   // Applies one recommendation (retrying transient errors) and reports it.
   // False when it gave up; true when applied or nothing was to be done.
   bool Apply(const v1::Recommendation& recommendation);
-  // Writes one job (and its PodGroup) toward the target: OK once the
-  // PyTorchJob (and its PodGroup, if any) say so, or the error that stopped it.
-  absl::Status ApplyToKube(const JobInfo& job, uint32_t workers, bool suspend);
+  // What ApplyToKube changed: the kind of change and the job's
+  // resourceVersion after it.
+  struct AppliedChange {
+    JobChange change;
+    std::string resource_version;
+  };
+  // Writes one job (and its PodGroup) toward the target, with `annotations`
+  // in the job's patch: the change once the job (and its PodGroup, if any)
+  // say so, nullopt when the job already ran as wanted (or in a dry run),
+  // or the error that stopped it.
+  absl::StatusOr<std::optional<AppliedChange>> ApplyToKube(
+      const JobInfo& job, uint32_t workers, bool suspend,
+      const std::map<std::string, std::string>& annotations);
   absl::Status PatchPodGroup(const JobInfo& job, uint32_t min_member);
   // GETs `path`, builds a patch from the fresh object, PATCHes; on 409
   // re-GETs and retries. `make_patch` returns null when nothing differs.
+  // `patched`, when not null, receives the object the PATCH returned (null
+  // json when nothing was sent).
   absl::Status PatchWithRetry(
       const std::string& path,
-      const std::function<absl::StatusOr<nlohmann::json>(const nlohmann::json&)>& make_patch);
+      const std::function<absl::StatusOr<nlohmann::json>(const nlohmann::json&)>& make_patch,
+      nlohmann::json* patched = nullptr);
   void ReportApplied(const std::string& id, uint32_t replicas, bool suspended, uint64_t generation);
 
   void Emit(AdapterEvent event);
+  // An Event's outcome (JobEventRecorder): counted and emitted.
+  void OnEventOutcome(JobEventRecorder::Outcome outcome, const std::string& job_id,
+                      const std::string& detail);
   // Waits `d` or until Stop(); returns false when stopping.
   bool SleepFor(absl::Duration d);
   bool stopping() const { return stop_.load(std::memory_order_acquire); }
@@ -236,6 +273,9 @@ class Adapter {
 
   absl::Mutex stream_mu_;
   grpc::ClientContext* stream_context_ ABSL_GUARDED_BY(stream_mu_) = nullptr;
+
+  // POSTs the Events of applied changes off the applier's thread.
+  JobEventRecorder events_;
 
   std::vector<std::thread> threads_;
 };

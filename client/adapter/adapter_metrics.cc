@@ -51,6 +51,16 @@ AdapterMetrics::AdapterMetrics() : registry_(std::make_shared<prometheus::Regist
            .Register(registry)
            .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                             0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+  events_ = &prometheus::BuildCounter()
+                 .Name("rescale_adapter_events_total")
+                 .Help(
+                     "Kubernetes Events for applied changes, by outcome: recorded, failed (POST "
+                     "failed; the change stands), rate_limited, dropped (queue full).")
+                 .Register(registry);
+  // Every outcome from the start, so a rate() over them has a baseline.
+  for (const char* outcome : {"recorded", "failed", "rate_limited", "dropped"}) {
+    events_->Add({{"outcome", outcome}});
+  }
 }
 
 AdapterMetrics::~AdapterMetrics() = default;
@@ -101,6 +111,10 @@ void AdapterMetrics::RecordApply(bool ok, absl::Duration took) {
   apply_duration_->Observe(absl::ToDoubleSeconds(took));
 }
 
+void AdapterMetrics::RecordEvent(std::string_view outcome) {
+  events_->Add({{"outcome", std::string(outcome)}}).Increment();
+}
+
 std::string AdapterMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
@@ -124,6 +138,13 @@ absl::StatusOr<nlohmann::json> MeteredKubeClient::Patch(const std::string& path,
   absl::StatusOr<nlohmann::json> result = inner_->Patch(path, content_type, body);
   metrics_->RecordPatch(result.status());
   if (!result.ok()) metrics_->RecordApiError("patch", result.status().code());
+  return result;
+}
+
+absl::StatusOr<nlohmann::json> MeteredKubeClient::Post(const std::string& path,
+                                                       const nlohmann::json& body) {
+  absl::StatusOr<nlohmann::json> result = inner_->Post(path, body);
+  if (!result.ok()) metrics_->RecordApiError("post", result.status().code());
   return result;
 }
 

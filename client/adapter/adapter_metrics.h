@@ -6,7 +6,7 @@
 //   rescale_adapter_patches_total{outcome}   PATCHes sent to the API server:
 //       applied, conflict (409, re-read and retried), failed
 //   rescale_adapter_kube_api_errors_total{verb,code}   failed API requests
-//       by verb (get, list, patch, watch) and absl code (see kube_client.h:
+//       by verb (get, list, patch, watch, post) and absl code (see kube_client.h:
 //       404 NOT_FOUND, 409 ABORTED, 410 OUT_OF_RANGE, 401/403
 //       UNAUTHENTICATED/PERMISSION_DENIED, 422/400 INVALID_ARGUMENT, 429,
 //       5xx and transport errors UNAVAILABLE). A 404 for a PodGroup flavour
@@ -15,6 +15,9 @@
 //       up on (applied, failed)
 //   rescale_adapter_apply_duration_seconds   time to apply one
 //       recommendation, retries included
+//   rescale_adapter_events_total{outcome}   Kubernetes Events for applied
+//       changes: recorded, failed (the POST failed; the change stands),
+//       rate_limited (the job's limit held it back), dropped (queue full)
 #ifndef RESCALE_CLIENT_ADAPTER_ADAPTER_METRICS_H_
 #define RESCALE_CLIENT_ADAPTER_ADAPTER_METRICS_H_
 
@@ -60,6 +63,8 @@ class AdapterMetrics {
   void RecordApiError(std::string_view verb, absl::StatusCode code);
   // One recommendation applied (ok) or given up on, and how long it took.
   void RecordApply(bool ok, absl::Duration took);
+  // One Event's outcome: "recorded", "failed", "rate_limited", "dropped".
+  void RecordEvent(std::string_view outcome);
 
   // The registry, text-serialised as a scrape would see it.
   std::string Serialize() const;
@@ -73,6 +78,7 @@ class AdapterMetrics {
   prometheus::Counter* applies_applied_;
   prometheus::Counter* applies_failed_;
   prometheus::Histogram* apply_duration_;
+  prometheus::Family<prometheus::Counter>* events_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
 };
@@ -89,6 +95,7 @@ class MeteredKubeClient final : public KubeClient {
                                       const std::string& label_selector) override;
   absl::StatusOr<nlohmann::json> Patch(const std::string& path, const std::string& content_type,
                                        const nlohmann::json& body) override;
+  absl::StatusOr<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;
   absl::Status Watch(const std::string& path, const std::string& label_selector,
                      const std::string& resource_version,
                      const std::function<bool(const WatchEvent&)>& on_event,

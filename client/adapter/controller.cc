@@ -1,9 +1,9 @@
 // rescale-adapter's controller (see client/adapter/adapter.h): its threads
 // (jobs and nodes through ListWatch, the recommendation stream, the
 // applier), registration with rescaled, and the applying of recommendations
-// in the safe order.
+// in the safe order. Writing one recommendation to its job (patches,
+// annotations, the Event) lives in client/adapter/apply_job.cc.
 #include <algorithm>
-#include <chrono>
 #include <set>
 #include <utility>
 
@@ -33,7 +33,34 @@ Adapter::Adapter(AdapterOptions options, KubeClient* kube,
       kube_(kube),
       servers_(std::move(servers)),
       random_(options_.random),
-      generator_(std::random_device{}()) {}
+      generator_(std::random_device{}()),
+      events_(options_.events, kube_,
+              [this](JobEventRecorder::Outcome outcome, const std::string& job_id,
+                     const std::string& detail) { OnEventOutcome(outcome, job_id, detail); }) {}
+
+void Adapter::OnEventOutcome(JobEventRecorder::Outcome outcome, const std::string& job_id,
+                             const std::string& detail) {
+  AdapterEvent::Kind kind = AdapterEvent::Kind::kEventRecorded;
+  const char* metric = "recorded";
+  switch (outcome) {
+    case JobEventRecorder::Outcome::kRecorded:
+      break;
+    case JobEventRecorder::Outcome::kFailed:
+      kind = AdapterEvent::Kind::kEventFailed;
+      metric = "failed";
+      break;
+    case JobEventRecorder::Outcome::kRateLimited:
+      kind = AdapterEvent::Kind::kEventRateLimited;
+      metric = "rate_limited";
+      break;
+    case JobEventRecorder::Outcome::kDropped:
+      kind = AdapterEvent::Kind::kEventRateLimited;
+      metric = "dropped";
+      break;
+  }
+  if (options_.metrics != nullptr) options_.metrics->RecordEvent(metric);
+  Emit({kind, job_id, 0, detail});
+}
 
 void Adapter::AfterRescaledCall(const std::shared_ptr<grpc::Channel>& channel,
                                 const grpc::Status& status, const grpc::ClientContext& context) {
@@ -55,6 +82,7 @@ void Adapter::Start() {
   if (options_.capacity_gpus < 0) threads_.emplace_back([this] { RunNodes(); });
   threads_.emplace_back([this] { RunRecommendations(); });
   threads_.emplace_back([this] { RunApplier(); });
+  events_.Start();
 }
 
 void Adapter::Stop() {
@@ -76,6 +104,8 @@ void Adapter::Stop() {
     if (thread.joinable()) thread.join();
   }
   threads_.clear();
+  // After the applier: nothing records Events any more.
+  events_.Stop();
 }
 
 double Adapter::NextRandom() {
@@ -101,7 +131,7 @@ std::unique_ptr<grpc::ClientContext> Adapter::NewContext() const {
 }
 
 void Adapter::RunJobs(const ApiVersion& api) {
-  const std::string path = ResourcePath(api, "pytorchjobs", options_.ns);
+  const std::string path = ResourcePath(api, JobResource(api), options_.ns);
   auto on_list = [this, api](const std::vector<json>& items) {
     std::set<std::string> seen;
     for (const json& item : items) {
@@ -128,11 +158,12 @@ void Adapter::RunJobs(const ApiVersion& api) {
     apply_wanted_ = true;
   };
   auto on_list_error = [this, api] {
-    // A CRD that is not installed must not hold back the other flavour's
-    // jobs: its first attempt counts as its list.
+    // A CRD that is not installed must not hold back the other flavours'
+    // jobs: its first attempt counts as its list. Only the first wakes the
+    // applier; the retries (every backoff, for as long as the CRD is
+    // missing) have nothing new for it.
     absl::MutexLock lock(&mu_);
-    job_apis_listed_.insert(api.group);
-    apply_wanted_ = true;
+    if (job_apis_listed_.insert(api.group).second) apply_wanted_ = true;
   };
   auto on_event = [this, api](const WatchEvent& event) {
     if (event.type == "DELETED") {
@@ -149,11 +180,11 @@ void Adapter::RunJobs(const ApiVersion& api) {
     WakeApplier();
   };
   ListWatch(path, options_.label_selector, on_list, on_event, on_list_error,
-            AdapterEvent::Kind::kJobsListed, "pytorchjobs." + api.group);
+            AdapterEvent::Kind::kJobsListed, JobResource(api) + "." + api.group);
 }
 
 void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
-  absl::StatusOr<JobInfo> parsed = ParsePyTorchJob(object);
+  absl::StatusOr<JobInfo> parsed = ParseJob(api, object);
   if (!parsed.ok()) {
     const json& name = FieldAt(object, {"metadata", "name"});
     const json& ns = FieldAt(object, {"metadata", "namespace"});
@@ -232,6 +263,7 @@ void Adapter::OnJobGone(const std::string& id, const std::string& why) {
       spdlog::warn("DeregisterJob {} ({}): {}", id, why, status.error_message());
     }
   }
+  events_.Forget(id);
   spdlog::info("job {} {}: deregistered", id, why);
   Emit({AdapterEvent::Kind::kDeregistered, id, 0, why});
 }
@@ -305,9 +337,9 @@ void Adapter::SyncJob(const std::string& id) {
     // patch yet. When rescaled already had the job (ALREADY_EXISTS) it
     // also has what was applied, which a stale report would overwrite.
     absl::StatusOr<json> fresh =
-        kube_->Get(ResourcePath(info.api, "pytorchjobs", info.ns, info.name));
+        kube_->Get(ResourcePath(info.api, JobResource(info.api), info.ns, info.name));
     if (fresh.ok()) {
-      absl::StatusOr<JobInfo> parsed = ParsePyTorchJob(*fresh);
+      absl::StatusOr<JobInfo> parsed = ParseJob(info.api, *fresh);
       if (parsed.ok()) info = *std::move(parsed);
     }
     ReportApplied(id, info.suspended ? 0 : info.workers, info.suspended, 0);
@@ -513,136 +545,6 @@ void Adapter::RunApplier() {
       if (!Apply(pending.recommendation) && release) release_failed = true;
     }
   }
-}
-
-bool Adapter::Apply(const v1::Recommendation& recommendation) {
-  absl::MutexLock apply_lock(&apply_mu_);
-  const std::string& id = recommendation.job_id();
-  JobInfo info;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) {
-      spdlog::debug("recommendation for {} ignored: not a job this adapter manages", id);
-      return true;
-    }
-    if (recommendation.generation() <= it->second.applied_generation) return true;
-    info = it->second.info;
-  }
-  const bool suspend = recommendation.suspend();
-  uint32_t workers = recommendation.replicas();
-  if (!suspend) {
-    bool was_clamped = false;
-    uint32_t clamped = ClampReplicas(info, workers, &was_clamped);
-    if (was_clamped) {
-      spdlog::warn("{}: recommended {} replicas is outside [{}, {}]; writing {}", id, workers,
-                   info.min_replicas, info.max_replicas, clamped);
-      workers = clamped;
-    }
-  }
-  // Wall time, for the metrics only (the backoff's waits are in it).
-  const auto apply_started = std::chrono::steady_clock::now();
-  client::Backoff backoff(options_.backoff, [this] { return NextRandom(); });
-  absl::Status status;
-  for (int attempt = 1; attempt <= options_.max_apply_attempts && !stopping(); ++attempt) {
-    status = ApplyToKube(info, workers, suspend);
-    if (status.ok()) break;
-    const absl::StatusCode code = status.code();
-    const bool retryable =
-        code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
-        code == absl::StatusCode::kUnknown || code == absl::StatusCode::kInternal;
-    spdlog::warn("apply generation {} to {}: {}{}", recommendation.generation(), id,
-                 status.ToString(), retryable ? "; retrying" : "");
-    if (!retryable || !SleepFor(backoff.Next())) break;
-  }
-  if (options_.metrics != nullptr) {
-    options_.metrics->RecordApply(
-        status.ok(), absl::FromChrono(std::chrono::steady_clock::now() - apply_started));
-  }
-  if (!status.ok()) {
-    spdlog::error("gave up applying generation {} to {}: {}", recommendation.generation(), id,
-                  status.ToString());
-    return false;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return true;
-    it->second.applied_generation = recommendation.generation();
-  }
-  spdlog::info("{}: generation {} {}: {} {} ({})", id, recommendation.generation(),
-               options_.dry_run ? "would be applied" : "applied",
-               suspend ? "suspended" : "replicas", suspend ? "" : std::to_string(workers),
-               recommendation.reason());
-  if (!options_.dry_run) {
-    ReportApplied(id, suspend ? 0 : workers, suspend, recommendation.generation());
-  }
-  Emit({AdapterEvent::Kind::kApplied, id, recommendation.generation(),
-        suspend ? "suspend" : absl::StrCat("replicas=", workers)});
-  return true;
-}
-absl::Status Adapter::ApplyToKube(const JobInfo& job, uint32_t workers, bool suspend) {
-  // The gang first: lowering minMember before removing workers keeps the
-  // survivors admissible; raising it before adding workers makes the
-  // scheduler admit the new pods all together. A suspended job has no
-  // PodGroup (the operator deletes it).
-  if (!suspend) {
-    absl::Status gang = PatchPodGroup(job, workers + job.masters);
-    if (!gang.ok()) return gang;
-  }
-  const std::string path = ResourcePath(job.api, "pytorchjobs", job.ns, job.name);
-  return PatchWithRetry(path, [&](const json& object) -> absl::StatusOr<json> {
-    absl::StatusOr<JobInfo> current = ParsePyTorchJob(object);
-    if (!current.ok()) return current.status();
-    std::optional<uint32_t> new_workers;
-    std::optional<bool> new_suspend;
-    if (!suspend && current->workers != workers) new_workers = workers;
-    if (current->suspended != suspend) new_suspend = suspend;
-    if (!new_workers && !new_suspend) return json();
-    return WorkerPatch(current->resource_version, new_workers, new_suspend);
-  });
-}
-
-absl::Status Adapter::PatchPodGroup(const JobInfo& job, uint32_t min_member) {
-  for (const ApiVersion& api : options_.podgroup_apis) {
-    const std::string path = ResourcePath(api, "podgroups", job.ns, job.name);
-    absl::Status status = PatchWithRetry(path, [&](const json& object) -> absl::StatusOr<json> {
-      const json& current = FieldAt(object, {"spec", "minMember"});
-      if (current.is_number_integer() && current.get<int64_t>() == min_member) return json();
-      const json& rv = FieldAt(object, {"metadata", "resourceVersion"});
-      return MinMemberPatch(rv.is_string() ? rv.get<std::string>() : "", min_member);
-    });
-    // No PodGroup of this flavour (or its CRD is not installed): try the next.
-    if (status.code() == absl::StatusCode::kNotFound) continue;
-    return status;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Adapter::PatchWithRetry(
-    const std::string& path, const std::function<absl::StatusOr<json>(const json&)>& make_patch) {
-  absl::Status last;
-  for (int attempt = 0; attempt <= options_.max_conflict_retries; ++attempt) {
-    absl::StatusOr<json> object = kube_->Get(path);
-    if (!object.ok()) return object.status();
-    absl::StatusOr<json> patch = make_patch(*object);
-    if (!patch.ok()) return patch.status();
-    if (patch->is_null()) return absl::OkStatus();  // already as wanted
-    if (options_.dry_run) {
-      std::string line = absl::StrCat("PATCH ", path, " ", kMergePatch, " ", patch->dump());
-      spdlog::info("dry run: would send {}", line);
-      if (options_.dry_run_out != nullptr) *options_.dry_run_out << line << std::endl;
-      Emit({AdapterEvent::Kind::kDryRunPatch, "", 0, line});
-      return absl::OkStatus();
-    }
-    absl::StatusOr<json> patched = kube_->Patch(path, kMergePatch, *patch);
-    if (patched.ok()) return absl::OkStatus();
-    if (patched.status().code() != absl::StatusCode::kAborted) return patched.status();
-    // 409: someone else wrote the object since our GET; look again.
-    spdlog::info("{}: conflict, re-reading and retrying", path);
-    last = patched.status();
-  }
-  return last;
 }
 
 void Adapter::ReportApplied(const std::string& id, uint32_t replicas, bool suspended,

@@ -246,6 +246,11 @@ absl::StatusOr<nlohmann::json> CurlKubeClient::Patch(const std::string& path,
   return Perform("PATCH", path, "", content_type, body.dump());
 }
 
+absl::StatusOr<nlohmann::json> CurlKubeClient::Post(const std::string& path,
+                                                    const nlohmann::json& body) {
+  return Perform("POST", path, "", "application/json", body.dump());
+}
+
 namespace {
 
 // State of one watch's write callback: splits the body into lines and hands

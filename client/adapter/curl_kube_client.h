@@ -56,6 +56,7 @@ class CurlKubeClient final : public KubeClient {
                                       const std::string& label_selector) override;
   absl::StatusOr<nlohmann::json> Patch(const std::string& path, const std::string& content_type,
                                        const nlohmann::json& body) override;
+  absl::StatusOr<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;
   absl::Status Watch(const std::string& path, const std::string& label_selector,
                      const std::string& resource_version,
                      const std::function<bool(const WatchEvent&)>& on_event,

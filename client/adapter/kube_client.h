@@ -1,5 +1,6 @@
 // KubeClient: the slice of the Kubernetes REST API that rescale-adapter uses
-// (GET, LIST, WATCH and JSON merge PATCH of arbitrary resources by path),
+// (GET, LIST, WATCH, JSON merge PATCH and POST-create of arbitrary
+// resources by path),
 // and KubeConfig, the connection settings it needs.
 //
 // The controller (client/adapter/adapter.h) talks only to this interface, so the
@@ -72,6 +73,12 @@ class KubeClient {
   virtual absl::StatusOr<nlohmann::json> Patch(const std::string& path,
                                                const std::string& content_type,
                                                const nlohmann::json& body) = 0;
+
+  // POST `body` (application/json) to the collection at `path`, creating an
+  // object (the adapter creates only Events). Returns the created object,
+  // with the name the server generated for a metadata.generateName.
+  virtual absl::StatusOr<nlohmann::json> Post(const std::string& path,
+                                              const nlohmann::json& body) = 0;
 
   // WATCH a collection from `resource_version` with bookmarks, calling
   // `on_event` for each event as it arrives, until the server ends the

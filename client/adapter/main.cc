@@ -1,9 +1,13 @@
-// rescale-adapter: applies rescaled's recommendations to PyTorchJobs.
+// rescale-adapter: applies rescaled's recommendations to PyTorchJobs (and
+// suspends and resumes Kubeflow Trainer v2 TrainJobs).
 //
 // Usage:
 //   rescale-adapter --server rescaled.rescale:50051              # in a pod
 //   rescale-adapter --server 127.0.0.1:50051 --kubeconfig ~/.kube/config --dry-run
 //   rescale-adapter ... --metrics-listen=0.0.0.0:9465   # Prometheus at /metrics; empty = off
+//   rescale-adapter ... --event-burst=3 --event-interval=30  # Events per job; burst 0 = none
+// Events name the adapter's pod as their reportingInstance: $POD_NAME (the
+// Deployment sets it from the downward API), else the host name.
 // Kubernetes credentials: --kubeconfig, else in-cluster (service-account
 // token and CA) when KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG, else
 // ~/.kube/config. TLS to the API server is always verified; an http://
@@ -12,6 +16,7 @@
 // stop the adapter cleanly.
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -40,10 +45,12 @@ int main(int argc, char** argv) {
   double backoff_initial = absl::ToDoubleSeconds(options.backoff.initial);
   double backoff_max = absl::ToDoubleSeconds(options.backoff.max);
   std::string metrics_listen = rescale::adapter::kDefaultAdapterMetricsListen;
+  double event_interval = absl::ToDoubleSeconds(options.events.interval);
 
   CLI::App app{
       "rescale-adapter: applies Rescale's recommendations to Kubeflow and KubeDL "
-      "PyTorchJobs (and their gang PodGroups) labelled rescale.io/managed=true"};
+      "PyTorchJobs (and their gang PodGroups) and Kubeflow Trainer TrainJobs (suspend and "
+      "resume only) labelled rescale.io/managed=true"};
   app.add_option("--server", server,
                  "Address of rescaled, host:port; with high availability every replica's, "
                  "comma-separated (the adapter follows the leader)")
@@ -61,8 +68,15 @@ int main(int argc, char** argv) {
                  "Fixed GPU capacity to report; -1 = sum of nodes' allocatable nvidia.com/gpu")
       ->capture_default_str();
   app.add_option("--job-apis", job_apis,
-                 "PyTorchJob APIs to watch, group/version (default: kubeflow.org/v1 "
-                 "training.kubedl.io/v1alpha1)");
+                 "Job APIs to watch, group/version: PyTorchJobs (kubeflow.org/v1, "
+                 "training.kubedl.io/v1alpha1) and TrainJobs (trainer.kubeflow.org/v1alpha1). "
+                 "Default: all three; one whose CRD is not installed is retried with backoff");
+  app.add_option("--event-burst", options.events.burst,
+                 "Kubernetes Events per job at once for applied changes (0 = record none)")
+      ->capture_default_str();
+  app.add_option("--event-interval", event_interval,
+                 "Seconds per further Event per job once its burst is spent")
+      ->capture_default_str();
   rescale::client::AddSecurityFlags(app, security, "Connection to rescaled");
   app.add_option("--backoff-initial", backoff_initial, "First retry delay, seconds")
       ->capture_default_str();
@@ -84,6 +98,17 @@ int main(int argc, char** argv) {
       !logging.ok()) {
     std::cerr << "rescale-adapter: --log-format/--log-level: " << logging.message() << "\n";
     return 2;
+  }
+  if (options.events.burst < 0 || !(event_interval >= 0)) {
+    std::cerr << "rescale-adapter: --event-burst and --event-interval must not be negative\n";
+    return 2;
+  }
+  options.events.interval = absl::Seconds(event_interval);
+  if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') {
+    options.events.reporting_instance = pod;
+  } else {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) == 0) options.events.reporting_instance = host;
   }
   options.backoff.initial = absl::Seconds(backoff_initial);
   options.backoff.max = absl::Seconds(backoff_max);

@@ -39,7 +39,8 @@ absl::StatusOr<uint32_t> NonNegative(const json& value, const std::string& where
       absl::StrCat(where, " must be a non-negative integer, got ", value.dump()));
 }
 
-// A Kubernetes quantity for a countable resource: "4" or 4 (GPUs are whole).
+}  // namespace
+
 std::optional<uint32_t> WholeQuantity(const json& value) {
   if (value.is_number_integer() && value.get<int64_t>() >= 0) {
     return static_cast<uint32_t>(value.get<int64_t>());
@@ -49,10 +50,9 @@ std::optional<uint32_t> WholeQuantity(const json& value) {
   return std::nullopt;
 }
 
-}  // namespace
-
 std::string DescribeJob(const ApiVersion& api, const std::string& id) {
-  return absl::StrCat("PyTorchJob ", id, " (", api.group, "/", api.version, ")");
+  const char* kind = api.group == kTrainerV1alpha1.group ? "TrainJob " : "PyTorchJob ";
+  return absl::StrCat(kind, id, " (", api.group, "/", api.version, ")");
 }
 
 std::string ResourcePath(const ApiVersion& api, const std::string& resource, const std::string& ns,
@@ -65,25 +65,33 @@ std::string ResourcePath(const ApiVersion& api, const std::string& resource, con
   return path;
 }
 
-absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
-  JobInfo job;
+absl::Status ReadJobMetadata(const json& object, const char* kind, JobInfo* job) {
+  job->kind = kind;
   const json& metadata = FieldAt(object, {"metadata"});
   if (!FieldAt(metadata, {"name"}).is_string() || !FieldAt(metadata, {"namespace"}).is_string()) {
-    return absl::InvalidArgumentError("PyTorchJob without metadata.name or metadata.namespace");
+    return absl::InvalidArgumentError(
+        absl::StrCat(kind, " without metadata.name or metadata.namespace"));
   }
-  job.name = metadata["name"].get<std::string>();
-  job.ns = metadata["namespace"].get<std::string>();
-  job.id = absl::StrCat(job.ns, "/", job.name);
+  job->name = metadata["name"].get<std::string>();
+  job->ns = metadata["namespace"].get<std::string>();
+  job->id = absl::StrCat(job->ns, "/", job->name);
   const json& api_version = FieldAt(object, {"apiVersion"});
   if (api_version.is_string()) {
     std::string text = api_version.get<std::string>();
     size_t slash = text.find('/');
-    if (slash != std::string::npos) job.api = {text.substr(0, slash), text.substr(slash + 1)};
+    if (slash != std::string::npos) job->api = {text.substr(0, slash), text.substr(slash + 1)};
   }
-  const std::string what = DescribeJob(job.api, job.id);
   if (FieldAt(metadata, {"resourceVersion"}).is_string()) {
-    job.resource_version = metadata["resourceVersion"].get<std::string>();
+    job->resource_version = metadata["resourceVersion"].get<std::string>();
   }
+  if (FieldAt(metadata, {"uid"}).is_string()) job->uid = metadata["uid"].get<std::string>();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
+  JobInfo job;
+  if (absl::Status read = ReadJobMetadata(object, "PyTorchJob", &job); !read.ok()) return read;
+  const std::string what = DescribeJob(job.api, job.id);
 
   const json& spec = FieldAt(object, {"spec"});
   const json& worker = FieldAt(spec, {"pytorchReplicaSpecs", "Worker"});
@@ -158,7 +166,14 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
   }
   if (has_gpu_limit) job.gpus_per_replica = gpus;
 
-  const json& annotations = FieldAt(metadata, {"annotations"});
+  if (absl::Status read = ReadRescaleAnnotations(object, &job); !read.ok()) return read;
+  job.finished = ConditionTrue(object, {"Succeeded", "Failed"});
+  return job;
+}
+
+absl::Status ReadRescaleAnnotations(const json& object, JobInfo* job) {
+  const std::string what = DescribeJob(job->api, job->id);
+  const json& annotations = FieldAt(object, {"metadata", "annotations"});
   auto annotation = [&](const char* key) -> std::optional<std::string> {
     const json& value = FieldAt(annotations, {key});
     if (value.is_string()) return value.get<std::string>();
@@ -169,7 +184,7 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
         absl::StrCat(what, ": annotation ", key, "=\"", value, "\" is not ", expected));
   };
   if (auto value = annotation(kPriorityAnnotation)) {
-    if (!absl::SimpleAtoi(*value, &job.priority))
+    if (!absl::SimpleAtoi(*value, &job->priority))
       return bad(kPriorityAnnotation, *value, "an integer");
   }
   if (auto value = annotation(kRestartCostAnnotation)) {
@@ -177,49 +192,149 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
     if (!absl::SimpleAtod(*value, &seconds) || !std::isfinite(seconds) || seconds < 0) {
       return bad(kRestartCostAnnotation, *value, "a non-negative number of seconds");
     }
-    job.restart_cost_seconds = seconds;
+    job->restart_cost_seconds = seconds;
   }
   if (auto value = annotation(kPreemptibleAnnotation)) {
     bool preemptible = false;
     if (!absl::SimpleAtob(*value, &preemptible))
       return bad(kPreemptibleAnnotation, *value, "true or false");
-    job.preemptible = preemptible;
+    job->preemptible = preemptible;
   }
   if (auto value = annotation(kLocalBatchSizeAnnotation)) {
-    if (!absl::SimpleAtoi(*value, &job.local_batch_size)) {
+    if (!absl::SimpleAtoi(*value, &job->local_batch_size)) {
       return bad(kLocalBatchSizeAnnotation, *value, "a non-negative integer");
     }
   }
-  if (auto value = annotation(kPolicyAnnotation)) job.policy = *value;
+  if (auto value = annotation(kPolicyAnnotation)) job->policy = *value;
   if (annotations.is_object()) {
     for (const auto& [key, value] : annotations.items()) {
       if (absl::StartsWith(key, kParameterAnnotationPrefix) && value.is_string()) {
-        job.parameters[key.substr(sizeof(kParameterAnnotationPrefix) - 1)] =
+        job->parameters[key.substr(sizeof(kParameterAnnotationPrefix) - 1)] =
             value.get<std::string>();
       }
     }
   }
 
+  return absl::OkStatus();
+}
+
+bool ConditionTrue(const json& object, std::initializer_list<const char*> types) {
   const json& conditions = FieldAt(object, {"status", "conditions"});
-  if (conditions.is_array()) {
-    for (const json& condition : conditions) {
-      const json& type = FieldAt(condition, {"type"});
-      const json& status = FieldAt(condition, {"status"});
-      if (type.is_string() && status.is_string() && status.get<std::string>() == "True" &&
-          (type.get<std::string>() == "Succeeded" || type.get<std::string>() == "Failed")) {
-        job.finished = true;
-      }
+  if (!conditions.is_array()) return false;
+  for (const json& condition : conditions) {
+    const json& type = FieldAt(condition, {"type"});
+    const json& status = FieldAt(condition, {"status"});
+    if (!type.is_string() || !status.is_string() || status.get<std::string>() != "True") continue;
+    for (const char* wanted : types) {
+      if (type.get<std::string>() == wanted) return true;
     }
   }
-  return job;
+  return false;
 }
 
 json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> workers,
-                 std::optional<bool> suspend) {
+                 std::optional<bool> suspend,
+                 const std::map<std::string, std::string>& annotations) {
   json patch = {{"metadata", {{"resourceVersion", resource_version}}}};
+  // A merge patch merges maps key by key: the job's other annotations stay.
+  for (const auto& [key, value] : annotations) patch["metadata"]["annotations"][key] = value;
   if (workers) patch["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = *workers;
   if (suspend) patch["spec"]["runPolicy"]["suspend"] = *suspend;
   return patch;
+}
+
+std::map<std::string, std::string> RecommendationAnnotations(
+    const v1::Recommendation& recommendation, const std::string& reason) {
+  return {{kRecommendedReplicasAnnotation,
+           std::to_string(recommendation.suspend() ? 0 : recommendation.replicas())},
+          {kGenerationAnnotation, std::to_string(recommendation.generation())},
+          {kReasonAnnotation, SanitizeText(reason, kMaxReasonAnnotationBytes)}};
+}
+
+namespace {
+
+// Length of the valid UTF-8 sequence at text[i], or 0 when it is not one
+// (overlong forms, surrogates and code points above U+10FFFF included).
+size_t Utf8SequenceLength(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  uint32_t code_point = 0;
+  if ((lead & 0xE0) == 0xC0) {
+    length = 2;
+    code_point = lead & 0x1F;
+  } else if ((lead & 0xF0) == 0xE0) {
+    length = 3;
+    code_point = lead & 0x0F;
+  } else if ((lead & 0xF8) == 0xF0) {
+    length = 4;
+    code_point = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    code_point = (code_point << 6) | (byte(i + k) & 0x3F);
+  }
+  static constexpr uint32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (code_point < kSmallest[length] || code_point > 0x10FFFF ||
+      (code_point >= 0xD800 && code_point <= 0xDFFF)) {
+    return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
+std::string SanitizeText(const std::string& text, size_t max_bytes) {
+  static constexpr char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
+  static constexpr char kEllipsis[] = "...";
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes));
+  // Where `out` was last at a character boundary with room for the
+  // ellipsis: a text that turns out too long is cut back to there.
+  size_t cut = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t length = Utf8SequenceLength(text, i);
+    std::string piece;
+    if (length == 0) {
+      piece = kReplacement;
+      i += 1;
+    } else if (length == 1 && (static_cast<unsigned char>(text[i]) < 0x20 || text[i] == 0x7F) &&
+               text[i] != '\t') {
+      piece = " ";
+      i += 1;
+    } else {
+      piece = text.substr(i, length);
+      i += length;
+    }
+    if (out.size() + piece.size() + sizeof(kEllipsis) - 1 <= max_bytes)
+      cut = out.size() + piece.size();
+    if (out.size() + piece.size() > max_bytes) {
+      out.resize(cut);
+      if (cut + sizeof(kEllipsis) - 1 <= max_bytes) out += kEllipsis;
+      return out;
+    }
+    out += piece;
+  }
+  return out;
+}
+
+std::string AppliedReason(const JobInfo& job, const v1::Recommendation& recommendation,
+                          uint32_t written_replicas) {
+  std::string reason = recommendation.reason();
+  auto append = [&](const std::string& note) {
+    if (!reason.empty()) reason += "; ";
+    reason += note;
+  };
+  if (!recommendation.suspend() && written_replicas != recommendation.replicas() && job.resizable) {
+    append(absl::StrCat("replicas clamped to ", written_replicas, " (the job allows ",
+                        job.min_replicas, "..", job.max_replicas, ")"));
+  }
+  if (!job.resizable) append(kNotResizableNote);
+  return reason;
 }
 
 json MinMemberPatch(const std::string& resource_version, uint32_t min_member) {

@@ -5,11 +5,18 @@
 //   ParsePyTorchJob  a PyTorchJob object -> JobInfo (the fields the adapter
 //                    needs, min/max per elasticPolicy, rescale.io/*
 //                    annotations), errors naming the field;
-//   WorkerPatch, MinMemberPatch  the merge patches the adapter sends;
+//   WorkerPatch, MinMemberPatch  the merge patches the adapter sends (a
+//                    change carries the rescale.io/* status annotations,
+//                    RecommendationAnnotations, in the same patch);
 //   ClampReplicas, ToJobSpec, NodeGpus, ResourcePath  small mappings.
+//
+// Kubeflow Trainer v2 TrainJobs, which the adapter can suspend and resume
+// but not resize, are read in client/adapter/trainjob.h into the same
+// JobInfo.
 #ifndef RESCALE_CLIENT_ADAPTER_PYTORCHJOB_H_
 #define RESCALE_CLIENT_ADAPTER_PYTORCHJOB_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -31,6 +38,20 @@ inline constexpr char kPolicyAnnotation[] = "rescale.io/policy";
 inline constexpr char kLocalBatchSizeAnnotation[] = "rescale.io/local-batch-size";
 // rescale.io/parameter.<key>: one JobSpec.parameters entry each.
 inline constexpr char kParameterAnnotationPrefix[] = "rescale.io/parameter.";
+// What the adapter last changed on a job, written by it in the same merge
+// patch as the change (so `kubectl describe` never shows a change without
+// its reason): the replicas rescaled recommended (0 = suspend), the
+// recommendation's generation, and its reason as applied.
+inline constexpr char kRecommendedReplicasAnnotation[] = "rescale.io/recommended-replicas";
+inline constexpr char kGenerationAnnotation[] = "rescale.io/generation";
+inline constexpr char kReasonAnnotation[] = "rescale.io/reason";
+// Longest rescale.io/reason value written, in bytes: a readable sentence,
+// far below the API server's 256 KiB for all annotations together.
+inline constexpr size_t kMaxReasonAnnotationBytes = 1024;
+// Added to the reason of every recommendation applied to a job that cannot
+// be resized (JobInfo::resizable false: a TrainJob).
+inline constexpr char kNotResizableNote[] =
+    "TrainJob cannot be resized: spec.trainer.numNodes is immutable";
 inline constexpr char kGpuResource[] = "nvidia.com/gpu";
 inline constexpr char kMergePatch[] = "application/merge-patch+json";
 
@@ -44,18 +65,25 @@ inline const ApiVersion kKubeflowV1{"kubeflow.org", "v1"};
 inline const ApiVersion kKubeDlV1alpha1{"training.kubedl.io", "v1alpha1"};
 inline const ApiVersion kCoschedulingV1alpha1{"scheduling.x-k8s.io", "v1alpha1"};
 inline const ApiVersion kVolcanoV1beta1{"scheduling.volcano.sh", "v1beta1"};
+// Kubeflow Trainer v2 TrainJob (client/adapter/trainjob.h).
+inline const ApiVersion kTrainerV1alpha1{"trainer.kubeflow.org", "v1alpha1"};
 
 // /apis/{group}/{version}[/namespaces/{ns}]/{resource}[/{name}]
 std::string ResourcePath(const ApiVersion& api, const std::string& resource,
                          const std::string& ns = "", const std::string& name = "");
 
-// What the adapter reads from a PyTorchJob.
+// What the adapter reads from a PyTorchJob (or a TrainJob, trainjob.h).
 struct JobInfo {
   std::string ns;
   std::string name;
   std::string id;  // "ns/name"
   ApiVersion api;
+  std::string kind = "PyTorchJob";  // the object's kind, for Events' `regarding`
+  std::string uid;                  // metadata.uid, for Events' `regarding`
   std::string resource_version;
+  // False for a TrainJob: its spec.trainer.numNodes is immutable, so the
+  // adapter only suspends and resumes it.
+  bool resizable = true;
   uint32_t workers = 0;    // spec.pytorchReplicaSpecs.Worker.replicas
   uint32_t masters = 0;    // spec.pytorchReplicaSpecs.Master.replicas (0 if none)
   bool suspended = false;  // spec.runPolicy.suspend
@@ -77,15 +105,48 @@ struct JobInfo {
   bool finished = false;
 };
 
+// The parts every job kind shares, read into `job`: metadata (name and
+// namespace, required; apiVersion, resourceVersion, uid) with `kind` ...
+absl::Status ReadJobMetadata(const nlohmann::json& object, const char* kind, JobInfo* job);
+// ... and the rescale.io/* annotations (priority, restart cost, preemptible,
+// policy, local batch size, parameters). INVALID_ARGUMENT names the job
+// and the annotation that does not parse.
+absl::Status ReadRescaleAnnotations(const nlohmann::json& object, JobInfo* job);
+// Whether a status.conditions entry of one of `types` has status "True".
+bool ConditionTrue(const nlohmann::json& object, std::initializer_list<const char*> types);
+
 // Decodes a PyTorchJob object of either flavour. INVALID_ARGUMENT names the
 // object and the field (a missing Worker spec, an annotation that does not
 // parse, min > max).
 absl::StatusOr<JobInfo> ParsePyTorchJob(const nlohmann::json& object);
 
 // The merge patch that sets Worker replicas and/or runPolicy.suspend,
-// guarded by `resource_version` (optimistic concurrency).
+// guarded by `resource_version` (optimistic concurrency), with
+// `annotations` (RecommendationAnnotations) merged into
+// metadata.annotations in the same patch.
 nlohmann::json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> workers,
-                           std::optional<bool> suspend);
+                           std::optional<bool> suspend,
+                           const std::map<std::string, std::string>& annotations = {});
+
+// The rescale.io/recommended-replicas, rescale.io/generation and
+// rescale.io/reason annotations for applying `recommendation`, with
+// `reason` (the recommendation's reason as applied, see AppliedReason) made
+// a valid annotation value by SanitizeText(reason, kMaxReasonAnnotationBytes).
+std::map<std::string, std::string> RecommendationAnnotations(
+    const v1::Recommendation& recommendation, const std::string& reason);
+
+// `text` as valid UTF-8 of at most `max_bytes` bytes: invalid bytes become
+// U+FFFD, control characters other than tab become spaces, and a longer
+// text is cut at a character boundary and ends in "...". Recommendations'
+// reasons come from rescaled and job names from users; annotations and
+// Event notes must be valid strings within the API server's limits.
+std::string SanitizeText(const std::string& text, size_t max_bytes);
+
+// The recommendation's reason as the adapter applied it: rescaled's reason,
+// plus what the adapter did differently (replicas clamped into the job's
+// [min, max]; a TrainJob, which cannot be resized).
+std::string AppliedReason(const JobInfo& job, const v1::Recommendation& recommendation,
+                          uint32_t written_replicas);
 // The merge patch that sets a PodGroup's spec.minMember.
 nlohmann::json MinMemberPatch(const std::string& resource_version, uint32_t min_member);
 
@@ -97,11 +158,16 @@ uint32_t ClampReplicas(const JobInfo& job, uint32_t recommended, bool* clamped);
 // The JobSpec registered with rescaled for a job.
 v1::JobSpec ToJobSpec(const JobInfo& job);
 
+// A Kubernetes quantity of a countable resource: "4" or 4 (GPUs are whole);
+// nullopt for anything else ("500m", "1Gi", negative).
+std::optional<uint32_t> WholeQuantity(const nlohmann::json& value);
+
 // Sum of nodes' status.allocatable["nvidia.com/gpu"] for one Node object;
 // 0 when absent or not an integer quantity.
 uint32_t NodeGpus(const nlohmann::json& node);
 
-// "PyTorchJob ns/name (group/version)", how messages name a job.
+// "PyTorchJob ns/name (group/version)" ("TrainJob ..." in Trainer's
+// group), how messages name a job.
 std::string DescribeJob(const ApiVersion& api, const std::string& id);
 
 // The value at a path of object keys, or null json when any step is missing.

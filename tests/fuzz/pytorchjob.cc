@@ -1,5 +1,8 @@
-// Fuzz target: rescale-adapter's reading of PyTorchJob objects
-// (client/adapter/pytorchjob.h ParsePyTorchJob), then the JobSpec it
+// Fuzz target: rescale-adapter's reading of PyTorchJob and TrainJob objects
+// (client/adapter/pytorchjob.h ParsePyTorchJob, trainjob.h ParseTrainJob),
+// the text it writes into annotations and Event notes (SanitizeText: valid
+// UTF-8 within its limit, so the patch's JSON can always be written), then
+// the JobSpec it
 // registers (ToJobSpec) as rescaled would see it (server/convert.h FromProto,
 // rescale/validation.h). Job objects, their annotations above all, are
 // written by the users whose jobs the adapter manages.
@@ -8,23 +11,33 @@
 // ClampReplicas stays within them, and its JobSpec is either valid or
 // rejected with INVALID_ARGUMENT (the adapter then reports the error on the
 // job) -- never a crash.
+#include "client/adapter/pytorchjob.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/status/status.h"
-#include "client/adapter/pytorchjob.h"
+#include "client/adapter/trainjob.h"
 #include "rescale/validation.h"
 #include "server/convert.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string clean = rescale::adapter::SanitizeText(text, 1024);
+  if (clean.size() > 1024) std::abort();
+  (void)nlohmann::json(clean).dump();  // throws (a crash) on invalid UTF-8
+
   // The adapter gets objects from the API server as JSON.
   const nlohmann::json object = nlohmann::json::parse(data, data + size, /*cb=*/nullptr,
                                                       /*allow_exceptions=*/false);
   if (object.is_discarded()) return 0;
 
   (void)rescale::adapter::NodeGpus(object);
+  absl::StatusOr<rescale::adapter::JobInfo> train = rescale::adapter::ParseTrainJob(object);
+  if (train.ok() && (train->resizable || train->min_replicas != train->max_replicas)) std::abort();
   absl::StatusOr<rescale::adapter::JobInfo> job = rescale::adapter::ParsePyTorchJob(object);
   if (!job.ok()) return 0;
   if (job->min_replicas > job->max_replicas) std::abort();

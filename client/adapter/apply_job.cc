@@ -1,0 +1,189 @@
+// Adapter::Apply and the writes under it (see client/adapter/adapter.h):
+// one recommendation written to its job -- the PodGroup's minMember first,
+// then one merge patch of the job with the change's rescale.io/*
+// annotations, retried on 409 from a fresh read -- then reported to
+// rescaled, and the change's Event queued (client/adapter/job_events.h).
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/adapter/adapter.h"
+#include "spdlog/spdlog.h"
+
+namespace rescale::adapter {
+
+using json = nlohmann::json;
+
+bool Adapter::Apply(const v1::Recommendation& recommendation) {
+  absl::MutexLock apply_lock(&apply_mu_);
+  const std::string& id = recommendation.job_id();
+  JobInfo info;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) {
+      spdlog::debug("recommendation for {} ignored: not a job this adapter manages", id);
+      return true;
+    }
+    if (recommendation.generation() <= it->second.applied_generation) return true;
+    info = it->second.info;
+  }
+  const bool suspend = recommendation.suspend();
+  uint32_t workers = recommendation.replicas();
+  if (!suspend) {
+    bool was_clamped = false;
+    uint32_t clamped = ClampReplicas(info, workers, &was_clamped);
+    if (was_clamped) {
+      spdlog::warn("{}: recommended {} replicas is outside [{}, {}]; writing {}", id, workers,
+                   info.min_replicas, info.max_replicas, clamped);
+      workers = clamped;
+    }
+  }
+  // The reason as applied goes into the patch (rescale.io/reason) and the
+  // Event's note.
+  const std::string applied_reason = AppliedReason(info, recommendation, workers);
+  const std::map<std::string, std::string> annotations =
+      RecommendationAnnotations(recommendation, applied_reason);
+  std::optional<AppliedChange> change;
+  // Wall time, for the metrics only (the backoff's waits are in it).
+  const auto apply_started = std::chrono::steady_clock::now();
+  client::Backoff backoff(options_.backoff, [this] { return NextRandom(); });
+  absl::Status status;
+  for (int attempt = 1; attempt <= options_.max_apply_attempts && !stopping(); ++attempt) {
+    absl::StatusOr<std::optional<AppliedChange>> applied =
+        ApplyToKube(info, workers, suspend, annotations);
+    status = applied.status();
+    if (status.ok()) {
+      change = *applied;
+      break;
+    }
+    const absl::StatusCode code = status.code();
+    const bool retryable =
+        code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
+        code == absl::StatusCode::kUnknown || code == absl::StatusCode::kInternal;
+    spdlog::warn("apply generation {} to {}: {}{}", recommendation.generation(), id,
+                 status.ToString(), retryable ? "; retrying" : "");
+    if (!retryable || !SleepFor(backoff.Next())) break;
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordApply(
+        status.ok(), absl::FromChrono(std::chrono::steady_clock::now() - apply_started));
+  }
+  if (!status.ok()) {
+    spdlog::error("gave up applying generation {} to {}: {}", recommendation.generation(), id,
+                  status.ToString());
+    return false;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return true;
+    it->second.applied_generation = recommendation.generation();
+  }
+  spdlog::info("{}: generation {} {}: {} {} ({})", id, recommendation.generation(),
+               options_.dry_run ? "would be applied" : "applied",
+               suspend ? "suspended" : "replicas", suspend ? "" : std::to_string(workers),
+               recommendation.reason());
+  if (!options_.dry_run) {
+    ReportApplied(id, suspend ? 0 : workers, suspend, recommendation.generation());
+  }
+  // Queued only: a slow or failing API server delays no apply.
+  if (change) events_.Record(info, change->resource_version, change->change, applied_reason);
+  Emit({AdapterEvent::Kind::kApplied, id, recommendation.generation(),
+        suspend ? "suspend" : absl::StrCat("replicas=", workers)});
+  return true;
+}
+absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
+    const JobInfo& job, uint32_t workers, bool suspend,
+    const std::map<std::string, std::string>& annotations) {
+  // The gang first: lowering minMember before removing workers keeps the
+  // survivors admissible; raising it before adding workers makes the
+  // scheduler admit the new pods all together. A suspended job has no
+  // PodGroup (the operator deletes it). A TrainJob's size never changes,
+  // and its gang (through its JobSet) is not the adapter's to size.
+  if (!suspend && job.resizable) {
+    absl::Status gang = PatchPodGroup(job, workers + job.masters);
+    if (!gang.ok()) return gang;
+  }
+  const std::string path = ResourcePath(job.api, JobResource(job.api), job.ns, job.name);
+  // Set by the last make_patch, i.e. for the patch that was sent.
+  JobChange change = JobChange::kRescaled;
+  json patched;
+  absl::Status status = PatchWithRetry(
+      path,
+      [&](const json& object) -> absl::StatusOr<json> {
+        absl::StatusOr<JobInfo> current = ParseJob(job.api, object);
+        if (!current.ok()) return current.status();
+        std::optional<uint32_t> new_workers;
+        std::optional<bool> new_suspend;
+        // A TrainJob's spec.trainer.numNodes is immutable: never written.
+        if (!suspend && current->resizable && current->workers != workers) new_workers = workers;
+        if (current->suspended != suspend) new_suspend = suspend;
+        if (!new_workers && !new_suspend) return json();
+        change = !new_suspend ? JobChange::kRescaled
+                 : suspend    ? JobChange::kSuspended
+                              : JobChange::kResumed;
+        if (!current->resizable) {
+          return TrainJobSuspendPatch(current->resource_version, *new_suspend, annotations);
+        }
+        return WorkerPatch(current->resource_version, new_workers, new_suspend, annotations);
+      },
+      &patched);
+  if (!status.ok()) return status;
+  if (patched.is_null()) return std::optional<AppliedChange>();
+  const json& rv = FieldAt(patched, {"metadata", "resourceVersion"});
+  return std::optional<AppliedChange>(
+      AppliedChange{change, rv.is_string() ? rv.get<std::string>() : std::string()});
+}
+
+absl::Status Adapter::PatchPodGroup(const JobInfo& job, uint32_t min_member) {
+  for (const ApiVersion& api : options_.podgroup_apis) {
+    const std::string path = ResourcePath(api, "podgroups", job.ns, job.name);
+    absl::Status status = PatchWithRetry(path, [&](const json& object) -> absl::StatusOr<json> {
+      const json& current = FieldAt(object, {"spec", "minMember"});
+      if (current.is_number_integer() && current.get<int64_t>() == min_member) return json();
+      const json& rv = FieldAt(object, {"metadata", "resourceVersion"});
+      return MinMemberPatch(rv.is_string() ? rv.get<std::string>() : "", min_member);
+    });
+    // No PodGroup of this flavour (or its CRD is not installed): try the next.
+    if (status.code() == absl::StatusCode::kNotFound) continue;
+    return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Adapter::PatchWithRetry(
+    const std::string& path, const std::function<absl::StatusOr<json>(const json&)>& make_patch,
+    json* patched_object) {
+  if (patched_object != nullptr) *patched_object = json();
+  absl::Status last;
+  for (int attempt = 0; attempt <= options_.max_conflict_retries; ++attempt) {
+    absl::StatusOr<json> object = kube_->Get(path);
+    if (!object.ok()) return object.status();
+    absl::StatusOr<json> patch = make_patch(*object);
+    if (!patch.ok()) return patch.status();
+    if (patch->is_null()) return absl::OkStatus();  // already as wanted
+    if (options_.dry_run) {
+      std::string line = absl::StrCat("PATCH ", path, " ", kMergePatch, " ", patch->dump());
+      spdlog::info("dry run: would send {}", line);
+      if (options_.dry_run_out != nullptr) *options_.dry_run_out << line << std::endl;
+      Emit({AdapterEvent::Kind::kDryRunPatch, "", 0, line});
+      return absl::OkStatus();
+    }
+    absl::StatusOr<json> patched = kube_->Patch(path, kMergePatch, *patch);
+    if (patched.ok()) {
+      if (patched_object != nullptr) *patched_object = *std::move(patched);
+      return absl::OkStatus();
+    }
+    if (patched.status().code() != absl::StatusCode::kAborted) return patched.status();
+    // 409: someone else wrote the object since our GET; look again.
+    spdlog::info("{}: conflict, re-reading and retrying", path);
+    last = patched.status();
+  }
+  return last;
+}
+
+}  // namespace rescale::adapter
