@@ -971,6 +971,23 @@ TEST_CASE("get -o yaml writes keys too long for an implicit key as explicit keys
   }
 }
 
+// Found by tests/fuzz/rescalectl_manifest.cc: a job id holding U+FFFF came
+// back from -o yaml as U+FFFD. YAML cannot carry noncharacters and yaml-cpp
+// replaces them: the README documents it, and -o json keeps them.
+TEST_CASE("get -o yaml writes noncharacters as U+FFFD and -o json keeps them",
+          "[rescalectl][output]") {
+  // The control character makes the string double-quoted, where yaml-cpp
+  // checks every code point (a plain scalar is written byte for byte).
+  const std::string nonchar = "a\x01\xEF\xBF\xBF" "b";  // U+FFFF
+  const nlohmann::ordered_json object{{"note", nonchar}};
+  const std::string yaml = rescale::cli::JsonToYaml(object);
+  CHECK(rescale::cli::YamlToJson(YAML::Load(yaml)).at("note") == "a\x01\xEF\xBF\xBD" "b");
+  rescale::v1::JobSpec spec;
+  spec.set_policy(nonchar);
+  CHECK(nlohmann::json::parse(rescale::cli::MessageToJson(spec, /*pretty=*/false)).at("policy") ==
+        nonchar);
+}
+
 TEST_CASE("describe shows each pod with its step time and flags stragglers",
           "[rescalectl][output]") {
   rescale::v1::Job job;
