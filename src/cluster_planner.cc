@@ -221,8 +221,7 @@ ClusterPlan Finish(const Problem& p, const Solution& solution, std::optional<uin
   const std::vector<uint32_t>& replicas = solution.replicas;
   for (size_t i = 0; i < p.size(); ++i) plan.allocated_gpus += p.models[i].Gpus(replicas[i]);
   plan.utility = Evaluate(p, replicas).utility;
-  plan.upper_bound =
-      solution.have_bound ? std::max(solution.bound, plan.utility) : plan.utility;
+  plan.upper_bound = solution.have_bound ? std::max(solution.bound, plan.utility) : plan.utility;
   const double diff = plan.upper_bound - plan.utility;
   plan.gap = diff > 0 ? diff / std::max(std::abs(plan.upper_bound), 1e-9) : 0;
   plan.jobs = Explain(p, replicas, capacity, plan.allocated_gpus);
@@ -232,13 +231,13 @@ ClusterPlan Finish(const Problem& p, const Solution& solution, std::optional<uin
 }  // namespace planner_internal
 
 ClusterPlan PlanCluster(std::span<const PlannerJob> jobs, std::optional<uint64_t> capacity,
-                        const ClusterPlannerOptions& options,
-                        std::span<const ReplicaSlots> slots) {
+                        const ClusterPlannerOptions& options, std::span<const ReplicaSlots> slots) {
   Problem p = BuildProblem(jobs, options);
   // Without per-node information the plan is exactly the one before slots
   // existed; with it, PlanWithSlots starts from that plan too and returns it
   // unchanged whenever it already fits the slots.
-  if (slots.empty()) return planner_internal::Finish(p, planner_internal::Solve(p, capacity, options), capacity);
+  if (slots.empty())
+    return planner_internal::Finish(p, planner_internal::Solve(p, capacity, options), capacity);
   return planner_internal::PlanWithSlots(std::move(p), capacity, options, slots);
 }
 

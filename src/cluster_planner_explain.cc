@@ -279,8 +279,8 @@ void ExplainSlots(const Problem& p, std::span<const uint32_t> replicas,
       // without slots ran it, the free GPUs would hold it, or it fits the
       // cluster but never its slots.
       const uint64_t need = m.MinGpus();
-      const bool gpus_would_do = relaxed[i] > 0 || need <= free_gpus ||
-                                 (m.lo > limit && (!capacity || need <= *capacity));
+      const bool gpus_would_do =
+          relaxed[i] > 0 || need <= free_gpus || (m.lo > limit && (!capacity || need <= *capacity));
       if (!gpus_would_do) continue;
       d.binding = BindingConstraint::kNodeSlots;
       std::string fit;

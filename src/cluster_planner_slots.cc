@@ -36,9 +36,8 @@ Problem Part(const Problem& p, std::span<const uint32_t> indices) {
   q.priorities.erase(std::unique(q.priorities.begin(), q.priorities.end()), q.priorities.end());
   std::vector<uint32_t> by_seniority(q.models.size());
   std::iota(by_seniority.begin(), by_seniority.end(), 0);
-  std::sort(by_seniority.begin(), by_seniority.end(), [&](uint32_t a, uint32_t b) {
-    return q.models[a].seniority < q.models[b].seniority;
-  });
+  std::sort(by_seniority.begin(), by_seniority.end(),
+            [&](uint32_t a, uint32_t b) { return q.models[a].seniority < q.models[b].seniority; });
   for (uint32_t rank = 0; rank < by_seniority.size(); ++rank) {
     q.models[by_seniority[rank]].seniority = rank;
   }
@@ -154,8 +153,16 @@ ClusterPlan PlanWithSlots(Problem p, std::optional<uint64_t> capacity,
     combined.bound = first.bound;
     combined.have_bound = first.have_bound;
   }
-  ClusterPlan plan = Finish(p, combined, capacity);
-  ExplainSlots(p, combined.replicas, relaxed.replicas, unlimited_hi, limits, capacity,
+  // Explained on the problem as capped, except that a job the caps alone
+  // keep from running is explained as the job it is (its max_replicas is
+  // fine): ExplainSlots then says when the slots, not the GPUs, hold it back.
+  Problem explained = p;
+  for (size_t i = 0; i < n; ++i) {
+    JobModel& m = explained.models[i];
+    if (m.hi < m.lo && unlimited_hi[i] >= m.lo) m.hi = m.lo;
+  }
+  ClusterPlan plan = Finish(explained, combined, capacity);
+  ExplainSlots(explained, combined.replicas, relaxed.replicas, unlimited_hi, limits, capacity,
                plan.allocated_gpus, plan.jobs);
   return plan;
 }

@@ -1187,7 +1187,8 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(SlotMap& slots,
   if (capacity_gpus) capacity = *capacity_gpus;
   // Slots bind only with a known total (SetCapacity sets both).
   const std::span<const ReplicaSlots> node_slots =
-      capacity ? std::span<const ReplicaSlots>(plan_capacity_slots_) : std::span<const ReplicaSlots>();
+      capacity ? std::span<const ReplicaSlots>(plan_capacity_slots_)
+               : std::span<const ReplicaSlots>();
   ClusterPlan plan = PlanCluster(planner_jobs, capacity, planner_options, node_slots);
   result.utility = plan.utility;
   result.upper_bound = plan.upper_bound;

@@ -6,9 +6,9 @@
 
 #include <memory>
 #include <span>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rescale/state_store.h"

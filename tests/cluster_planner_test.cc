@@ -1037,6 +1037,19 @@ TEST_CASE("slot repair gives the GPUs a full class cannot use to another class",
   CHECK(repaired.upper_bound == repaired.utility);
 }
 
+TEST_CASE("a job the total cannot hold is explained by the total, also when slots repair the plan",
+          "[planner][slots]") {
+  // The 4-GPU job overruns its one slot, so the plan is repaired; the 8-GPU
+  // gang of two needs 16 GPUs of 8: the total, not the slots, holds it back.
+  const std::vector<PlannerJob> jobs = {Job("ns/gang", 2, 2, 8), Job("ns/half", 1, 2, 4)};
+  REQUIRE(PlanCluster(jobs, 8).jobs[1].replicas == 2);
+  const ClusterPlan plan = PlanCluster(jobs, 8, {}, std::vector<ReplicaSlots>{{8, 0}, {4, 1}});
+  CHECK(plan.jobs[1].replicas == 1);
+  CHECK(plan.jobs[0].replicas == 0);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kCapacity);
+  CHECK(plan.jobs[0].reason == "needs 16 GPUs (min_replicas=2 x 8); the cluster has only 8");
+}
+
 TEST_CASE("priorities decide within a class whose slots are short", "[planner][slots]") {
   // One 8-GPU slot, two jobs wanting it: the higher priority runs, even over
   // a lower-priority job that runs now.
@@ -1070,7 +1083,8 @@ TEST_CASE("slots that hold nobody back leave the plan exactly as without slots",
       std::vector<ReplicaSlots> loose;
       for (uint32_t g : {1u, 2u, 4u, 8u}) {
         uint32_t all = 0;
-        for (const PlannerJob& job : in.jobs) all += job.gpus_per_replica == g ? job.max_replicas : 0;
+        for (const PlannerJob& job : in.jobs)
+          all += job.gpus_per_replica == g ? job.max_replicas : 0;
         loose.push_back({g, all});
       }
       RequireSamePlan(before, PlanCluster(in.jobs, in.capacity, options, loose));

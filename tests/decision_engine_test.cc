@@ -1453,8 +1453,7 @@ TEST_CASE("engine holds back a job whose replicas do not fit on the nodes, and s
         "needs 1 replica of 8 GPUs on one node each; none fits on the nodes' free GPUs");
   CHECK(MustRecommendation(engine, "ns/half").replicas == 2);
   CHECK(view->slots == std::vector<ReplicaSlots>{{8, 0}, {4, 2}, {1, 8}});
-  CHECK(view->slot_use ==
-        std::vector<ReplicaSlotUse>{{8, 0, 0}, {4, 2, 2}, {1, 8, 0}});
+  CHECK(view->slot_use == std::vector<ReplicaSlotUse>{{8, 0, 0}, {4, 2, 2}, {1, 8, 0}});
   CHECK(engine.GetCluster().slot_use == view->slot_use);
 
   // The total alone again drops the slots: the job comes back.

@@ -534,8 +534,7 @@ TEST_CASE("capacity set --slots and capacity get show the replicas per size that
   CliResult set = server.Run({"capacity", "set", "16", "--slots", "2=3,8=1"});
   INFO(set.err);
   REQUIRE(set.exit_code == 0);
-  CHECK(set.out ==
-        "cluster capacity set to 16 GPUs; fit on the nodes: 3 x 2 GPUs, 1 x 8 GPUs\n");
+  CHECK(set.out == "cluster capacity set to 16 GPUs; fit on the nodes: 3 x 2 GPUs, 1 x 8 GPUs\n");
 
   CliResult table = server.Run({"capacity", "get"});
   REQUIRE(table.exit_code == 0);
@@ -577,7 +576,8 @@ TEST_CASE("capacity set --slots and capacity get show the replicas per size that
 }
 
 TEST_CASE("capacity set --slots refuses text that is not GPUS=REPLICAS pairs", "[rescalectl]") {
-  for (const char* bad : {"8", "8=", "=3", "8=3,", "8=-1", "a=1", "8=3;4=1", "+8=3", "8=99999999999"}) {
+  for (const char* bad :
+       {"8", "8=", "=3", "8=3,", "8=-1", "a=1", "8=3;4=1", "+8=3", "8=99999999999"}) {
     INFO(bad);
     CliResult failed = RunRaw({"capacity", "set", "16", "--slots", bad});
     CHECK(failed.exit_code == 2);

@@ -16,8 +16,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>

@@ -216,7 +216,9 @@ TEST_CASE("memory state store gives back what was put, to the next user of the s
     absl::Status DeleteJob(std::string_view id, uint64_t g) override {
       return inner->DeleteJob(id, g);
     }
-    absl::Status PutCapacity(const CapacityReport& gpus) override { return inner->PutCapacity(gpus); }
+    absl::Status PutCapacity(const CapacityReport& gpus) override {
+      return inner->PutCapacity(gpus);
+    }
     absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
       return inner->PutRecommendations(recs);
     }

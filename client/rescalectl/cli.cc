@@ -560,14 +560,14 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   CLI::App* capacity = group("capacity", "Show or set the cluster's GPU capacity");
   uint32_t capacity_gpus = 0;
   std::string capacity_slots;
-  CLI::App* capacity_set =
-      leaf(capacity, "set", "Set the GPUs the planner may hand out",
-           [&](Session& s) { return SetCapacity(s, capacity_gpus, capacity_slots); },
-           "--slots tells how many replicas of each size fit on the nodes' free GPUs, as\n"
-           "GPUS=REPLICAS pairs, comma-separated: --slots 8=3,4=7 says three 8-GPU replicas\n"
-           "or seven 4-GPU ones fit (per node, floor(free GPUs / GPUS), summed). The planner\n"
-           "then never recommends more replicas of a listed size; sizes not listed are\n"
-           "bounded by the total only. Without --slots, any slots set before are dropped.");
+  CLI::App* capacity_set = leaf(
+      capacity, "set", "Set the GPUs the planner may hand out",
+      [&](Session& s) { return SetCapacity(s, capacity_gpus, capacity_slots); },
+      "--slots tells how many replicas of each size fit on the nodes' free GPUs, as\n"
+      "GPUS=REPLICAS pairs, comma-separated: --slots 8=3,4=7 says three 8-GPU replicas\n"
+      "or seven 4-GPU ones fit (per node, floor(free GPUs / GPUS), summed). The planner\n"
+      "then never recommends more replicas of a listed size; sizes not listed are\n"
+      "bounded by the total only. Without --slots, any slots set before are dropped.");
   capacity_set->add_option("gpus", capacity_gpus, "Total GPUs")->type_name("N")->required();
   capacity_set
       ->add_option("--slots", capacity_slots,
