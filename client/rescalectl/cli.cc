@@ -578,7 +578,7 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
             google::protobuf::RepeatedPtrField<v1::ReplicaSlots> ignored;
             return ParseSlotsFlag(text, &ignored);
           },
-          "GPUS=N,...", "slots"));
+          "", "slots"));
   leaf(capacity, "get",
        "Show total, allocated and free GPUs, each job's allocation and, when known, the "
        "replicas per size that fit on the nodes",
