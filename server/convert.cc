@@ -129,6 +129,8 @@ v1::BindingConstraint ToProto(BindingConstraint c) {
       return v1::PREEMPTED;
     case BindingConstraint::kInsufficientData:
       return v1::INSUFFICIENT_DATA;
+    case BindingConstraint::kNodeSlots:
+      return v1::NODE_SLOTS;
   }
   return v1::BINDING_CONSTRAINT_UNSPECIFIED;
 }
@@ -196,6 +198,17 @@ void ToProto(const ClusterView& view, v1::Cluster* proto) {
                              ? double(view.allocated_gpus) / *view.total_gpus
                              : 0.0);
   proto->set_plan_pending(view.plan_pending);
+  for (const ReplicaSlots& s : view.slots) {
+    v1::ReplicaSlots* out = proto->add_slots();
+    out->set_gpus_per_replica(s.gpus_per_replica);
+    out->set_replicas(s.replicas);
+  }
+  for (const ReplicaSlotUse& use : view.slot_use) {
+    v1::ReplicaSlotUse* out = proto->add_slot_use();
+    out->set_gpus_per_replica(use.gpus_per_replica);
+    out->set_replicas_fit(use.replicas_fit);
+    out->set_replicas_planned(use.replicas_planned);
+  }
   proto->set_state_backend(view.state_backend);
   if (IsSet(view.last_checkpoint_at)) {
     SetTimestamp(view.last_checkpoint_at, proto->mutable_last_checkpoint_at());

@@ -467,10 +467,19 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::SetCapacity(grpc::CallbackServerCo
   if (auto refused = RefuseUnlessLeader(leadership_, context)) {
     return FinishRefused(context, AuditedRefusal(security_, **caller, kSetCapacity, "", *refused));
   }
-  absl::StatusOr<ClusterView> view = engine_.SetCapacity(request->total_gpus());
+  CapacityReport report;
+  report.total_gpus = request->total_gpus();
+  report.slots.reserve(request->slots_size());
+  for (const v1::ReplicaSlots& s : request->slots()) {
+    report.slots.push_back({s.gpus_per_replica(), s.replicas()});
+  }
+  // The engine checks the slots (INVALID_ARGUMENT naming slots[i]).
+  absl::StatusOr<ClusterView> view = engine_.SetCapacity(report);
   if (view.ok()) {
     ClusterToProto(*std::move(view), **caller, response);
-    spdlog::info("capacity set to {} GPUs", request->total_gpus());
+    spdlog::info("capacity set to {} GPUs{}", request->total_gpus(),
+                 report.slots.empty() ? std::string()
+                                      : absl::StrCat(", ", report.slots.size(), " slot classes"));
   }
   return FinishUnary(context, Audited(security_, **caller, kSetCapacity, "", view.status()));
 }

@@ -170,24 +170,14 @@ PlanObjective Evaluate(const Problem& p, std::span<const uint32_t> replicas) {
 
 }  // namespace planner_internal
 
-namespace {
-// The packed score and the seniority mask need at most this many jobs.
-constexpr size_t kMaxExactJobs = 40;
-}  // namespace
-
 using planner_internal::BuildProblem;
 using planner_internal::Evaluate;
-using planner_internal::Explain;
-using planner_internal::JobModel;
-using planner_internal::MakeScoreWeights;
 using planner_internal::Problem;
-using planner_internal::ScoreWeights;
-using planner_internal::SolveExactDp;
-using planner_internal::SolveSeparable;
 
-ClusterPlan PlanCluster(std::span<const PlannerJob> jobs, std::optional<uint64_t> capacity,
-                        const ClusterPlannerOptions& options) {
-  const Problem p = BuildProblem(jobs, options);
+namespace planner_internal {
+
+Solution Solve(const Problem& p, std::optional<uint64_t> capacity,
+               const ClusterPlannerOptions& options) {
   uint64_t everything_at_max = 0;
   uint64_t unit = 0;
   for (const JobModel& m : p.models) {
@@ -196,13 +186,10 @@ ClusterPlan PlanCluster(std::span<const PlannerJob> jobs, std::optional<uint64_t
     unit = std::gcd(unit, uint64_t{m.gpus_per_replica});
   }
 
-  ClusterPlan plan;
-  std::vector<uint32_t> replicas;
-  double bound = 0;
-  bool have_bound = false;
+  Solution out;
   if (!capacity || *capacity >= everything_at_max) {
-    replicas = SolveSeparable(p);
-    plan.exact = true;
+    out.replicas = SolveSeparable(p);
+    out.exact = true;
   } else {
     const uint64_t cells = *capacity / std::max<uint64_t>(unit, 1);
     uint64_t options_count = 0;
@@ -216,23 +203,42 @@ ClusterPlan PlanCluster(std::span<const PlannerJob> jobs, std::optional<uint64_t
     std::optional<ScoreWeights> weights;
     if (small) weights = MakeScoreWeights(p);
     if (weights) {
-      replicas = SolveExactDp(p, *weights, cells, std::max<uint64_t>(unit, 1));
-      plan.exact = true;
+      out.replicas = SolveExactDp(p, *weights, cells, std::max<uint64_t>(unit, 1));
+      out.exact = true;
     } else {
-      planner_internal::ScaleSolution solution = planner_internal::SolveAtScale(p, *capacity);
-      replicas = std::move(solution.replicas);
-      bound = solution.upper_bound;
-      have_bound = true;
+      ScaleSolution solution = SolveAtScale(p, *capacity);
+      out.replicas = std::move(solution.replicas);
+      out.bound = solution.upper_bound;
+      out.have_bound = true;
     }
   }
+  return out;
+}
 
+ClusterPlan Finish(const Problem& p, const Solution& solution, std::optional<uint64_t> capacity) {
+  ClusterPlan plan;
+  plan.exact = solution.exact;
+  const std::vector<uint32_t>& replicas = solution.replicas;
   for (size_t i = 0; i < p.size(); ++i) plan.allocated_gpus += p.models[i].Gpus(replicas[i]);
   plan.utility = Evaluate(p, replicas).utility;
-  plan.upper_bound = have_bound ? std::max(bound, plan.utility) : plan.utility;
+  plan.upper_bound = solution.have_bound ? std::max(solution.bound, plan.utility) : plan.utility;
   const double diff = plan.upper_bound - plan.utility;
   plan.gap = diff > 0 ? diff / std::max(std::abs(plan.upper_bound), 1e-9) : 0;
   plan.jobs = Explain(p, replicas, capacity, plan.allocated_gpus);
   return plan;
+}
+
+}  // namespace planner_internal
+
+ClusterPlan PlanCluster(std::span<const PlannerJob> jobs, std::optional<uint64_t> capacity,
+                        const ClusterPlannerOptions& options, std::span<const ReplicaSlots> slots) {
+  Problem p = BuildProblem(jobs, options);
+  // Without per-node information the plan is exactly the one before slots
+  // existed; with it, PlanWithSlots starts from that plan too and returns it
+  // unchanged whenever it already fits the slots.
+  if (slots.empty())
+    return planner_internal::Finish(p, planner_internal::Solve(p, capacity, options), capacity);
+  return planner_internal::PlanWithSlots(std::move(p), capacity, options, slots);
 }
 
 PlanObjective EvaluatePlan(std::span<const PlannerJob> jobs, std::span<const uint32_t> replicas,

@@ -248,4 +248,66 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
   return out;
 }
 
+void ExplainSlots(const Problem& p, std::span<const uint32_t> replicas,
+                  std::span<const uint32_t> relaxed, std::span<const uint32_t> unlimited_hi,
+                  const SlotLimits& limits, std::optional<uint64_t> capacity, uint64_t allocated,
+                  std::vector<PlannedJob>& out) {
+  const uint64_t free_gpus =
+      capacity ? *capacity - std::min(*capacity, allocated) : std::numeric_limits<uint64_t>::max();
+  std::vector<uint64_t> planned(limits.limits.size(), 0);
+  auto class_of = [&](uint32_t g) -> std::optional<size_t> {
+    auto it = std::lower_bound(limits.limits.begin(), limits.limits.end(),
+                               std::make_pair(g, uint32_t{0}));
+    if (it == limits.limits.end() || it->first != g) return std::nullopt;
+    return size_t(it - limits.limits.begin());
+  };
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (const auto c = class_of(p.models[i].gpus_per_replica)) planned[*c] += replicas[i];
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    const JobModel& m = p.models[i];
+    const std::optional<size_t> c = class_of(m.gpus_per_replica);
+    if (!c || unlimited_hi[i] < m.lo) continue;  // unlimited, or cannot run at all
+    const uint64_t limit = limits.limits[*c].second;
+    const uint64_t g = m.gpus_per_replica;
+    const uint32_t r = replicas[i];
+    PlannedJob& d = out[i];
+    if (r == 0) {
+      const uint64_t room = limit - std::min(limit, planned[*c]);
+      if (m.lo <= room) continue;  // the slots would take it: something else holds it back
+      // The slots hold it back when the GPUs alone would not: the plan
+      // without slots ran it, the free GPUs would hold it, or it fits the
+      // cluster but never its slots.
+      const uint64_t need = m.MinGpus();
+      const bool gpus_would_do =
+          relaxed[i] > 0 || need <= free_gpus || (m.lo > limit && (!capacity || need <= *capacity));
+      if (!gpus_would_do) continue;
+      d.binding = BindingConstraint::kNodeSlots;
+      std::string fit;
+      if (planned[*c] == 0 || m.lo > limit) {
+        fit = limit == 0 ? std::string("none fits on the nodes' free GPUs")
+                         : absl::StrCat("only ", limit, limit == 1 ? " fits" : " fit",
+                                        " on the nodes' free GPUs");
+      } else {
+        fit = absl::StrCat("the nodes' free GPUs fit ", limit, ", ", planned[*c],
+                           " of them planned for other jobs of that size");
+      }
+      d.reason = absl::StrCat(m.running ? "suspended: " : "", "needs ", Count(m.lo, "replica"),
+                              " of ", Count(g, "GPU"), " on one node each; ", fit);
+      continue;
+    }
+    // Running: kept from growing when its class is full and one more
+    // replica would pay off (cooldown and restart cost explain themselves).
+    if (planned[*c] < limit || r >= unlimited_hi[i]) continue;
+    if (d.binding == BindingConstraint::kCooldown || d.binding == BindingConstraint::kRestartCost)
+      continue;
+    if (!(d.value_one_more > 0) || NearlyEqual(p.Utility(i, r + 1), p.Utility(i, r))) continue;
+    d.binding = BindingConstraint::kNodeSlots;
+    d.reason = absl::StrCat(SizePhrase(m, r), ": one more replica would add ",
+                            Fixed(PercentFaster(m, r, r + 1), 1), "% throughput, but needs ",
+                            Count(g, "GPU"), " on one node and the nodes' free GPUs fit only ",
+                            Count(limit, "replica"), " of that size, all planned");
+  }
+}
+
 }  // namespace rescale::planner_internal

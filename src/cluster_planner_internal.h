@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "rescale/cluster_planner.h"
@@ -132,12 +133,55 @@ struct ScaleSolution {
 };
 ScaleSolution SolveAtScale(const Problem& p, uint64_t capacity);
 
+// ---- choice of solver (cluster_planner.cc) ---------------------------------
+
+// The packed score and the seniority mask need at most this many jobs.
+inline constexpr size_t kMaxExactJobs = 40;
+
+// What a solver returns, before the plan is explained.
+struct Solution {
+  std::vector<uint32_t> replicas;  // per model of the problem solved
+  bool exact = false;
+  double bound = 0;         // the scalable solver's upper bound on level 4...
+  bool have_bound = false;  // ...when it ran
+};
+// Today's planner on `p`: the separable solver, the exact DP or the
+// scalable one, as PlanCluster's header comment describes.
+Solution Solve(const Problem& p, std::optional<uint64_t> capacity,
+               const ClusterPlannerOptions& options);
+// The plan of `solution`: totals, objective, bound and explanations.
+ClusterPlan Finish(const Problem& p, const Solution& solution, std::optional<uint64_t> capacity);
+
+// ---- node slots (cluster_planner_slots.cc) ---------------------------------
+
+// PlanCluster with per-class slot limits (non-empty `slots`).
+ClusterPlan PlanWithSlots(Problem p, std::optional<uint64_t> capacity,
+                          const ClusterPlannerOptions& options,
+                          std::span<const ReplicaSlots> slots);
+
 // ---- explanations (cluster_planner_explain.cc) -----------------------------
 
 // Binding constraint, reason, queue position and marginal values of every job
 // from its final size; the same for all solvers.
 std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> replicas,
                                 std::optional<uint64_t> capacity, uint64_t allocated);
+
+// Rewrites the explanations of the jobs the slots hold back to NODE_SLOTS
+// (cluster_planner_explain.cc). `limit_of(g)` is the slot limit of class g
+// (nullopt = none); `relaxed` is the plan without slots and `unlimited_hi`
+// each job's largest size before the slots capped it.
+struct SlotLimits {
+  std::vector<std::pair<uint32_t, uint32_t>> limits;  // (gpus_per_replica, replicas), sorted
+  std::optional<uint32_t> Of(uint32_t g) const {
+    auto it = std::lower_bound(limits.begin(), limits.end(), std::make_pair(g, uint32_t{0}));
+    if (it == limits.end() || it->first != g) return std::nullopt;
+    return it->second;
+  }
+};
+void ExplainSlots(const Problem& p, std::span<const uint32_t> replicas,
+                  std::span<const uint32_t> relaxed, std::span<const uint32_t> unlimited_hi,
+                  const SlotLimits& limits, std::optional<uint64_t> capacity, uint64_t allocated,
+                  std::vector<PlannedJob>& out);
 
 }  // namespace rescale::planner_internal
 

@@ -146,6 +146,7 @@ absl::Status DecisionEngine::RestoreLocked() {
   }
   for (StoredMeasurements& measured : stored.measurements) RestoreMeasurementsLocked(measured);
   if (stored.capacity_gpus.has_value()) capacity_gpus_ = stored.capacity_gpus;
+  capacity_slots_ = std::move(stored.capacity_slots);
   // Recommendations of jobs no longer kept (none, unless the file was
   // edited) would have no job to describe.
   std::erase_if(stored.recommendations,
@@ -231,6 +232,7 @@ void DecisionEngine::ApplyReplicated(ReplicatedChange change) {
     if (jobs_.contains(id)) RemoveJobLocked(id);
   }
   if (change.capacity_gpus.has_value()) capacity_gpus_ = change.capacity_gpus;
+  if (change.capacity_slots.has_value()) capacity_slots_ = *std::move(change.capacity_slots);
   for (StoredMeasurements& measured : change.measurements) RestoreMeasurementsLocked(measured);
   std::erase_if(change.recommendations,
                 [&](const Recommendation& rec) { return !jobs_.contains(rec.job_id); });
@@ -816,11 +818,17 @@ std::vector<std::shared_ptr<const Recommendation>> DecisionEngine::Recommendatio
 }
 
 absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(uint32_t total_gpus) {
+  return SetCapacity(CapacityReport{total_gpus, {}});
+}
+
+absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(const CapacityReport& report) {
+  RETURN_IF_ERROR(ValidateCapacityReport(report, options_.spec_limits));
   bool deferred;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (options_.state != nullptr) RETURN_IF_ERROR(options_.state->PutCapacity(total_gpus));
-    capacity_gpus_ = total_gpus;
+    if (options_.state != nullptr) RETURN_IF_ERROR(options_.state->PutCapacity(report));
+    capacity_gpus_ = report.total_gpus;
+    capacity_slots_ = report.slots;
     deferred = RequestReplanLocked(options_.plan_coalesce);
   }
   if (!deferred) Replan();
@@ -873,6 +881,7 @@ JobStateCounts DecisionEngine::CountJobStates() const {
 ClusterView DecisionEngine::PlanSummaryLocked() const {
   ClusterView view;
   view.total_gpus = capacity_gpus_;
+  view.slots = capacity_slots_;
   view.planned_at = planned_at_;
   view.plan_utility = last_plan_utility_;
   view.plan_upper_bound = last_plan_upper_bound_;
@@ -897,6 +906,16 @@ void DecisionEngine::AddAllocations(ClusterView& view) const {
     }
     view.allocated_gpus += rec.gpus;
     view.allocations.push_back({rec.job_id, rec.replicas, rec.gpus, entry->spec.priority});
+  }
+  // Per slot class, the replicas the recommendations run of that size.
+  for (const ReplicaSlots& s : view.slots) {
+    ReplicaSlotUse use{s.gpus_per_replica, s.replicas, 0};
+    for (const JobAllocation& a : view.allocations) {
+      if (a.replicas > 0 && a.gpus == a.replicas * s.gpus_per_replica) {
+        use.replicas_planned += a.replicas;
+      }
+    }
+    view.slot_use.push_back(use);
   }
 }
 
@@ -961,6 +980,7 @@ std::optional<uint32_t> DecisionEngine::SyncSlotsLocked() {
     slot.entry.memory = std::move(memory);
   }
   dirty_.clear();
+  plan_capacity_slots_ = capacity_slots_;
   return capacity_gpus_;
 }
 
@@ -1165,7 +1185,11 @@ DecisionEngine::PlanResult DecisionEngine::ComputePlan(SlotMap& slots,
   planner_options.horizon_seconds = absl::ToDoubleSeconds(options_.policy.horizon);
   std::optional<uint64_t> capacity;
   if (capacity_gpus) capacity = *capacity_gpus;
-  ClusterPlan plan = PlanCluster(planner_jobs, capacity, planner_options);
+  // Slots bind only with a known total (SetCapacity sets both).
+  const std::span<const ReplicaSlots> node_slots =
+      capacity ? std::span<const ReplicaSlots>(plan_capacity_slots_)
+               : std::span<const ReplicaSlots>();
+  ClusterPlan plan = PlanCluster(planner_jobs, capacity, planner_options, node_slots);
   result.utility = plan.utility;
   result.upper_bound = plan.upper_bound;
   result.gap = plan.gap;

@@ -257,6 +257,51 @@ absl::Status PolicyMemoryFromJson(std::string_view text, StoredMeasurements& m) 
 
 }  // namespace state_internal
 
+namespace state_internal {
+
+std::string SlotsToText(std::span<const ReplicaSlots> slots) {
+  std::string out;
+  for (const ReplicaSlots& s : slots) {
+    if (!out.empty()) out += ',';
+    out += absl::StrFormat("%d=%d", s.gpus_per_replica, s.replicas);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ReplicaSlots>> SlotsFromText(std::string_view text) {
+  std::vector<ReplicaSlots> slots;
+  if (text.empty()) return slots;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    ReplicaSlots s;
+    auto number = [](std::string_view digits, uint32_t& out) {
+      if (digits.empty() || digits.size() > 10) return false;
+      uint64_t v = 0;
+      for (char c : digits) {
+        if (c < '0' || c > '9') return false;
+        v = v * 10 + uint64_t(c - '0');
+      }
+      if (v > std::numeric_limits<uint32_t>::max()) return false;
+      out = static_cast<uint32_t>(v);
+      return true;
+    };
+    if (eq == std::string_view::npos || !number(item.substr(0, eq), s.gpus_per_replica) ||
+        !number(item.substr(eq + 1), s.replicas)) {
+      return absl::DataLossError(
+          absl::StrFormat("the capacity's slots \"%s\" are not GPUS=REPLICAS,...", text));
+    }
+    slots.push_back(s);
+    start = end + 1;
+  }
+  return slots;
+}
+
+}  // namespace state_internal
+
 namespace {
 
 // Kept in this process: a map per kind of record, so Load returns them
@@ -271,6 +316,7 @@ class MemoryStateStore : public StateStore {
     for (const auto& [id, measured] : measurements_) state.measurements.push_back(measured);
     for (const auto& [id, job] : jobs_) state.jobs.push_back(job);
     state.capacity_gpus = capacity_gpus_;
+    state.capacity_slots = capacity_slots_;
     for (const auto& [id, rec] : recommendations_) state.recommendations.push_back(rec);
     for (const auto& [id, generation] : retired_)
       state.retired_generations.emplace_back(id, generation);
@@ -293,9 +339,10 @@ class MemoryStateStore : public StateStore {
     return absl::OkStatus();
   }
 
-  absl::Status PutCapacity(uint32_t total_gpus) override {
+  absl::Status PutCapacity(const CapacityReport& capacity) override {
     std::lock_guard<std::mutex> lock(mu_);
-    capacity_gpus_ = total_gpus;
+    capacity_gpus_ = capacity.total_gpus;
+    capacity_slots_ = capacity.slots;
     return absl::OkStatus();
   }
 
@@ -321,6 +368,7 @@ class MemoryStateStore : public StateStore {
   std::mutex mu_;
   std::map<std::string, StoredJob> jobs_;
   std::optional<uint32_t> capacity_gpus_;
+  std::vector<ReplicaSlots> capacity_slots_;
   std::map<std::string, Recommendation> recommendations_;
   std::map<std::string, uint64_t> retired_;
   std::map<std::string, StoredMeasurements> measurements_;
@@ -333,6 +381,7 @@ ReplicatedChange ReplicatedChange::Full(StoredState state) {
   change.full = true;
   change.jobs = std::move(state.jobs);
   change.capacity_gpus = state.capacity_gpus;
+  change.capacity_slots = std::move(state.capacity_slots);
   change.recommendations = std::move(state.recommendations);
   change.retired_generations = std::move(state.retired_generations);
   change.measurements = std::move(state.measurements);

@@ -5,8 +5,10 @@
 #define RESCALE_STATE_STORE_INTERNAL_H_
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rescale/state_store.h"
@@ -26,6 +28,12 @@ absl::StatusOr<std::vector<SizeStats>> MeasurementsFromJson(std::string_view tex
 // recent_recommendations of StoredMeasurements).
 std::string PolicyMemoryToJson(const StoredMeasurements& m);
 absl::Status PolicyMemoryFromJson(std::string_view text, StoredMeasurements& m);
+
+// The slots of a capacity (CapacityReport::slots) as text, "8=3,4=7"
+// (gpus_per_replica=replicas, comma-separated; "" = none): one value in
+// the SQLite cluster table and one etcd key, each written with the total.
+std::string SlotsToText(std::span<const ReplicaSlots> slots);
+absl::StatusOr<std::vector<ReplicaSlots>> SlotsFromText(std::string_view text);
 
 // The SQLite backend on `path` (created when missing).
 absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path);

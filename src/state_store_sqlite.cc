@@ -131,6 +131,14 @@ class SqliteStateStore : public StateStore {
     if (sqlite3_step(capacity.get()) == SQLITE_ROW) {
       state.capacity_gpus = static_cast<uint32_t>(sqlite3_column_int64(capacity.get(), 0));
     }
+    // Files written before slots existed have no such row: no slots.
+    ASSIGN_OR_RETURN(Statement slots,
+                     Prepare("SELECT value FROM cluster WHERE key = 'capacity_slots'"));
+    if (sqlite3_step(slots.get()) == SQLITE_ROW) {
+      absl::StatusOr<std::vector<ReplicaSlots>> parsed = SlotsFromText(Text(slots.get(), 0));
+      if (!parsed.ok()) return Corrupt("the capacity's slots", parsed.status());
+      state.capacity_slots = *std::move(parsed);
+    }
     return state;
   }
 
@@ -148,13 +156,29 @@ class SqliteStateStore : public StateStore {
     return InTransaction([&] { return DeleteJobInTransaction(job_id, last_generation); });
   }
 
-  absl::Status PutCapacity(uint32_t total_gpus) override {
+  absl::Status PutCapacity(const CapacityReport& capacity) override {
     std::lock_guard<std::mutex> lock(mu_);
-    ASSIGN_OR_RETURN(
-        Statement put,
-        Prepare("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_gpus', ?)"));
-    sqlite3_bind_int64(put.get(), 1, total_gpus);
-    return Run(put.get(), "record the capacity");
+    // The total and its slots in one transaction: a crash never leaves the
+    // slots of one report with the total of another. The slots are a text
+    // value in the cluster table (SQLite keeps the text of a column declared
+    // INTEGER as text), a row older files lack: no migration needed.
+    return InTransaction([&]() -> absl::Status {
+      ASSIGN_OR_RETURN(
+          Statement put,
+          Prepare("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_gpus', ?)"));
+      sqlite3_bind_int64(put.get(), 1, capacity.total_gpus);
+      RETURN_IF_ERROR(Run(put.get(), "record the capacity"));
+      if (capacity.slots.empty()) {
+        ASSIGN_OR_RETURN(Statement drop,
+                         Prepare("DELETE FROM cluster WHERE key = 'capacity_slots'"));
+        return Run(drop.get(), "record the capacity's slots");
+      }
+      ASSIGN_OR_RETURN(
+          Statement slots,
+          Prepare("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_slots', ?)"));
+      Bind(slots.get(), 1, SlotsToText(capacity.slots));
+      return Run(slots.get(), "record the capacity's slots");
+    });
   }
 
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {

@@ -44,6 +44,8 @@ std::string_view BindingConstraintName(BindingConstraint constraint) {
       return "PREEMPTED";
     case BindingConstraint::kInsufficientData:
       return "INSUFFICIENT_DATA";
+    case BindingConstraint::kNodeSlots:
+      return "NODE_SLOTS";
   }
   return "BINDING_CONSTRAINT_UNSPECIFIED";
 }

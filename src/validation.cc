@@ -63,6 +63,31 @@ absl::Status ValidateJobId(std::string_view job_id, std::string_view field) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateCapacityReport(const CapacityReport& report, const SpecLimits& limits) {
+  for (size_t i = 0; i < report.slots.size(); ++i) {
+    const ReplicaSlots& s = report.slots[i];
+    if (s.gpus_per_replica < 1 || s.gpus_per_replica > limits.max_gpus_per_replica) {
+      return Invalid(absl::StrFormat("slots[%d].gpus_per_replica must be in [1, %d], got %d", i,
+                                     limits.max_gpus_per_replica, s.gpus_per_replica));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (report.slots[j].gpus_per_replica == s.gpus_per_replica) {
+        return Invalid(absl::StrFormat(
+            "slots[%d].gpus_per_replica %d repeats slots[%d]: give each size class once", i,
+            s.gpus_per_replica, j));
+      }
+    }
+    // Replicas of one class can hold at most the GPUs there are.
+    const uint64_t limit = report.total_gpus / s.gpus_per_replica;
+    if (s.replicas > limit) {
+      return Invalid(absl::StrFormat(
+          "slots[%d].replicas %d of %d GPUs each exceeds the limit of %d (total_gpus %d / %d)", i,
+          s.replicas, s.gpus_per_replica, limit, report.total_gpus, s.gpus_per_replica));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
   if (absl::Status s = ValidateJobId(spec.job_id, "spec.job_id"); !s.ok()) return s;
   if (spec.min_replicas < 1) {

@@ -877,3 +877,262 @@ TEST_CASE("objective names parse and print", "[planner]") {
 
 }  // namespace
 }  // namespace rescale
+
+// ---- node slots -------------------------------------------------------------
+// Per size class, the replicas that fit on the nodes' free GPUs (ReplicaSlots):
+// the planner never plans more of a class than fit, explains who they hold
+// back, and plans exactly as before when they hold nobody back.
+
+namespace rescale {
+namespace {
+
+// Two nodes with 4 free GPUs each: no 8-GPU replica, two 4-GPU, eight 1-GPU.
+const std::vector<ReplicaSlots> kTwoHalfNodes = {{8, 0}, {4, 2}, {1, 8}};
+
+// Replicas planned per class, for the classes of `slots`.
+uint64_t ClassReplicas(const std::vector<PlannerJob>& jobs, const ClusterPlan& plan, uint32_t g) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (std::max<uint32_t>(jobs[i].gpus_per_replica, 1) == g) n += plan.jobs[i].replicas;
+  }
+  return n;
+}
+
+void RequireSamePlan(const ClusterPlan& a, const ClusterPlan& b) {
+  REQUIRE(a.jobs.size() == b.jobs.size());
+  for (size_t i = 0; i < a.jobs.size(); ++i) {
+    INFO("job " << i);
+    REQUIRE(a.jobs[i].replicas == b.jobs[i].replicas);
+    REQUIRE(a.jobs[i].binding == b.jobs[i].binding);
+    REQUIRE(a.jobs[i].reason == b.jobs[i].reason);
+    REQUIRE(a.jobs[i].queue_position == b.jobs[i].queue_position);
+    // Bit for bit: the same computation, not merely a close one.
+    REQUIRE(a.jobs[i].value_one_more == b.jobs[i].value_one_more);
+    REQUIRE(a.jobs[i].value_one_fewer == b.jobs[i].value_one_fewer);
+  }
+  REQUIRE(a.allocated_gpus == b.allocated_gpus);
+  REQUIRE(a.utility == b.utility);
+  REQUIRE(a.upper_bound == b.upper_bound);
+  REQUIRE(a.gap == b.gap);
+  REQUIRE(a.exact == b.exact);
+}
+
+// The best assignment under capacity and slots, by enumeration.
+Reference BruteForceWithSlots(const Instance& in, const std::vector<ReplicaSlots>& slots) {
+  const size_t n = in.jobs.size();
+  std::vector<uint32_t> assignment(n, 0);
+  Reference best;
+  bool have = false;
+  std::function<void(size_t)> walk = [&](size_t i) {
+    if (i == n) {
+      uint64_t used = 0;
+      for (size_t k = 0; k < n; ++k) used += uint64_t{assignment[k]} * in.jobs[k].gpus_per_replica;
+      if (in.capacity && used > *in.capacity) return;
+      for (const ReplicaSlots& s : slots) {
+        uint64_t planned = 0;
+        for (size_t k = 0; k < n; ++k) {
+          if (in.jobs[k].gpus_per_replica == s.gpus_per_replica) planned += assignment[k];
+        }
+        if (planned > s.replicas) return;
+      }
+      const Reference r = ReferenceObjective(in.jobs, assignment, in.options);
+      if (!have || Compare(r, best) > 0) {
+        best = r;
+        have = true;
+      }
+      return;
+    }
+    assignment[i] = 0;
+    walk(i + 1);
+    for (uint32_t r = in.jobs[i].min_replicas; r <= in.jobs[i].max_replicas; ++r) {
+      assignment[i] = r;
+      walk(i + 1);
+    }
+    assignment[i] = 0;
+  };
+  walk(0);
+  return best;
+}
+
+// Random slots for the classes {1, 2, 4, 8}: some classes without an entry,
+// counts from none to a few, never more GPUs than the capacity.
+std::vector<ReplicaSlots> RandomSlots(std::mt19937& rng, std::optional<uint64_t> capacity) {
+  std::vector<ReplicaSlots> slots;
+  for (uint32_t g : {1u, 2u, 4u, 8u}) {
+    if (std::uniform_int_distribution<int>(0, 3)(rng) == 0) continue;
+    uint32_t count = static_cast<uint32_t>(std::uniform_int_distribution<int>(0, 6)(rng));
+    if (capacity) count = static_cast<uint32_t>(std::min<uint64_t>(count, *capacity / g));
+    slots.push_back({g, count});
+  }
+  return slots;
+}
+
+TEST_CASE("an 8-GPU job waits for node slots although the total GPUs would admit it",
+          "[planner][slots]") {
+  const std::vector<PlannerJob> jobs = {Job("ns/big", 1, 1, 8)};
+  const ClusterPlan unlimited = PlanCluster(jobs, 8);
+  REQUIRE(unlimited.jobs[0].replicas == 1);  // the total alone admits it
+
+  const ClusterPlan plan = PlanCluster(jobs, 8, {}, kTwoHalfNodes);
+  CHECK(plan.jobs[0].replicas == 0);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kNodeSlots);
+  CHECK(plan.jobs[0].reason ==
+        "needs 1 replica of 8 GPUs on one node each; none fits on the nodes' free GPUs");
+  CHECK(plan.jobs[0].queue_position == 1);
+  CHECK(plan.allocated_gpus == 0);
+
+  // A gang of two where one replica fits.
+  const std::vector<PlannerJob> gang = {Job("ns/gang", 2, 2, 8)};
+  const ClusterPlan held = PlanCluster(gang, 16, {}, std::vector<ReplicaSlots>{{8, 1}});
+  CHECK(held.jobs[0].replicas == 0);
+  CHECK(held.jobs[0].binding == BindingConstraint::kNodeSlots);
+  CHECK(held.jobs[0].reason ==
+        "needs 2 replicas of 8 GPUs on one node each; only 1 fits on the nodes' free GPUs");
+  // When the total is what is short, the total is named.
+  const ClusterPlan short_total = PlanCluster(gang, 8, {}, std::vector<ReplicaSlots>{{8, 1}});
+  CHECK(short_total.jobs[0].binding == BindingConstraint::kCapacity);
+}
+
+TEST_CASE("4-GPU jobs run on the half-free nodes where the 8-GPU job cannot", "[planner][slots]") {
+  std::vector<PlannerJob> jobs = {Job("ns/big", 1, 1, 8, /*priority=*/1), Job("ns/half", 1, 4, 4),
+                                  Job("ns/single", 1, 8, 1)};
+  const ClusterPlan plan = PlanCluster(jobs, 8, {}, kTwoHalfNodes);
+  CHECK(plan.jobs[0].replicas == 0);  // higher priority, yet nothing to place it on
+  CHECK(plan.jobs[0].binding == BindingConstraint::kNodeSlots);
+  CHECK(ClassReplicas(jobs, plan, 4) <= 2);
+  CHECK(ClassReplicas(jobs, plan, 1) <= 8);
+  CHECK(plan.jobs[1].replicas >= 1);
+  CHECK(plan.jobs[2].replicas >= 1);
+  CHECK(plan.allocated_gpus == 8);  // the other classes use the GPUs
+}
+
+TEST_CASE("slot repair gives the GPUs a full class cannot use to another class",
+          "[planner][slots]") {
+  // Without slots the fair split is 2 x 8 GPUs + 2 x 4 GPUs.
+  const std::vector<PlannerJob> one = {Job("ns/a", 1, 2, 8), Job("ns/c", 1, 4, 4)};
+  const ClusterPlan free_plan = PlanCluster(one, 24);
+  REQUIRE(free_plan.jobs[0].replicas == 2);
+  REQUIRE(free_plan.jobs[1].replicas == 2);
+  const ClusterPlan capped = PlanCluster(one, 24, {}, std::vector<ReplicaSlots>{{8, 1}});
+  CHECK(capped.jobs[0].replicas == 1);
+  CHECK(capped.jobs[0].binding == BindingConstraint::kNodeSlots);
+  CHECK_THAT(capped.jobs[0].reason,
+             Contains("needs 8 GPUs on one node and the nodes' free GPUs fit only 1 replica"));
+  CHECK(capped.jobs[1].replicas == 4);  // the 8 GPUs it could not place
+  CHECK(capped.allocated_gpus == 24);
+  // One job in the class: capping it is exact (step 1).
+  CHECK(capped.exact);
+
+  // Two jobs share the class: the class is planned alone in its slots (step 2).
+  const std::vector<PlannerJob> two = {Job("ns/a1", 1, 2, 8), Job("ns/a2", 1, 2, 8),
+                                       Job("ns/c", 1, 4, 4)};
+  REQUIRE(ClassReplicas(two, PlanCluster(two, 32), 8) == 3);
+  const ClusterPlan repaired = PlanCluster(two, 32, {}, std::vector<ReplicaSlots>{{8, 2}});
+  CHECK(repaired.jobs[0].replicas == 1);
+  CHECK(repaired.jobs[1].replicas == 1);
+  CHECK(repaired.jobs[2].replicas == 4);
+  CHECK(repaired.allocated_gpus == 32);
+  CHECK_FALSE(repaired.exact);
+  CHECK(repaired.gap == 0);
+  CHECK(repaired.upper_bound == repaired.utility);
+}
+
+TEST_CASE("a job the total cannot hold is explained by the total, also when slots repair the plan",
+          "[planner][slots]") {
+  // The 4-GPU job overruns its one slot, so the plan is repaired; the 8-GPU
+  // gang of two needs 16 GPUs of 8: the total, not the slots, holds it back.
+  const std::vector<PlannerJob> jobs = {Job("ns/gang", 2, 2, 8), Job("ns/half", 1, 2, 4)};
+  REQUIRE(PlanCluster(jobs, 8).jobs[1].replicas == 2);
+  const ClusterPlan plan = PlanCluster(jobs, 8, {}, std::vector<ReplicaSlots>{{8, 0}, {4, 1}});
+  CHECK(plan.jobs[1].replicas == 1);
+  CHECK(plan.jobs[0].replicas == 0);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kCapacity);
+  CHECK(plan.jobs[0].reason == "needs 16 GPUs (min_replicas=2 x 8); the cluster has only 8");
+}
+
+TEST_CASE("priorities decide within a class whose slots are short", "[planner][slots]") {
+  // One 8-GPU slot, two jobs wanting it: the higher priority runs, even over
+  // a lower-priority job that runs now.
+  std::vector<PlannerJob> jobs = {Running(Job("ns/low", 1, 1, 8, 0), 1),
+                                  Job("ns/high", 1, 1, 8, 5)};
+  const ClusterPlan plan = PlanCluster(jobs, 16, {}, std::vector<ReplicaSlots>{{8, 1}});
+  CHECK(plan.jobs[1].replicas == 1);
+  CHECK(plan.jobs[0].replicas == 0);
+  CHECK(plan.jobs[0].binding == BindingConstraint::kNodeSlots);
+  CHECK(plan.jobs[0].reason ==
+        "suspended: needs 1 replica of 8 GPUs on one node each; the nodes' free GPUs fit 1, 1 "
+        "of them planned for other jobs of that size");
+  // Equal priority: the running job keeps its slot.
+  jobs[1].priority = 0;
+  const ClusterPlan equal = PlanCluster(jobs, 16, {}, std::vector<ReplicaSlots>{{8, 1}});
+  CHECK(equal.jobs[0].replicas == 1);
+  CHECK(equal.jobs[1].replicas == 0);
+  CHECK(equal.jobs[1].binding == BindingConstraint::kNodeSlots);
+}
+
+TEST_CASE("slots that hold nobody back leave the plan exactly as without slots",
+          "[planner][slots]") {
+  std::mt19937 rng(17017);
+  int repaired_never = 0;
+  for (int k = 0; k < 300; ++k) {
+    const Instance in = RandomInstance(rng, k % 3 == 0 ? 40 : 8, k % 3 == 0 ? 200 : 48, 6);
+    for (const ClusterPlannerOptions& options : {in.options, ScalableOnly(in.options)}) {
+      INFO("instance " << k << " scalable " << (options.exact_work_limit == 0));
+      const ClusterPlan before = PlanCluster(in.jobs, in.capacity, options);
+      // Loose slots: every class may run all its jobs at max.
+      std::vector<ReplicaSlots> loose;
+      for (uint32_t g : {1u, 2u, 4u, 8u}) {
+        uint32_t all = 0;
+        for (const PlannerJob& job : in.jobs)
+          all += job.gpus_per_replica == g ? job.max_replicas : 0;
+        loose.push_back({g, all});
+      }
+      RequireSamePlan(before, PlanCluster(in.jobs, in.capacity, options, loose));
+      // Tight slots: each class exactly what the plan uses of it.
+      std::vector<ReplicaSlots> tight;
+      for (uint32_t g : {1u, 2u, 4u, 8u}) {
+        tight.push_back({g, static_cast<uint32_t>(ClassReplicas(in.jobs, before, g))});
+      }
+      RequireSamePlan(before, PlanCluster(in.jobs, in.capacity, options, tight));
+      // And no slots at all.
+      RequireSamePlan(before, PlanCluster(in.jobs, in.capacity, options, {}));
+      ++repaired_never;
+    }
+  }
+  CHECK(repaired_never == 600);
+}
+
+TEST_CASE("the planner never plans more replicas of a class than fit", "[planner][slots]") {
+  std::mt19937 rng(4711);
+  int held_back = 0, exact_checked = 0;
+  for (int k = 0; k < 400; ++k) {
+    const bool small = k % 4 != 0;
+    const Instance in = small ? RandomInstance(rng, 5, 24, 2) : RandomInstance(rng, 60, 300, 8);
+    const std::vector<ReplicaSlots> slots = RandomSlots(rng, in.capacity);
+    for (const ClusterPlannerOptions& options : {in.options, ScalableOnly(in.options)}) {
+      INFO("instance " << k << " scalable " << (options.exact_work_limit == 0));
+      const ClusterPlan plan = PlanCluster(in.jobs, in.capacity, options, slots);
+      RequireFeasible(in, plan);
+      for (const ReplicaSlots& s : slots) {
+        INFO("class " << s.gpus_per_replica);
+        REQUIRE(ClassReplicas(in.jobs, plan, s.gpus_per_replica) <= s.replicas);
+      }
+      for (const PlannedJob& job : plan.jobs) {
+        held_back += job.binding == BindingConstraint::kNodeSlots;
+      }
+      // Where the plan claims to be exact it is the optimum under the slots.
+      if (small && plan.exact && options.exact_work_limit != 0) {
+        const Reference best = BruteForceWithSlots(in, slots);
+        const Reference got = ObjectiveOf(in, plan);
+        REQUIRE(got.levels == best.levels);
+        REQUIRE(Compare(got, best) == 0);
+        ++exact_checked;
+      }
+    }
+  }
+  CHECK(held_back > 50);  // the slots did bind, often
+  CHECK(exact_checked > 100);
+}
+
+}  // namespace
+}  // namespace rescale

@@ -1416,3 +1416,71 @@ TEST_CASE("the plan observer sees each plan's changes by action and jobs are cou
 }
 
 }  // namespace rescale
+
+// ---- node slots ---------------------------------------------------------------
+
+namespace rescale {
+namespace {
+
+JobSpec GpuSpec(const std::string& id, uint32_t min, uint32_t max, uint32_t gpus_per_replica,
+                int32_t priority = 0) {
+  JobSpec spec = Spec(id, min, max, priority);
+  spec.gpus_per_replica = gpus_per_replica;
+  return spec;
+}
+
+TEST_CASE("engine holds back a job whose replicas do not fit on the nodes, and shows the slots") {
+  ManualClock clock;
+  auto engine_owner = MustCreate(StaticMinOptions(), &clock);
+  DecisionEngine& engine = *engine_owner;
+  MustRegister(engine, GpuSpec("ns/big", 1, 1, 8, /*priority=*/5));
+  MustRegister(engine, GpuSpec("ns/half", 2, 2, 4));
+  // 8 GPUs as 4+4 on two nodes: the total admits the 8-GPU job...
+  ClusterView total_only = MustSetCapacity(engine, 8);
+  CHECK(MustRecommendation(engine, "ns/big").replicas == 1);
+  CHECK(total_only.slots.empty());
+  CHECK(total_only.slot_use.empty());
+
+  // ...the nodes do not.
+  absl::StatusOr<ClusterView> view =
+      engine.SetCapacity(CapacityReport{8, {{8, 0}, {4, 2}, {1, 8}}});
+  INFO(view.status().ToString());
+  REQUIRE(view.ok());
+  const Recommendation big = MustRecommendation(engine, "ns/big");
+  CHECK(big.replicas == 0);
+  CHECK(big.binding_constraint == BindingConstraint::kNodeSlots);
+  CHECK(big.reason ==
+        "needs 1 replica of 8 GPUs on one node each; none fits on the nodes' free GPUs");
+  CHECK(MustRecommendation(engine, "ns/half").replicas == 2);
+  CHECK(view->slots == std::vector<ReplicaSlots>{{8, 0}, {4, 2}, {1, 8}});
+  CHECK(view->slot_use == std::vector<ReplicaSlotUse>{{8, 0, 0}, {4, 2, 2}, {1, 8, 0}});
+  CHECK(engine.GetCluster().slot_use == view->slot_use);
+
+  // The total alone again drops the slots: the job comes back.
+  ClusterView dropped = MustSetCapacity(engine, 8);
+  CHECK(dropped.slots.empty());
+  CHECK(MustRecommendation(engine, "ns/big").replicas == 1);
+}
+
+TEST_CASE("engine refuses slots that are not a capacity, naming the field and the limit") {
+  ManualClock clock;
+  auto engine = MustCreate(StaticMinOptions(), &clock);
+  auto refused = [&](CapacityReport report) {
+    absl::StatusOr<ClusterView> view = engine->SetCapacity(report);
+    REQUIRE(view.status().code() == absl::StatusCode::kInvalidArgument);
+    return std::string(view.status().message());
+  };
+  CHECK(refused({16, {{4, 2}, {8, 3}}}) ==
+        "slots[1].replicas 3 of 8 GPUs each exceeds the limit of 2 (total_gpus 16 / 8)");
+  CHECK(refused({16, {{0, 1}}}) == "slots[0].gpus_per_replica must be in [1, 64], got 0");
+  CHECK(refused({16, {{65, 0}}}) == "slots[0].gpus_per_replica must be in [1, 64], got 65");
+  CHECK(refused({16, {{4, 1}, {2, 1}, {4, 2}}}) ==
+        "slots[2].gpus_per_replica 4 repeats slots[0]: give each size class once");
+  // Nothing changed.
+  CHECK_FALSE(engine->GetCluster().total_gpus.has_value());
+  // At the limit is fine.
+  CHECK(engine->SetCapacity(CapacityReport{16, {{8, 2}, {1, 16}}}).ok());
+}
+
+}  // namespace
+}  // namespace rescale

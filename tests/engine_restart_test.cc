@@ -244,7 +244,7 @@ class RefusingStore : public StateStore {
   absl::Status DeleteJob(std::string_view id, uint64_t generation) override {
     return refuse ? Refusal() : inner_->DeleteJob(id, generation);
   }
-  absl::Status PutCapacity(uint32_t gpus) override {
+  absl::Status PutCapacity(const CapacityReport& gpus) override {
     return refuse ? Refusal() : inner_->PutCapacity(gpus);
   }
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
@@ -454,6 +454,47 @@ TEST_CASE("changes and checkpoints write one state file at once, and all of it i
     CHECK(view.curve.size() == 4);
     CHECK(view.curve[0].observed);  // measured at 1 replica, from the checkpoint
   }
+}
+
+}  // namespace
+}  // namespace rescale
+
+namespace rescale {
+namespace {
+
+TEST_CASE("a restarted engine keeps the capacity's node slots, and a follower copies them") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  ManualClock clock;
+  const std::vector<ReplicaSlots> slots = {{8, 1}, {4, 3}};
+  {
+    auto engine = Start(path, &clock);
+    REQUIRE(engine->SetCapacity(CapacityReport{16, slots}).ok());
+  }
+  {
+    auto engine = Start(path, &clock);
+    const ClusterView view = engine->GetCluster();
+    CHECK(view.total_gpus == 16u);
+    CHECK(view.slots == slots);
+    // The total alone clears them, also in the file.
+    MustSetCapacity(*engine, 12);
+  }
+  auto engine = Start(path, &clock);
+  CHECK(engine->GetCluster().total_gpus == 12u);
+  CHECK(engine->GetCluster().slots.empty());
+
+  // A follower gets them from the leader's store.
+  std::shared_ptr<StateStore> shared = *OpenStateStore("memory");
+  EngineOptions leader_options;
+  leader_options.state = shared;
+  auto leader = MustCreate(leader_options, &clock);
+  EngineOptions follower_options;
+  follower_options.state = shared;
+  follower_options.start_leading = false;
+  auto follower = MustCreate(follower_options, &clock);
+  REQUIRE(leader->SetCapacity(CapacityReport{16, slots}).ok());
+  follower->ApplyReplicated(ReplicatedChange::Full(*shared->Load()));
+  CHECK(follower->GetCluster().slots == slots);
 }
 
 }  // namespace

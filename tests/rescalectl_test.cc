@@ -525,6 +525,71 @@ TEST_CASE("capacity set then capacity get shows total, allocated and free GPUs",
   }
 }
 
+TEST_CASE("capacity set --slots and capacity get show the replicas per size that fit",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kBertManifest);  // 2 GPUs per replica, 1 to 8 replicas
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+
+  CliResult set = server.Run({"capacity", "set", "16", "--slots", "2=3,8=1"});
+  INFO(set.err);
+  REQUIRE(set.exit_code == 0);
+  CHECK(set.out == "cluster capacity set to 16 GPUs; fit on the nodes: 3 x 2 GPUs, 1 x 8 GPUs\n");
+
+  CliResult table = server.Run({"capacity", "get"});
+  REQUIRE(table.exit_code == 0);
+  const std::vector<std::string> lines = SplitLines(table.out);
+  // The totals stay first and as they were.
+  CHECK(SplitWords(lines[0]) ==
+        std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP"});
+  CHECK(SplitWords(lines[1])[0] == "16");
+  CHECK(SplitWords(lines[1])[1] == "6");  // bert: 3 replicas, not the 8 the total allows
+  // The slots table comes last: one row per class.
+  REQUIRE(lines.size() >= 3);
+  CHECK(SplitWords(lines[lines.size() - 3]) ==
+        std::vector<std::string>{"GPUS/REPLICA", "FIT", "PLANNED"});
+  CHECK(SplitWords(lines[lines.size() - 2]) == std::vector<std::string>{"2", "3", "3"});
+  CHECK(SplitWords(lines[lines.size() - 1]) == std::vector<std::string>{"8", "1", "0"});
+
+  // -o json carries the new fields as the API names them.
+  CliResult json = server.Run({"capacity", "get", "-o", "json"});
+  REQUIRE(json.exit_code == 0);
+  const nlohmann::json cluster = nlohmann::json::parse(json.out);
+  REQUIRE(cluster.at("slots").size() == 2);
+  CHECK(cluster.at("slots")[0].at("gpusPerReplica") == 2);
+  CHECK(cluster.at("slots")[0].at("replicas") == 3);
+  REQUIRE(cluster.at("slotUse").size() == 2);
+  CHECK(cluster.at("slotUse")[0].at("replicasFit") == 3);
+  CHECK(cluster.at("slotUse")[0].at("replicasPlanned") == 3);
+  CliResult yaml = server.Run({"capacity", "get", "-o", "yaml"});
+  REQUIRE(yaml.exit_code == 0);
+  CHECK(yaml.out.find("replicasPlanned: 3") != std::string::npos);
+
+  // The server names what it refuses; without --slots the slots go.
+  CliResult refused = server.Run({"capacity", "set", "16", "--slots", "8=3"});
+  CHECK(refused.exit_code == 1);
+  CHECK(refused.err.find("slots[0].replicas 3 of 8 GPUs each exceeds the limit of 2") !=
+        std::string::npos);
+  REQUIRE(server.Run({"capacity", "set", "16"}).exit_code == 0);
+  CliResult plain = server.Run({"capacity", "get"});
+  CHECK(plain.out.find("GPUS/REPLICA") == std::string::npos);
+}
+
+TEST_CASE("capacity set --slots refuses text that is not GPUS=REPLICAS pairs", "[rescalectl]") {
+  for (const char* bad :
+       {"8", "8=", "=3", "8=3,", "8=-1", "a=1", "8=3;4=1", "+8=3", "8=99999999999"}) {
+    INFO(bad);
+    CliResult failed = RunRaw({"capacity", "set", "16", "--slots", bad});
+    CHECK(failed.exit_code == 2);
+    CHECK(failed.err.find("GPUS=REPLICAS") != std::string::npos);
+  }
+  google::protobuf::RepeatedPtrField<rescale::v1::ReplicaSlots> slots;
+  CHECK(rescale::cli::ParseSlotsFlag("8=3,4=7", &slots).empty());
+  REQUIRE(slots.size() == 2);
+  CHECK(slots[1].gpus_per_replica() == 4);
+  CHECK(slots[1].replicas() == 7);
+}
+
 TEST_CASE(
     "get jobs shows each job's GPUs, state and queue place, then the cluster's "
     "utilisation on stderr",

@@ -16,13 +16,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "google/protobuf/descriptor.h"
@@ -469,6 +470,84 @@ TEST_CASE("SetCapacity below demand queues the lower-priority job with a reason"
   v1::Cluster again;
   REQUIRE(t.cluster->GetCluster(&get_cluster_ctx, v1::GetClusterRequest(), &again).ok());
   CHECK(again.allocated_gpus() == 4);
+}
+
+TEST_CASE("SetCapacity with node slots holds back the job whose replicas do not fit") {
+  TestServer t;
+  t.Register("ns/big", 1, 1, /*priority=*/5, /*gpus_per_replica=*/8);
+  t.Register("ns/half", 1, 2, /*priority=*/0, /*gpus_per_replica=*/4);
+  // 8 free GPUs as 4+4 on two nodes.
+  grpc::ClientContext ctx;
+  v1::SetCapacityRequest req;
+  req.set_total_gpus(8);
+  for (auto [g, n] : {std::pair<uint32_t, uint32_t>{8, 0}, {4, 2}, {1, 8}}) {
+    v1::ReplicaSlots* s = req.add_slots();
+    s->set_gpus_per_replica(g);
+    s->set_replicas(n);
+  }
+  v1::Cluster cluster;
+  grpc::Status status = t.cluster->SetCapacity(&ctx, req, &cluster);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  REQUIRE(cluster.slots_size() == 3);
+  CHECK(cluster.slots(0).gpus_per_replica() == 8);
+  CHECK(cluster.slots(0).replicas() == 0);
+  REQUIRE(cluster.slot_use_size() == 3);
+  CHECK(cluster.slot_use(0).replicas_fit() == 0);
+  CHECK(cluster.slot_use(0).replicas_planned() == 0);
+  CHECK(cluster.slot_use(1).gpus_per_replica() == 4);
+  CHECK(cluster.slot_use(1).replicas_fit() == 2);
+  CHECK(cluster.slot_use(1).replicas_planned() == 2);
+  CHECK(cluster.allocated_gpus() == 8);
+
+  grpc::ClientContext get_ctx;
+  v1::GetRecommendationRequest get;
+  get.set_job_id("ns/big");
+  v1::Recommendation rec;
+  REQUIRE(t.recs->GetRecommendation(&get_ctx, get, &rec).ok());
+  CHECK(rec.replicas() == 0);
+  CHECK(rec.binding_constraint() == v1::NODE_SLOTS);
+  CHECK(rec.reason() ==
+        "needs 1 replica of 8 GPUs on one node each; none fits on the nodes' free GPUs");
+
+  // GetCluster shows the same slots; the total alone drops them.
+  grpc::ClientContext get_cluster_ctx;
+  v1::Cluster again;
+  REQUIRE(t.cluster->GetCluster(&get_cluster_ctx, v1::GetClusterRequest(), &again).ok());
+  CHECK(again.slot_use_size() == 3);
+  CHECK(t.SetCapacity(8).slots_size() == 0);
+}
+
+TEST_CASE("SetCapacity refuses slots that claim more GPUs than the total, naming the field") {
+  TestServer t;
+  auto set = [&](uint32_t total, std::vector<std::pair<uint32_t, uint32_t>> slots) {
+    grpc::ClientContext ctx;
+    v1::SetCapacityRequest req;
+    req.set_total_gpus(total);
+    for (auto [g, n] : slots) {
+      v1::ReplicaSlots* s = req.add_slots();
+      s->set_gpus_per_replica(g);
+      s->set_replicas(n);
+    }
+    v1::Cluster reply;
+    return t.cluster->SetCapacity(&ctx, req, &reply);
+  };
+  grpc::Status too_many = set(16, {{4, 4}, {8, 3}});
+  CHECK(too_many.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(too_many.error_message() ==
+        "slots[1].replicas 3 of 8 GPUs each exceeds the limit of 2 (total_gpus 16 / 8)");
+  grpc::Status zero = set(16, {{0, 1}});
+  CHECK(zero.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(zero.error_message(), Catch::Contains("slots[0].gpus_per_replica must be in [1, 64]"));
+  grpc::Status twice = set(16, {{4, 1}, {4, 2}});
+  CHECK(twice.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(twice.error_message(), Catch::Contains("slots[1].gpus_per_replica 4 repeats"));
+  // Refused calls change nothing.
+  grpc::ClientContext get_ctx;
+  v1::Cluster cluster;
+  REQUIRE(t.cluster->GetCluster(&get_ctx, v1::GetClusterRequest(), &cluster).ok());
+  CHECK_FALSE(cluster.capacity_known());
+  CHECK(cluster.slots_size() == 0);
 }
 
 TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change", "[concurrency]") {

@@ -299,13 +299,21 @@ int Watch(Session& session, const std::string& ns, int64_t max_events) {
   return 0;
 }
 
-int SetCapacity(Session& session, uint32_t total_gpus) {
+// `slots`: the --slots flag, already checked by ParseSlotsFlag ("" = none).
+int SetCapacity(Session& session, uint32_t total_gpus, const std::string& slots) {
   v1::SetCapacityRequest request;
   request.set_total_gpus(total_gpus);
+  if (!slots.empty()) ParseSlotsFlag(slots, request.mutable_slots());
   v1::Cluster cluster;
   if (!session.Call(&v1::ClusterService::Stub::SetCapacity, request, &cluster)) return 1;
   if (session.table()) {
-    session.out() << "cluster capacity set to " << cluster.total_gpus() << " GPUs\n";
+    session.out() << "cluster capacity set to " << cluster.total_gpus() << " GPUs";
+    for (int i = 0; i < cluster.slots_size(); ++i) {
+      const v1::ReplicaSlots& s = cluster.slots(i);
+      session.out() << (i == 0 ? "; fit on the nodes: " : ", ") << s.replicas() << " x "
+                    << s.gpus_per_replica() << " GPUs";
+    }
+    session.out() << "\n";
   } else {
     PrintMessage(cluster, session.format(), session.out());
   }
@@ -551,12 +559,29 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   // ---- capacity
   CLI::App* capacity = group("capacity", "Show or set the cluster's GPU capacity");
   uint32_t capacity_gpus = 0;
-  leaf(capacity, "set", "Set the GPUs the planner may hand out",
-       [&](Session& s) { return SetCapacity(s, capacity_gpus); })
-      ->add_option("gpus", capacity_gpus, "Total GPUs")
-      ->type_name("N")
-      ->required();
-  leaf(capacity, "get", "Show total, allocated and free GPUs and each job's allocation",
+  std::string capacity_slots;
+  CLI::App* capacity_set = leaf(
+      capacity, "set", "Set the GPUs the planner may hand out",
+      [&](Session& s) { return SetCapacity(s, capacity_gpus, capacity_slots); },
+      "--slots tells how many replicas of each size fit on the nodes' free GPUs, as\n"
+      "GPUS=REPLICAS pairs, comma-separated: --slots 8=3,4=7 says three 8-GPU replicas\n"
+      "or seven 4-GPU ones fit (per node, floor(free GPUs / GPUS), summed). The planner\n"
+      "then never recommends more replicas of a listed size; sizes not listed are\n"
+      "bounded by the total only. Without --slots, any slots set before are dropped.");
+  capacity_set->add_option("gpus", capacity_gpus, "Total GPUs")->type_name("N")->required();
+  capacity_set
+      ->add_option("--slots", capacity_slots,
+                   "Replicas per size that fit on the nodes, e.g. 8=3,4=7 (GPUS=REPLICAS,...)")
+      ->type_name("GPUS=N,...")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            google::protobuf::RepeatedPtrField<v1::ReplicaSlots> ignored;
+            return ParseSlotsFlag(text, &ignored);
+          },
+          "", "slots"));
+  leaf(capacity, "get",
+       "Show total, allocated and free GPUs, each job's allocation and, when known, the "
+       "replicas per size that fit on the nodes",
        [&](Session& s) { return GetCapacity(s); });
 
   // ---- status / health / apply-status

@@ -156,8 +156,17 @@ std::string RenderCurvePlot(const v1::ThroughputCurve& curve, int width = 60, in
 
 // capacity get: the totals (TOTAL ALLOCATED FREE WAITING UTILIZATION GAP),
 // then one row per job allocation. UTILIZATION is "-" until capacity is set;
-// GAP is the last plan's relative optimality gap.
+// GAP is the last plan's relative optimality gap. When the server knows the
+// node slots, a last table with one row per size class: GPUS/REPLICA, FIT
+// (replicas of that size the nodes hold) and PLANNED (replicas the plan runs).
 std::string FormatCluster(const v1::Cluster& cluster);
+
+// capacity set --slots: "GPUS=REPLICAS[,GPUS=REPLICAS...]", e.g. "8=3,4=7"
+// (three 8-GPU replicas and seven 4-GPU ones fit on the nodes). Appends to
+// `slots`; returns "" or what is wrong with `text`. The server checks the
+// numbers against its limits and the total.
+std::string ParseSlotsFlag(const std::string& text,
+                           google::protobuf::RepeatedPtrField<v1::ReplicaSlots>* slots);
 
 // The watch table: rows arrive one at a time, so column widths cannot come
 // from the data. Each column has a minimum width that fits typical values;

@@ -14,7 +14,9 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/rescalectl/output.h"
 #include "client/rescalectl/output_internal.h"
 
@@ -188,7 +190,34 @@ std::string FormatCluster(const v1::Cluster& cluster) {
     }
     text += "\n" + allocations.Render();
   }
+  if (!cluster.slot_use().empty()) {
+    Table slots({"GPUS/REPLICA", "FIT", "PLANNED"});
+    for (const auto& use : cluster.slot_use()) {
+      slots.AddRow({absl::StrCat(use.gpus_per_replica()), absl::StrCat(use.replicas_fit()),
+                    absl::StrCat(use.replicas_planned())});
+    }
+    text += "\n" + slots.Render();
+  }
   return text;
+}
+
+std::string ParseSlotsFlag(const std::string& text,
+                           google::protobuf::RepeatedPtrField<v1::ReplicaSlots>* slots) {
+  const std::string form = "expected GPUS=REPLICAS[,GPUS=REPLICAS...], e.g. 8=3,4=7";
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    const size_t eq = item.find('=');
+    uint32_t gpus = 0, replicas = 0;
+    if (eq == absl::string_view::npos || !absl::SimpleAtoi(item.substr(0, eq), &gpus) ||
+        !absl::SimpleAtoi(item.substr(eq + 1), &replicas) ||
+        item.substr(0, eq).find_first_not_of("0123456789") != absl::string_view::npos ||
+        item.substr(eq + 1).find_first_not_of("0123456789") != absl::string_view::npos) {
+      return absl::StrCat("--slots: \"", std::string(item.data(), item.size()), "\": ", form);
+    }
+    v1::ReplicaSlots* s = slots->Add();
+    s->set_gpus_per_replica(gpus);
+    s->set_replicas(replicas);
+  }
+  return "";
 }
 
 // --------------------------------------------------------------- watch --

@@ -61,6 +61,37 @@
 //    reports the Lagrangian dual (the LP over the envelopes) as an upper bound
 //    on level 4 for the admitted set, and the relative gap to it.
 //
+// Node slots. A replica needs all its gpus_per_replica GPUs on one node, so
+// the total alone can admit sizes the nodes cannot hold (8 free GPUs as 4+4
+// hold no 8-GPU replica). When told, per size class g, how many replicas
+// fit on the nodes' free GPUs (ReplicaSlots, slots_g), the plan also keeps
+//   sum over jobs i with gpus_per_replica g of n_i <= slots_g
+// for every class with an entry; a class without one is bounded by the
+// total only. The method:
+//  0. plan without slots; a plan that fits them is returned as it is (the
+//     same plan, bit for bit, as without slots, and as exact as it was);
+//  1. otherwise cap every job of a limited class at slots_g replicas (no
+//     job alone can use more; a job whose min_replicas exceeds slots_g
+//     cannot run) and plan again; if that fits, it is exact whenever the
+//     solver was, since the caps exclude no allowed plan;
+//  2. while some class g still plans more than slots_g: plan that class's
+//     jobs alone in slots_g x g GPUs (which enforces sum n_i <= slots_g,
+//     with the priorities and the objective inside the class), fix them,
+//     and plan the classes not fixed yet in the GPUs left. A violating
+//     class held more than slots_g x g GPUs before, so fixing it only frees
+//     GPUs for the others; the fixed set only grows, so there are at most
+//     as many rounds as classes.
+// Limits: step 2 is a heuristic. A fixed class never gives GPUs back to
+// another class (a higher-priority job elsewhere that would start if the
+// fixed class shrank below its slots stays waiting, although the relaxed
+// plan already preferred the fixed class to it), and the classes share no
+// nodes in this model: slots_g are counted independently per class, so a
+// plan using both 8-GPU and 4-GPU slots of the same node may still not
+// place (the adapter's report is per class, not a node-by-node packing).
+// A plan changed by step 2 has exact = false, and no bound is computed for
+// it (upper_bound = utility, gap 0). Jobs held back or kept from growing by
+// a full class get binding NODE_SLOTS and a reason naming the slots.
+//
 // PlanCluster is a pure, deterministic function; it never throws and never
 // fails: malformed jobs (max < min, gpus_per_replica 0, missing or
 // non-positive throughput) are planned conservatively, as documented on
@@ -164,9 +195,14 @@ struct ClusterPlan {
   bool exact = false;      // the plan is optimal for the whole objective
 };
 
-// Plans every job; capacity nullopt = unknown, unbounded.
+// Plans every job; capacity nullopt = unknown, unbounded. `slots`: the
+// replicas per size class that fit on the nodes (see "Node slots" above;
+// empty = no per-node information, the total alone bounds the plan).
+// Entries with gpus_per_replica 0 are ignored; of duplicate classes the
+// smallest count holds (the server refuses both).
 ClusterPlan PlanCluster(std::span<const PlannerJob> jobs, std::optional<uint64_t> capacity,
-                        const ClusterPlannerOptions& options = {});
+                        const ClusterPlannerOptions& options = {},
+                        std::span<const ReplicaSlots> slots = {});
 
 // The lexicographic objective of an assignment, for tests and diagnostics.
 // levels = [kept non-preemptible, then per priority (highest first) kept

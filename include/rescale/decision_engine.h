@@ -208,7 +208,14 @@ class DecisionEngine {
       const std::string& namespace_filter = "") const;
 
   // UNAVAILABLE when options.state cannot record it (nothing changes).
+  // The total alone: any slots set before are dropped (no per-node
+  // information).
   absl::StatusOr<ClusterView> SetCapacity(uint32_t total_gpus);
+  // The total and, per size class, the replicas that fit on the nodes'
+  // free GPUs (ReplicaSlots; empty = unknown), which the planner then never
+  // exceeds. INVALID_ARGUMENT naming the field when ValidateCapacityReport
+  // refuses it (options.spec_limits); UNAVAILABLE as above.
+  absl::StatusOr<ClusterView> SetCapacity(const CapacityReport& report);
   ClusterView GetCluster() const;
   // Registered jobs by state (see JobStateCounts); O(jobs), no engine lock
   // (a metrics scrape).
@@ -459,6 +466,9 @@ class DecisionEngine {
   std::mutex plan_mu_;
   // The plans' copies of the jobs, ordered by id.
   SlotMap plan_slots_ ABSL_GUARDED_BY(plan_mu_);
+  // The node slots the plan runs with, copied with the capacity by
+  // SyncSlotsLocked.
+  std::vector<ReplicaSlots> plan_capacity_slots_ ABSL_GUARDED_BY(plan_mu_);
   // The planner's input of the last plan, one per slot in the slots'
   // order, and the kept PlanInput each was copied from (null: none): the
   // next plan copies only the jobs whose input changed or moved.
@@ -480,6 +490,9 @@ class DecisionEngine {
   // its commit, the jobs that moved on under it.
   absl::flat_hash_set<std::string> dirty_ ABSL_GUARDED_BY(mu_);
   std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
+  // Replicas per size class that fit on the nodes (SetCapacity); empty =
+  // unknown.
+  std::vector<ReplicaSlots> capacity_slots_ ABSL_GUARDED_BY(mu_);
   absl::Time planned_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   double last_plan_utility_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_upper_bound_ ABSL_GUARDED_BY(mu_) = 0;

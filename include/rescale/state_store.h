@@ -79,6 +79,9 @@ struct StoredMeasurements {
 struct StoredState {
   std::vector<StoredJob> jobs;  // ordered by job id
   std::optional<uint32_t> capacity_gpus;
+  // The replicas per size class that fit on the nodes, set with the
+  // capacity; empty when none were (or the state predates them).
+  std::vector<ReplicaSlots> capacity_slots;
   // Each job's newest recommendation, ordered by job id.
   std::vector<Recommendation> recommendations;
   // The last generation of each job deregistered since (and not registered
@@ -97,11 +100,13 @@ struct ReplicatedChange {
   std::vector<StoredJob> jobs;            // new or changed
   std::vector<std::string> removed_jobs;  // deregistered
   std::optional<uint32_t> capacity_gpus;
+  // Set when the slots changed (with the capacity); empty = none known.
+  std::optional<std::vector<ReplicaSlots>> capacity_slots;
   std::vector<Recommendation> recommendations;
   std::vector<std::pair<std::string, uint64_t>> retired_generations;
   std::vector<StoredMeasurements> measurements;
   bool empty() const {
-    return !full && jobs.empty() && removed_jobs.empty() && !capacity_gpus &&
+    return !full && jobs.empty() && removed_jobs.empty() && !capacity_gpus && !capacity_slots &&
            recommendations.empty() && retired_generations.empty() && measurements.empty();
   }
   static ReplicatedChange Full(StoredState state);
@@ -119,7 +124,9 @@ class StateStore {
   // `last_generation` (0 = none) so a job registered again under the same
   // id continues from it.
   virtual absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) = 0;
-  virtual absl::Status PutCapacity(uint32_t total_gpus) = 0;
+  // Records the total GPUs and the slots per size class together (empty
+  // slots replace any kept before).
+  virtual absl::Status PutCapacity(const CapacityReport& capacity) = 0;
   // Records each job's newest recommendation, replacing the one before; the
   // job's retired generation, if any, is dropped.
   virtual absl::Status PutRecommendations(std::span<const Recommendation> recs) = 0;

@@ -86,6 +86,9 @@ enum class BindingConstraint {
   kRestartCost,
   kPreempted,
   kInsufficientData,
+  // Held back by the nodes: not enough of them have gpus_per_replica GPUs
+  // free for one more replica (ReplicaSlots), though the total would do.
+  kNodeSlots,
 };
 
 std::string_view ActionName(Action action);
@@ -211,8 +214,40 @@ struct JobAllocation {
   int32_t priority = 0;
 };
 
+// How many replicas of one size fit on the nodes' free GPUs: a replica needs
+// all of its gpus_per_replica GPUs on one node, so 8 free GPUs spread 4+4
+// over two nodes hold two 4-GPU replicas but no 8-GPU one. Reported per size
+// class g as sum over nodes of floor(free GPUs on the node / g), by whoever
+// sees the nodes (the adapter); the planner never plans more replicas of a
+// class than this.
+struct ReplicaSlots {
+  uint32_t gpus_per_replica = 0;
+  uint32_t replicas = 0;
+  friend bool operator==(const ReplicaSlots&, const ReplicaSlots&) = default;
+};
+
+// What SetCapacity is told: the total GPUs, and per size class the replicas
+// that fit (empty = no per-node information: the total alone bounds plans).
+struct CapacityReport {
+  uint32_t total_gpus = 0;
+  std::vector<ReplicaSlots> slots;
+  friend bool operator==(const CapacityReport&, const CapacityReport&) = default;
+};
+
+// One size class of the slots and how much of it the current plan uses.
+struct ReplicaSlotUse {
+  uint32_t gpus_per_replica = 0;
+  uint32_t replicas_fit = 0;      // as set (ReplicaSlots::replicas)
+  uint32_t replicas_planned = 0;  // replicas the recommendations run of this size
+  friend bool operator==(const ReplicaSlotUse&, const ReplicaSlotUse&) = default;
+};
+
 struct ClusterView {
   std::optional<uint32_t> total_gpus;  // nullopt = unknown, unbounded
+  // The replicas per size class that fit on the nodes, as last set (empty =
+  // unknown), and for each the replicas the recommendations plan of it.
+  std::vector<ReplicaSlots> slots;
+  std::vector<ReplicaSlotUse> slot_use;
   uint32_t allocated_gpus = 0;
   uint32_t waiting_jobs = 0;
   std::vector<JobAllocation> allocations;

@@ -34,6 +34,12 @@ absl::Status ValidateJobId(std::string_view job_id, std::string_view field = "jo
 // Checks every field of a spec whose defaults have been applied.
 absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits = {});
 
+// Checks a capacity report (SetCapacity): every slot class in [1,
+// max_gpus_per_replica], no class twice, and no class claiming more GPUs
+// than the total (slots[i].replicas x slots[i].gpus_per_replica <=
+// total_gpus). Errors name the field (slots[i].replicas) and the limit.
+absl::Status ValidateCapacityReport(const CapacityReport& report, const SpecLimits& limits = {});
+
 }  // namespace rescale
 
 #endif  // RESCALE_VALIDATION_H_

@@ -26,6 +26,8 @@ using state_internal::PolicyMemoryFromJson;
 using state_internal::PolicyMemoryToJson;
 using state_internal::RecommendationFromJson;
 using state_internal::RecommendationToJson;
+using state_internal::SlotsFromText;
+using state_internal::SlotsToText;
 
 etcdserverpb::RequestOp PutOp(std::string key, std::string value) {
   etcdserverpb::RequestOp op;
@@ -233,6 +235,8 @@ absl::StatusOr<StoredState> EtcdStateStore::Load() {
   }
   state.jobs = std::move(change.jobs);
   state.capacity_gpus = change.capacity_gpus;
+  // A prefix written before slots existed has no slots key: no slots.
+  if (change.capacity_slots) state.capacity_slots = *std::move(change.capacity_slots);
   state.recommendations = std::move(change.recommendations);
   std::set<std::string> kept_jobs;
   for (const StoredJob& job : state.jobs) kept_jobs.insert(job.spec.job_id);
@@ -310,6 +314,10 @@ absl::Status EtcdStateStore::AddEvent(const mvccpb::Event& event, ReplicatedChan
     uint32_t gpus = 0;
     if (!absl::SimpleAtoi(value, &gpus)) return named(absl::DataLossError("not a GPU count"));
     change.capacity_gpus = gpus;
+  } else if (kind == "capacity_slots" && put) {
+    absl::StatusOr<std::vector<ReplicaSlots>> slots = SlotsFromText(value);
+    if (!slots.ok()) return named(slots.status());
+    change.capacity_slots = *std::move(slots);
   }
   return absl::OkStatus();
 }
@@ -340,9 +348,14 @@ absl::Status EtcdStateStore::DeleteJob(std::string_view job_id_view, uint64_t la
   return absl::OkStatus();
 }
 
-absl::Status EtcdStateStore::PutCapacity(uint32_t total_gpus) {
-  const etcdserverpb::RequestOp op = PutOp(Key("capacity"), std::to_string(total_gpus));
-  return Commit({&op, 1});
+absl::Status EtcdStateStore::PutCapacity(const CapacityReport& capacity) {
+  // Two keys in one transaction, so followers see a total and its slots
+  // together; the slots get a key of their own (always written, "" = none)
+  // so that a rescaled from before slots still reads /capacity as a number.
+  const etcdserverpb::RequestOp ops[] = {
+      PutOp(Key("capacity"), std::to_string(capacity.total_gpus)),
+      PutOp(Key("capacity_slots"), SlotsToText(capacity.slots))};
+  return Commit(ops);
 }
 
 absl::Status EtcdStateStore::PutRecommendations(std::span<const Recommendation> recs) {

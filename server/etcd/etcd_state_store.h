@@ -12,6 +12,8 @@
 //                      line each: a checkpoint of 10,000 jobs writes 256
 //                      keys, not 10,000 (etcd's cost is per key)
 //   /capacity          the GPUs last set
+//   /capacity_slots    their replica slots per size class, "8=3,4=7" ("" =
+//                      none; absent before slots existed = none)
 //   /election          the leader election (etcd's Election service)
 //
 // Fencing: every write is one etcd transaction (a large one is split into
@@ -65,7 +67,7 @@ class EtcdStateStore : public StateStore {
   absl::StatusOr<StoredState> Load() override;
   absl::Status PutJob(const StoredJob& job) override;
   absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override;
-  absl::Status PutCapacity(uint32_t total_gpus) override;
+  absl::Status PutCapacity(const CapacityReport& capacity) override;
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override;
   absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override;
   // A whole checkpoint at once: a bucket is written once per checkpoint.
