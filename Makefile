@@ -38,7 +38,8 @@ test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRESCALE_SANITIZE=address,undefined \
 		-DRESCALE_BUILD_BENCH=OFF $(CMAKE_FLAGS) > /dev/null
 	@cmake --build build-asan -j $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(CTEST)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
+		LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 $(CTEST)
 
 # TSan instruments our code, not the Debian gRPC libraries, so it runs the
 # concurrency-labelled tests, whose threads live in our code: the metrics
