@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/adapter/adapter_metrics.h"
 #include "client/adapter/curl_kube_client.h"
 #include "client/adapter/kube_config.h"
@@ -74,6 +75,8 @@ struct JobParams {
   bool hpa_metrics = false;
   std::optional<bool> suspend;
   std::map<std::string, std::string> annotations = {{"rescale.io/policy", "static-max"}};
+  // The Worker template's spec.tolerations; null = none.
+  json tolerations;
 };
 
 json PyTorchJob(const JobParams& p) {
@@ -103,6 +106,9 @@ json PyTorchJob(const JobParams& p) {
   }
   if (!elastic.empty()) job["spec"]["elasticPolicy"] = elastic;
   if (p.suspend) job["spec"]["runPolicy"] = {{"suspend", *p.suspend}};
+  if (!p.tolerations.is_null()) {
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["tolerations"] = p.tolerations;
+  }
   return job;
 }
 
@@ -196,11 +202,42 @@ json PodGroup(const std::string& api_version, const std::string& ns, const std::
           {"spec", {{"minMember", min_member}}}};
 }
 
+// A Ready, schedulable node without taints, as the kubelet reports one.
 json Node(const std::string& name, int gpus) {
   return {{"apiVersion", "v1"},
           {"kind", "Node"},
           {"metadata", {{"name", name}}},
-          {"status", {{"allocatable", {{"cpu", "64"}, {"nvidia.com/gpu", std::to_string(gpus)}}}}}};
+          {"spec", json::object()},
+          {"status",
+           {{"allocatable", {{"cpu", "64"}, {"nvidia.com/gpu", std::to_string(gpus)}}},
+            {"conditions",
+             {{{"type", "MemoryPressure"}, {"status", "False"}},
+              {{"type", "Ready"}, {"status", "True"}}}}}}};
+}
+
+// A pod bound to `node` (none when empty) requesting `gpus` GPUs, as the
+// API server stores one: requests defaulted from limits. `job` names the
+// PyTorchJob whose operator made it (its training.kubeflow.org/job-name
+// label), empty for other work.
+json Pod(const std::string& ns, const std::string& name, const std::string& node, int gpus,
+         const std::string& phase = "Running", const std::string& job = "") {
+  json gpu = {{"nvidia.com/gpu", std::to_string(gpus)}};
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", name}, {"namespace", ns}}},
+              {"spec",
+               {{"containers",
+                 json::array({{{"name", "main"},
+                               {"image", "example/work:1"},
+                               {"resources", {{"limits", gpu}, {"requests", gpu}}}}})}}},
+              {"status", {{"phase", phase}}}};
+  if (!node.empty()) pod["spec"]["nodeName"] = node;
+  if (!job.empty()) pod["metadata"]["labels"] = {{"training.kubeflow.org/job-name", job}};
+  return pod;
+}
+
+std::string PodPath(const std::string& ns, const std::string& name) {
+  return "/api/v1/namespaces/" + ns + "/pods/" + name;
 }
 
 std::string JobPath(const std::string& ns, const std::string& name,
@@ -784,11 +821,11 @@ TEST_CASE("the curl client sends the bearer token and re-reads a rotated token f
   options.clock = &clock;
   auto client = rescale::adapter::CurlKubeClient::Create(options);
   REQUIRE(client.ok());
-  (void)(*client)->List("/api/v1/nodes", "");
+  (void)(*client)->List("/api/v1/nodes", {});
   std::ofstream(token_file) << "second\n";
-  (void)(*client)->List("/api/v1/nodes", "");  // within the refresh period: old token
+  (void)(*client)->List("/api/v1/nodes", {});  // within the refresh period: old token
   clock.Advance(absl::Minutes(2));
-  (void)(*client)->List("/api/v1/nodes", "");
+  (void)(*client)->List("/api/v1/nodes", {});
   auto requests = kube.Requests();
   REQUIRE(requests.size() == 3);
   CHECK(requests[0].authorization == "Bearer first");
@@ -852,7 +889,7 @@ TEST_CASE("over https the curl client verifies the API server against the config
     options.config.ca_file = (dir / "tls.crt").string();
     auto trusted = rescale::adapter::CurlKubeClient::Create(options);
     REQUIRE(trusted.ok());
-    auto nodes = (*trusted)->List("/api/v1/nodes", "");
+    auto nodes = (*trusted)->List("/api/v1/nodes", {});
     INFO(nodes.status().ToString());
     REQUIRE(nodes.ok());
     CHECK((*nodes)["items"].size() == 1);
@@ -862,13 +899,13 @@ TEST_CASE("over https the curl client verifies the API server against the config
     options.config.ca_data = kTestCertificate;
     auto from_data = rescale::adapter::CurlKubeClient::Create(options);
     REQUIRE(from_data.ok());
-    CHECK((*from_data)->List("/api/v1/nodes", "").ok());
+    CHECK((*from_data)->List("/api/v1/nodes", {}).ok());
 
     // Without that CA (the system's roots do not know it) it refuses.
     options.config.ca_data.clear();
     auto untrusted = rescale::adapter::CurlKubeClient::Create(options);
     REQUIRE(untrusted.ok());
-    auto refused = (*untrusted)->List("/api/v1/nodes", "");
+    auto refused = (*untrusted)->List("/api/v1/nodes", {});
     REQUIRE_FALSE(refused.ok());
     CHECK(refused.status().code() == absl::StatusCode::kUnavailable);
     CHECK(kube.Requests().size() == 2);  // the refused one never reached the server
@@ -1064,7 +1101,7 @@ TEST_CASE("KubeDL PyTorchJobs are scaled at the same path in their own group") {
   CHECK(h.GetJob("default/resnet")->status().current_replicas() == 4);
 }
 
-TEST_CASE("capacity is the sum of nodes' allocatable GPUs and follows node changes") {
+TEST_CASE("capacity is the GPUs of Ready nodes and follows node changes") {
   Harness h;
   h.kube.Put(Node("gpu-a", 8));
   h.kube.Put(Node("gpu-b", 4));
@@ -1081,6 +1118,178 @@ TEST_CASE("capacity is the sum of nodes' allocatable GPUs and follows node chang
   REQUIRE(h.cluster->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok());
   CHECK(cluster.total_gpus() == 6);
   CHECK(cluster.capacity_known());
+}
+
+// The capacity rescaled holds now.
+v1::Cluster CurrentCluster(Harness& h) {
+  grpc::ClientContext context;
+  v1::Cluster cluster;
+  REQUIRE(h.cluster->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok());
+  return cluster;
+}
+
+std::string SlotsOf(const v1::Cluster& cluster) {
+  std::string out;
+  for (const v1::ReplicaSlots& s : cluster.slots()) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", s.gpus_per_replica(), "=", s.replicas());
+  }
+  return out;
+}
+
+// Waits until the adapter's last SetCapacity was of `usable` GPUs with
+// `slots` ("4=6").
+bool WaitForCapacity(Harness& h, uint64_t usable, const std::string& slots) {
+  return h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+    for (auto it = events.rbegin(); it != events.rend(); ++it) {
+      if (it->kind == Kind::kCapacitySet) return it->value == usable && it->detail == slots;
+    }
+    return false;
+  });
+}
+
+// Waits until the adapter applied `detail` ("suspend", "replicas=1") to `job`
+// as its latest change.
+bool WaitForLastApplied(Harness& h, const std::string& job, const std::string& detail) {
+  return h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+    for (auto it = events.rbegin(); it != events.rend(); ++it) {
+      if (it->kind == Kind::kApplied && it->job_id == job) return it->detail == detail;
+    }
+    return false;
+  });
+}
+
+TEST_CASE("capacity counts Ready, schedulable nodes whose taints the jobs tolerate",
+          "[capacity]") {
+  Harness h;
+  JobParams bert;
+  bert.gpus = 4;
+  bert.tolerations = json::parse(
+      R"([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])");
+  h.kube.Put(PyTorchJob(bert));
+  h.kube.Put(Node("ready", 8));
+  json not_ready = Node("not-ready", 8);
+  not_ready["status"]["conditions"][1]["status"] = "Unknown";
+  h.kube.Put(not_ready);
+  json cordoned = Node("cordoned", 8);
+  cordoned["spec"]["unschedulable"] = true;
+  h.kube.Put(cordoned);
+  json team = Node("team-vision", 8);
+  team["spec"]["taints"] = json::parse(R"([{"key": "team", "value": "vision", "effect": "NoSchedule"}])");
+  h.kube.Put(team);
+  json gpu_tainted = Node("gpu-tainted", 8);
+  gpu_tainted["spec"]["taints"] = json::parse(
+      R"([{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])");
+  h.kube.Put(gpu_tainted);
+  json preferred = Node("preferred", 8);
+  preferred["spec"]["taints"] =
+      json::parse(R"([{"key": "spot", "value": "true", "effect": "PreferNoSchedule"}])");
+  h.kube.Put(preferred);
+
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  // ready + gpu-tainted (tolerated) + preferred (only a preference).
+  REQUIRE(WaitForCapacity(h, 24, "4=6"));
+  v1::Cluster cluster = CurrentCluster(h);
+  CHECK(cluster.total_gpus() == 24);
+  CHECK(SlotsOf(cluster) == "4=6");
+
+  // The pods are listed and watched across namespaces, bound and unfinished
+  // only: exactly the selector the API server can filter on.
+  std::vector<RecordedRequest> pod_requests;
+  for (const RecordedRequest& request : h.kube.Requests()) {
+    if (request.path == "/api/v1/pods") pod_requests.push_back(request);
+  }
+  REQUIRE(pod_requests.size() >= 2);
+  CHECK_FALSE(pod_requests[0].is_watch());
+  CHECK(pod_requests[1].is_watch());
+  for (const RecordedRequest& request : pod_requests) {
+    CHECK(request.method == "GET");
+    CHECK(request.query.at("fieldSelector") ==
+          "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed");
+    CHECK(request.query.count("labelSelector") == 0);
+  }
+
+  // The node comes back Ready: counted; another is cordoned: not.
+  h.kube.Update("/api/v1/nodes/not-ready",
+                [](json& node) { node["status"]["conditions"][1]["status"] = "True"; });
+  REQUIRE(WaitForCapacity(h, 32, "4=8"));
+  h.kube.Update("/api/v1/nodes/ready", [](json& node) { node["spec"]["unschedulable"] = true; });
+  REQUIRE(WaitForCapacity(h, 24, "4=6"));
+  // The job no longer tolerates the GPU taint: that node drops out.
+  h.kube.Update(JobPath("default", "bert"), [](json& job) {
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"].erase("tolerations");
+  });
+  REQUIRE(WaitForCapacity(h, 16, "4=4"));
+  CHECK(CurrentCluster(h).total_gpus() == 16);
+}
+
+TEST_CASE("GPUs held by pods Rescale does not manage are taken out of the capacity",
+          "[capacity]") {
+  Harness h;
+  JobParams bert;
+  bert.gpus = 4;
+  h.kube.Put(PyTorchJob(bert));
+  h.kube.Put(Node("gpu-a", 8));
+  h.kube.Put(Node("gpu-b", 8));
+  h.kube.Put(Pod("research", "notebook", "gpu-a", 3));
+  // The job's own pod: its GPUs are what rescaled plans.
+  h.kube.Put(Pod("default", "bert-worker-0", "gpu-b", 4, "Running", "bert"));
+  // Not bound yet, or finished: holds nothing on a node.
+  h.kube.Put(Pod("research", "queued", "", 8, "Pending"));
+  h.kube.Put(Pod("research", "done", "gpu-b", 8, "Succeeded"));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  // gpu-a: 8 - 3 = 5 free, one 4-GPU replica; gpu-b: two.
+  REQUIRE(WaitForCapacity(h, 13, "4=3"));
+  CHECK(CurrentCluster(h).total_gpus() == 13);
+  CHECK(SlotsOf(CurrentCluster(h)) == "4=3");
+
+  // The notebook finishes: the selective watch reports it DELETED.
+  h.kube.Update(PodPath("research", "notebook"), [](json& pod) { pod["status"]["phase"] = "Succeeded"; });
+  REQUIRE(WaitForCapacity(h, 16, "4=4"));
+  // Another team's pod is bound to gpu-b: 2 GPUs left there.
+  h.kube.Put(Pod("research", "sweep", "gpu-b", 6, "Pending"));
+  REQUIRE(WaitForCapacity(h, 10, "4=2"));
+  h.kube.Delete(PodPath("research", "sweep"));
+  REQUIRE(WaitForCapacity(h, 16, "4=4"));
+  CHECK(CurrentCluster(h).total_gpus() == 16);
+}
+
+TEST_CASE("an 8-GPU replica is not recommended onto two half-free nodes", "[capacity]") {
+  Harness h;
+  JobParams llm;
+  llm.name = "llm";
+  llm.gpus = 8;
+  llm.workers = 1;
+  llm.min_replicas = 1;
+  llm.max_replicas = 2;
+  llm.annotations = {{"rescale.io/policy", "planner"}};
+  h.kube.Put(PyTorchJob(llm));
+  h.kube.Put(Node("gpu-a", 8));
+  h.kube.Put(Node("gpu-b", 8));
+  h.kube.Put(Pod("research", "a", "gpu-a", 4));
+  h.kube.Put(Pod("research", "b", "gpu-b", 4));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  // 8 GPUs free in total, but no node has 8: the job may not run.
+  REQUIRE(WaitForCapacity(h, 8, "8=0"));
+  const std::string path = JobPath("default", "llm");
+  REQUIRE(WaitForLastApplied(h, "default/llm", "suspend"));
+  CHECK(h.kube.Object(path)["spec"]["runPolicy"]["suspend"] == true);
+  std::optional<v1::Job> job = h.GetJob("default/llm");
+  REQUIRE(job);
+  CHECK(job->recommendation().suspend());
+  CHECK(job->recommendation().binding_constraint() == v1::NODE_SLOTS);
+
+  // gpu-b frees up: one replica fits, and the job resumes with it.
+  h.kube.Delete(PodPath("research", "b"));
+  REQUIRE(WaitForCapacity(h, 12, "8=1"));
+  REQUIRE(WaitForLastApplied(h, "default/llm", "replicas=1"));
+  CHECK(h.kube.Object(path)["spec"]["runPolicy"]["suspend"] == false);
+  CHECK(Workers(h.kube.Object(path)) == 1);
 }
 
 TEST_CASE("suspend and resume go through spec.runPolicy.suspend") {
@@ -1515,7 +1724,7 @@ TEST_CASE("an applied change carries its annotations in the same patch and recor
   CHECK(json::parse(posts[0].body) ==
         ExpectedEvent(stored, "Rescale", "Rescaled", reason, clock.Now()));
   // The API server named it from generateName and stored it.
-  auto events = h.client->List(EventsPath("default"), "");
+  auto events = h.client->List(EventsPath("default"), {});
   REQUIRE(events.ok());
   REQUIRE((*events)["items"].size() == 1);
   const json& event = (*events)["items"][0];
@@ -1749,6 +1958,55 @@ TEST_CASE("a job API whose CRD is not installed is retried with backoff and hold
   }
 }
 
+TEST_CASE("the fake API server selects pods by field as the API server does", "[capacity]") {
+  FakeKubeApi kube;
+  rescale::adapter::CurlKubeClientOptions options;
+  options.config.server = kube.url();
+  auto client = rescale::adapter::CurlKubeClient::Create(options);
+  REQUIRE(client.ok());
+  kube.Put(Pod("a", "bound", "node-1", 1));
+  kube.Put(Pod("a", "unbound", "", 1, "Pending"));
+  const rescale::adapter::Selectors on_nodes{.labels = {},
+                                             .fields = rescale::adapter::kPodsOnNodesFieldSelector};
+  auto list = (*client)->List("/api/v1/pods", on_nodes);
+  REQUIRE(list.ok());
+  REQUIRE((*list)["items"].size() == 1);
+  CHECK((*list)["items"][0]["metadata"]["name"] == "bound");
+  // A field the API server does not index is refused, not ignored.
+  auto refused = (*client)->List("/api/v1/pods", {.labels = {}, .fields = "spec.priority=1"});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("field label not supported: spec.priority"));
+
+  // A selective watch: an object that starts matching is ADDED, one that
+  // stops is DELETED with its last matching state.
+  const std::string from = (*list)["metadata"]["resourceVersion"].get<std::string>();
+  kube.Update(PodPath("a", "unbound"), [](json& pod) { pod["spec"]["nodeName"] = "node-2"; });
+  json finished = kube.Update(PodPath("a", "bound"),
+                              [](json& pod) { pod["status"]["phase"] = "Succeeded"; });
+  kube.Update(PodPath("a", "unbound"), [](json& pod) { pod["status"]["phase"] = "Running"; });
+  std::vector<rescale::adapter::WatchEvent> seen;
+  std::atomic<bool> stop{false};
+  absl::Status watched = (*client)->Watch(
+      "/api/v1/pods", on_nodes, from,
+      [&](const rescale::adapter::WatchEvent& event) {
+        if (event.type != "BOOKMARK") seen.push_back(event);
+        return seen.size() < 3;
+      },
+      stop);
+  REQUIRE(watched.ok());
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0].type == "ADDED");
+  CHECK(seen[0].object["metadata"]["name"] == "unbound");
+  CHECK(seen[1].type == "DELETED");
+  CHECK(seen[1].object["metadata"]["name"] == "bound");
+  CHECK(seen[1].object["status"]["phase"] == "Running");
+  CHECK(seen[1].object["metadata"]["resourceVersion"] == finished["metadata"]["resourceVersion"]);
+  CHECK(seen[2].type == "MODIFIED");
+  CHECK(seen[2].object["status"]["phase"] == "Running");
+}
+
 TEST_CASE("the fake API server treats TrainJobs as the CRD does: no scale, trainer immutable") {
   FakeKubeApi kube;
   rescale::adapter::CurlKubeClientOptions options;
@@ -1946,7 +2204,9 @@ TEST_CASE("the docker/k8s manifests parse and grant exactly the adapter's verbs"
   for (const char* verb : {"get", "list", "watch", "patch"})
     expected.insert("trainer.kubeflow.org/trainjobs:" + std::string(verb));
   expected.insert("events.k8s.io/events:create");
-  for (const char* verb : {"get", "list", "watch"}) expected.insert("/nodes:" + std::string(verb));
+  for (const char* resource : {"/nodes:", "/pods:"}) {
+    for (const char* verb : {"list", "watch"}) expected.insert(resource + std::string(verb));
+  }
   CHECK(grants == expected);
   REQUIRE(by_kind.count("PyTorchJob/bert-elastic"));
   YAML::Node job = by_kind["PyTorchJob/bert-elastic"];

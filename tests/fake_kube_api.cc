@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <stdexcept>
+#include <variant>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -33,6 +34,7 @@ std::string ResourceOfKindOrEmpty(const std::string& kind) {
   if (kind == "Event") return "events";
   if (kind == "PodGroup") return "podgroups";
   if (kind == "Node") return "nodes";
+  if (kind == "Pod") return "pods";
   return "";
 }
 
@@ -52,6 +54,82 @@ bool MatchesSelector(const json& object, const std::string& selector) {
     if (!value.empty() && value[0] == '=') value = value.substr(1);  // k==v
     const json& labels = object["metadata"].value("labels", json::object());
     if (!labels.contains(kv[0]) || labels[kv[0]] != value) return false;
+  }
+  return true;
+}
+
+// A LIST's or WATCH's labelSelector and fieldSelector, parsed.
+struct Selection {
+  std::string labels;
+  struct FieldTerm {
+    std::string field;  // "spec.nodeName"
+    bool equal = true;  // = or ==; false for !=
+    std::string value;
+  };
+  std::vector<FieldTerm> fields;
+};
+
+// The fields a fieldSelector may name, per resource, as the API server
+// registers them (metadata.name and metadata.namespace everywhere, and a
+// few per kind); any other is refused 400 like the real one does.
+bool FieldSelectable(const std::string& resource, const std::string& field) {
+  if (field == "metadata.name" || field == "metadata.namespace") return true;
+  if (resource == "pods") {
+    return field == "spec.nodeName" || field == "status.phase" || field == "spec.restartPolicy" ||
+           field == "spec.schedulerName" || field == "spec.serviceAccountName" ||
+           field == "status.podIP" || field == "status.nominatedNodeName";
+  }
+  if (resource == "nodes") return field == "spec.unschedulable";
+  return false;
+}
+
+// The selectors of a request, or the message of the 400 it gets.
+std::variant<Selection, std::string> ParseSelection(const std::string& resource,
+                                                    const std::map<std::string, std::string>& query) {
+  Selection selection;
+  if (query.count("labelSelector")) selection.labels = query.at("labelSelector");
+  if (!query.count("fieldSelector")) return selection;
+  for (const std::string& term :
+       std::vector<std::string>(absl::StrSplit(query.at("fieldSelector"), ',', absl::SkipEmpty()))) {
+    Selection::FieldTerm parsed;
+    size_t at = term.find("!=");
+    size_t value_at = at + 2;
+    if (at != std::string::npos) {
+      parsed.equal = false;
+    } else if ((at = term.find("==")) != std::string::npos) {
+      value_at = at + 2;
+    } else if ((at = term.find('=')) != std::string::npos) {
+      value_at = at + 1;
+    } else {
+      return "invalid selector: '" + term + "'; can't understand '" + term + "'";
+    }
+    parsed.field = term.substr(0, at);
+    parsed.value = term.substr(value_at);
+    if (!FieldSelectable(resource, parsed.field)) {
+      return "field label not supported: " + parsed.field;
+    }
+    selection.fields.push_back(std::move(parsed));
+  }
+  return selection;
+}
+
+// A selectable field's value: the string at its path, "" when absent
+// (booleans as "true"/"false", as the API server's field sets hold them).
+std::string FieldValue(const json& object, const std::string& field) {
+  const json* at = &object;
+  for (const std::string& key : std::vector<std::string>(absl::StrSplit(field, '.'))) {
+    if (!at->is_object() || !at->contains(key)) return "";
+    at = &(*at)[key];
+  }
+  if (at->is_string()) return at->get<std::string>();
+  if (at->is_boolean()) return at->get<bool>() ? "true" : "false";
+  return "";
+}
+
+bool Matches(const json& object, const Selection& selection) {
+  if (!MatchesSelector(object, selection.labels)) return false;
+  for (const Selection::FieldTerm& term : selection.fields) {
+    if ((FieldValue(object, term.field) == term.value) != term.equal) return false;
   }
   return true;
 }
@@ -226,9 +304,10 @@ void FakeKubeApi::Record(const RecordedRequest& request) {
   changed_.notify_all();
 }
 
-void FakeKubeApi::EmitLocked(const std::string& type, const std::string& path, const json& object) {
+void FakeKubeApi::EmitLocked(const std::string& type, const std::string& path, const json& object,
+                             const json& old_object) {
   Route route = Route::Parse(path);
-  events_.push_back({rv_, type, route.collection, route.ns, object});
+  events_.push_back({rv_, type, route.collection, route.ns, object, old_object});
 }
 
 json FakeKubeApi::WriteLocked(const std::string& path, json object, bool created) {
@@ -248,8 +327,9 @@ json FakeKubeApi::WriteLocked(const std::string& path, json object, bool created
     if (old.value("spec", json()) != object.value("spec", json())) ++generation;
     object["metadata"]["generation"] = generation;
   }
+  json old_object = created ? json() : std::move(objects_[path]);
   objects_[path] = object;
-  EmitLocked(created ? "ADDED" : "MODIFIED", path, object);
+  EmitLocked(created ? "ADDED" : "MODIFIED", path, object, old_object);
   return object;
 }
 
@@ -288,7 +368,7 @@ void FakeKubeApi::Delete(const std::string& path) {
     objects_.erase(it);
     ++rv_;
     object["metadata"]["resourceVersion"] = std::to_string(rv_);
-    EmitLocked("DELETED", path, object);
+    EmitLocked("DELETED", path, object, object);
   }
   changed_.notify_all();
 }
@@ -407,12 +487,15 @@ void FakeKubeApi::Handle(const void* request_ptr, void* response_ptr, const std:
                  {"apiVersion", route.api_version},
                  {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
                  {"items", json::array()}};
-    std::string selector =
-        recorded.query.count("labelSelector") ? recorded.query["labelSelector"] : "";
+    auto selection = ParseSelection(route.resource, recorded.query);
+    if (const std::string* refused = std::get_if<std::string>(&selection)) {
+      Reply(res, 400, StatusObject(400, "BadRequest", *refused));
+      return;
+    }
     for (const auto& [path, object] : objects_) {
       Route at = Route::Parse(path);
       if (at.collection != route.collection || (!route.ns.empty() && at.ns != route.ns)) continue;
-      if (MatchesSelector(object, selector)) list["items"].push_back(object);
+      if (Matches(object, std::get<Selection>(selection))) list["items"].push_back(object);
     }
     Reply(res, 200, list);
     return;
@@ -601,9 +684,15 @@ void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorde
     bool bookmarks = false;
     std::string collection;
     std::string ns;
-    std::string selector;
+    Selection selection;
   };
   auto state = std::make_shared<WatchState>();
+  auto selection = ParseSelection(route.resource, recorded.query);
+  if (const std::string* refused = std::get_if<std::string>(&selection)) {
+    Reply(res, 400, StatusObject(400, "BadRequest", *refused));
+    return;
+  }
+  state->selection = std::get<Selection>(std::move(selection));
   std::unique_lock lock(mu_);
   int64_t from = rv_;
   if (recorded.query.count("resourceVersion") && !recorded.query.at("resourceVersion").empty() &&
@@ -630,7 +719,6 @@ void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorde
                      recorded.query.at("allowWatchBookmarks") == "true";
   state->collection = route.collection;
   state->ns = route.ns;
-  state->selector = recorded.query.count("labelSelector") ? recorded.query.at("labelSelector") : "";
   ++open_watches_;
   lock.unlock();
   changed_.notify_all();
@@ -652,8 +740,21 @@ void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorde
             state->cursor = event.rv;
             if (event.collection != state->collection) continue;
             if (!state->ns.empty() && event.ns != state->ns) continue;
-            if (!MatchesSelector(event.object, state->selector)) continue;
-            out += json{{"type", event.type}, {"object", event.object}}.dump() + "\n";
+            // As the API server's watch cache filters: an object that
+            // starts matching is ADDED, one that stops matching is DELETED
+            // (its previous state, at the event's resourceVersion).
+            const bool before = !event.old_object.is_null() &&
+                                Matches(event.old_object, state->selection);
+            const bool now = event.type != "DELETED" && Matches(event.object, state->selection);
+            if (event.type == "DELETED" || (before && !now)) {
+              if (!before) continue;
+              json gone = event.old_object;
+              gone["metadata"]["resourceVersion"] = std::to_string(event.rv);
+              out += json{{"type", "DELETED"}, {"object", gone}}.dump() + "\n";
+            } else if (now) {
+              out += json{{"type", before ? "MODIFIED" : "ADDED"}, {"object", event.object}}.dump() +
+                     "\n";
+            }
           }
           if (bookmark_epoch_ != state->bookmark_epoch) {
             state->bookmark_epoch = bookmark_epoch_;

@@ -4,11 +4,12 @@
 // It serves real HTTP on 127.0.0.1 (an ephemeral port) with cpp-httplib and
 // keeps PyTorchJobs (kubeflow.org/v1, training.kubedl.io/v1alpha1),
 // TrainJobs (trainer.kubeflow.org/v1alpha1), PodGroups
-// (scheduling.x-k8s.io/v1alpha1, scheduling.volcano.sh/v1beta1), Nodes
-// (/api/v1) and Events (events.k8s.io/v1) as JSON, with one resourceVersion
+// (scheduling.x-k8s.io/v1alpha1, scheduling.volcano.sh/v1beta1), Nodes and
+// Pods (/api/v1) and Events (events.k8s.io/v1) as JSON, with one resourceVersion
 // counter as etcd would, and a metadata.uid for every object created. It
 // implements what the adapter relies on, with the API server's semantics:
-// GET, LIST (labelSelector k=v[,k=v]), WATCH (?watch=true&
+// GET, LIST (labelSelector k=v[,k=v]; fieldSelector f=v, f==v, f!=v on the
+// fields the API server makes selectable, 400 for others), WATCH (?watch=true&
 // resourceVersion=..., newline-delimited events, BOOKMARKs on request, 410
 // Gone for a compacted resourceVersion, as an HTTP status or an ERROR event),
 // JSON merge PATCH (RFC 7386, application/merge-patch+json only; 409 when the
@@ -127,6 +128,10 @@ class FakeKubeApi {
     std::string collection;  // "/apis/G/V/R" or "/api/v1/nodes"
     std::string ns;
     nlohmann::json object;
+    // The object before this write (null for ADDED; for DELETED, the
+    // deleted object): a selective watch turns a write into ADDED or
+    // DELETED when it starts or stops matching.
+    nlohmann::json old_object;
   };
   struct Route;
   void Serve();
@@ -135,7 +140,8 @@ class FakeKubeApi {
   void HandlePost(const Route& route, const RecordedRequest& recorded, void* response);
   void Record(const RecordedRequest& request);
   nlohmann::json WriteLocked(const std::string& path, nlohmann::json object, bool created);
-  void EmitLocked(const std::string& type, const std::string& path, const nlohmann::json& object);
+  void EmitLocked(const std::string& type, const std::string& path, const nlohmann::json& object,
+                  const nlohmann::json& old_object);
 
   mutable std::mutex mu_;
   std::condition_variable changed_;  // objects, events, requests, watches

@@ -9,6 +9,7 @@ find_package(PkgConfig REQUIRED)
 
 add_library(rescale_adapter_lib
   client/adapter/pytorchjob.cc
+  client/adapter/node_capacity.cc
   client/adapter/trainjob.cc
   client/adapter/job_events.cc
   client/adapter/controller.cc
@@ -37,6 +38,7 @@ if(NOT RESCALE_SANITIZE STREQUAL "thread")
     tests/child_process.cc
     tests/etcd_cluster.cc
     tests/adapter_test.cc
+    tests/node_capacity_test.cc
     tests/client_common_test.cc
     tests/k8s_security_test.cc
   )

@@ -63,6 +63,7 @@
 #include "client/adapter/adapter_metrics.h"
 #include "client/adapter/job_events.h"
 #include "client/adapter/kube_client.h"
+#include "client/adapter/node_capacity.h"
 #include "client/adapter/pytorchjob.h"
 #include "client/adapter/trainjob.h"
 #include "client/common/backoff.h"
@@ -82,7 +83,8 @@ struct AdapterEvent {
     kSkipped,           // job not managed (operator HPA, invalid): detail says why
     kApplied,           // a recommendation's generation applied and reported
     kDryRunPatch,       // dry run: detail is "PATCH path body"
-    kCapacitySet,       // SetCapacity sent; value = GPUs
+    kCapacitySet,       // SetCapacity sent; value = usable GPUs, detail = slots
+    kPodsListed,        // a LIST of pods holding node GPUs was processed
     kRescaledSynced,    // a WatchRecommendations stream delivered SYNCED
     kWatchRelisted,     // a watch got 410 Gone and relists
     kBookmark,          // a watch moved to a BOOKMARK's resourceVersion (detail)
@@ -92,7 +94,7 @@ struct AdapterEvent {
   };
   Kind kind;
   std::string job_id;
-  uint64_t value = 0;  // generation for kApplied, GPUs for kCapacitySet
+  uint64_t value = 0;  // generation for kApplied, usable GPUs for kCapacitySet
   std::string detail;
 };
 
@@ -108,7 +110,9 @@ struct AdapterOptions {
   std::vector<ApiVersion> job_apis = {kKubeflowV1, kKubeDlV1alpha1, kTrainerV1alpha1};
   // PodGroup APIs looked up (in order) for a job's gang.
   std::vector<ApiVersion> podgroup_apis = {kCoschedulingV1alpha1, kVolcanoV1beta1};
-  // Fixed GPU capacity; -1 = the sum of nodes' allocatable nvidia.com/gpu.
+  // Fixed GPU capacity; -1 = what the nodes and pods leave for the managed
+  // jobs, with per-class slots (client/adapter/node_capacity.h), from a
+  // watch of every node and of the pods bound to them.
   int64_t capacity_gpus = -1;
   // Print patches to `dry_run_out` (and the log) instead of sending them;
   // ReportApplied is then not called for recommendations (nothing was applied).
@@ -163,13 +167,16 @@ class Adapter {
 
   // List+watch loop over a collection; `on_list` gets every item of a
   // (re)list, `on_event` every ADDED/MODIFIED/DELETED.
-  void ListWatch(const std::string& path, const std::string& selector,
+  void ListWatch(const std::string& path, const Selectors& selector,
                  const std::function<void(const std::vector<nlohmann::json>&)>& on_list,
                  const std::function<void(const WatchEvent&)>& on_event,
                  const std::function<void()>& on_list_error, AdapterEvent::Kind listed_kind,
                  const std::string& what);
   void RunJobs(const ApiVersion& api);
   void RunNodes();
+  // Watches the pods bound to nodes (every namespace) for the GPUs that
+  // pods of unmanaged work hold.
+  void RunPods();
   void RunRecommendations();
   // The applier thread: waits for ApplyGateOpenLocked, applies one batch.
   void RunApplier();
@@ -180,7 +187,12 @@ class Adapter {
   // initial applied state after a registration.
   void SyncJob(const std::string& id);
   void ResyncAll();
+  // Sends the capacity when it differs from what was sent (a fixed one,
+  // or once nodes and pods are both listed, the honest one).
   void SendCapacity();
+  // The honest capacity now: nodes_, gpu_pods_ not of a registered job,
+  // and the registered jobs' size classes and tolerations.
+  HonestCapacity ComputeCapacityLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One recommendation not yet applied, with the counts that order it.
   struct PendingApply {
     v1::Recommendation recommendation;
@@ -262,9 +274,15 @@ class Adapter {
   // The current stream's newest recommendation per job.
   std::map<std::string, v1::Recommendation> latest_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> skipped_ ABSL_GUARDED_BY(mu_);  // id -> reason logged
-  std::map<std::string, uint32_t> node_gpus_ ABSL_GUARDED_BY(mu_);
-  std::optional<uint32_t> sent_capacity_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);  // by node name
+  // Pods bound to a node that request GPUs, by "namespace/name".
+  std::map<std::string, GpuPod> gpu_pods_ ABSL_GUARDED_BY(mu_);
+  // Serializes SendCapacity, so that a capacity computed earlier is never
+  // sent after a later one.
+  absl::Mutex capacity_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::optional<HonestCapacity> sent_capacity_ ABSL_GUARDED_BY(mu_);
   bool nodes_listed_ ABSL_GUARDED_BY(mu_) = false;
+  bool pods_listed_ ABSL_GUARDED_BY(mu_) = false;
   // The applier's gate (ApplyGateOpenLocked).
   bool stream_synced_ ABSL_GUARDED_BY(mu_) = false;  // the current stream sent SYNCED
   bool apply_wanted_ ABSL_GUARDED_BY(mu_) = false;

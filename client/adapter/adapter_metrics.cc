@@ -126,8 +126,8 @@ absl::StatusOr<nlohmann::json> MeteredKubeClient::Get(const std::string& path) {
 }
 
 absl::StatusOr<nlohmann::json> MeteredKubeClient::List(const std::string& path,
-                                                       const std::string& label_selector) {
-  absl::StatusOr<nlohmann::json> result = inner_->List(path, label_selector);
+                                                       const Selectors& selectors) {
+  absl::StatusOr<nlohmann::json> result = inner_->List(path, selectors);
   if (!result.ok()) metrics_->RecordApiError("list", result.status().code());
   return result;
 }
@@ -148,11 +148,11 @@ absl::StatusOr<nlohmann::json> MeteredKubeClient::Post(const std::string& path,
   return result;
 }
 
-absl::Status MeteredKubeClient::Watch(const std::string& path, const std::string& label_selector,
+absl::Status MeteredKubeClient::Watch(const std::string& path, const Selectors& selectors,
                                       const std::string& resource_version,
                                       const std::function<bool(const WatchEvent&)>& on_event,
                                       const std::atomic<bool>& stop) {
-  absl::Status status = inner_->Watch(path, label_selector, resource_version, on_event, stop);
+  absl::Status status = inner_->Watch(path, selectors, resource_version, on_event, stop);
   // CANCELLED is the adapter stopping its own watch, not an API error.
   if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
     metrics_->RecordApiError("watch", status.code());

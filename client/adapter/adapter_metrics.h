@@ -92,11 +92,11 @@ class MeteredKubeClient final : public KubeClient {
 
   absl::StatusOr<nlohmann::json> Get(const std::string& path) override;
   absl::StatusOr<nlohmann::json> List(const std::string& path,
-                                      const std::string& label_selector) override;
+                                      const Selectors& selectors) override;
   absl::StatusOr<nlohmann::json> Patch(const std::string& path, const std::string& content_type,
                                        const nlohmann::json& body) override;
   absl::StatusOr<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;
-  absl::Status Watch(const std::string& path, const std::string& label_selector,
+  absl::Status Watch(const std::string& path, const Selectors& selectors,
                      const std::string& resource_version,
                      const std::function<bool(const WatchEvent&)>& on_event,
                      const std::atomic<bool>& stop) override;

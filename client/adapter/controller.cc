@@ -79,7 +79,10 @@ void Adapter::Start() {
   for (const ApiVersion& api : options_.job_apis) {
     threads_.emplace_back([this, api] { RunJobs(api); });
   }
-  if (options_.capacity_gpus < 0) threads_.emplace_back([this] { RunNodes(); });
+  if (options_.capacity_gpus < 0) {
+    threads_.emplace_back([this] { RunNodes(); });
+    threads_.emplace_back([this] { RunPods(); });
+  }
   threads_.emplace_back([this] { RunRecommendations(); });
   threads_.emplace_back([this] { RunApplier(); });
   events_.Start();
@@ -151,6 +154,9 @@ void Adapter::RunJobs(const ApiVersion& api) {
       }
     }
     for (const std::string& id : gone) OnJobGone(id, "no longer listed");
+    // The jobs' size classes and tolerations shape the capacity, and their
+    // pods stop counting as foreign.
+    SendCapacity();
     // Applying waits for the first list of every job API (see
     // ApplyGateOpenLocked); from then on, a (re)list is one batch.
     absl::MutexLock lock(&mu_);
@@ -175,11 +181,12 @@ void Adapter::RunJobs(const ApiVersion& api) {
     } else {
       OnJobObject(api, event.object);
     }
+    SendCapacity();
     // A job discovered after its recommendation came, or one whose last
     // apply failed: the applier looks again.
     WakeApplier();
   };
-  ListWatch(path, options_.label_selector, on_list, on_event, on_list_error,
+  ListWatch(path, {.labels = options_.label_selector, .fields = {}}, on_list, on_event, on_list_error,
             AdapterEvent::Kind::kJobsListed, JobResource(api) + "." + api.group);
 }
 
@@ -371,10 +378,10 @@ void Adapter::RunNodes() {
   auto on_list = [this](const std::vector<json>& items) {
     {
       absl::MutexLock lock(&mu_);
-      node_gpus_.clear();
+      nodes_.clear();
       for (const json& node : items) {
         const json& name = FieldAt(node, {"metadata", "name"});
-        if (name.is_string()) node_gpus_[name.get<std::string>()] = NodeGpus(node);
+        if (name.is_string()) nodes_[name.get<std::string>()] = ParseNode(node);
       }
       nodes_listed_ = true;
     }
@@ -386,31 +393,99 @@ void Adapter::RunNodes() {
     {
       absl::MutexLock lock(&mu_);
       if (event.type == "DELETED") {
-        node_gpus_.erase(name.get<std::string>());
+        nodes_.erase(name.get<std::string>());
       } else {
-        node_gpus_[name.get<std::string>()] = NodeGpus(event.object);
+        nodes_[name.get<std::string>()] = ParseNode(event.object);
       }
     }
     SendCapacity();
   };
-  ListWatch("/api/v1/nodes", "", on_list, on_event, nullptr, AdapterEvent::Kind::kNodesListed,
+  ListWatch("/api/v1/nodes", {}, on_list, on_event, nullptr, AdapterEvent::Kind::kNodesListed,
             "nodes");
 }
 
+void Adapter::RunPods() {
+  // Only pods that request GPUs are kept; a pod that stops holding them
+  // (finished, or its GPUs gone from a new spec) is dropped.
+  auto key_of = [](const json& pod) -> std::string {
+    const json& name = FieldAt(pod, {"metadata", "name"});
+    const json& ns = FieldAt(pod, {"metadata", "namespace"});
+    if (!name.is_string() || !ns.is_string()) return "";
+    return ns.get<std::string>() + "/" + name.get<std::string>();
+  };
+  auto on_list = [this, key_of](const std::vector<json>& items) {
+    {
+      absl::MutexLock lock(&mu_);
+      gpu_pods_.clear();
+      for (const json& pod : items) {
+        const std::string key = key_of(pod);
+        std::optional<GpuPod> parsed = ParseGpuPod(pod);
+        if (!key.empty() && parsed) gpu_pods_[key] = *std::move(parsed);
+      }
+      pods_listed_ = true;
+    }
+    SendCapacity();
+  };
+  auto on_event = [this, key_of](const WatchEvent& event) {
+    const std::string key = key_of(event.object);
+    if (key.empty()) return;
+    {
+      absl::MutexLock lock(&mu_);
+      std::optional<GpuPod> parsed =
+          event.type == "DELETED" ? std::nullopt : ParseGpuPod(event.object);
+      if (parsed) {
+        gpu_pods_[key] = *std::move(parsed);
+      } else if (gpu_pods_.erase(key) == 0) {
+        return;  // a pod without GPUs: nothing changed
+      }
+    }
+    SendCapacity();
+  };
+  // Every namespace, even with --namespace: other teams' pods hold GPUs
+  // on the same nodes.
+  ListWatch("/api/v1/pods", {.labels = {}, .fields = kPodsOnNodesFieldSelector}, on_list, on_event, nullptr,
+            AdapterEvent::Kind::kPodsListed, "pods");
+}
+
+HonestCapacity Adapter::ComputeCapacityLocked() const {
+  std::vector<JobPlacement> placements;
+  for (const auto& [id, entry] : jobs_) {
+    if (!entry.registered) continue;
+    placements.push_back({entry.info.gpus_per_replica.value_or(1), entry.info.tolerations});
+  }
+  std::map<std::string, uint32_t> foreign;
+  for (const auto& [key, pod] : gpu_pods_) {
+    const auto job = jobs_.find(pod.job_id);
+    if (job != jobs_.end() && job->second.registered) continue;
+    foreign[pod.node] += pod.gpus;
+  }
+  return ComputeCapacity(nodes_, foreign, placements);
+}
+
 void Adapter::SendCapacity() {
-  uint32_t total = 0;
+  absl::MutexLock serialized(&capacity_mu_);
+  HonestCapacity capacity;
   {
     absl::MutexLock lock(&mu_);
     if (options_.capacity_gpus >= 0) {
-      total = static_cast<uint32_t>(options_.capacity_gpus);
+      capacity.usable_gpus = static_cast<uint32_t>(options_.capacity_gpus);
     } else {
-      if (!nodes_listed_) return;
-      for (const auto& [name, gpus] : node_gpus_) total += gpus;
+      if (!nodes_listed_ || !pods_listed_) return;
+      capacity = ComputeCapacityLocked();
     }
-    if (sent_capacity_ == total) return;
+    if (sent_capacity_ == capacity) return;
   }
   v1::SetCapacityRequest request;
-  request.set_total_gpus(total);
+  request.set_total_gpus(capacity.usable_gpus);
+  request.set_allocatable_gpus(capacity.allocatable_gpus);
+  std::string slots_text;
+  for (const ReplicaSlots& slots : capacity.slots) {
+    v1::ReplicaSlots* out = request.add_slots();
+    out->set_gpus_per_replica(slots.gpus_per_replica);
+    out->set_replicas(slots.replicas);
+    absl::StrAppend(&slots_text, slots_text.empty() ? "" : ",", slots.gpus_per_replica, "=",
+                    slots.replicas);
+  }
   v1::Cluster cluster;
   const std::shared_ptr<grpc::Channel> channel = servers_->Current();
   const std::unique_ptr<grpc::ClientContext> context = NewContext();
@@ -418,15 +493,21 @@ void Adapter::SendCapacity() {
       v1::ClusterService::NewStub(channel)->SetCapacity(context.get(), request, &cluster);
   AfterRescaledCall(channel, status, *context);
   if (!status.ok()) {
-    spdlog::warn("SetCapacity({}): {}", total, status.error_message());
+    spdlog::warn("SetCapacity({} GPUs): {}", capacity.usable_gpus, status.error_message());
     return;
   }
   {
     absl::MutexLock lock(&mu_);
-    sent_capacity_ = total;
+    sent_capacity_ = capacity;
   }
-  spdlog::info("cluster capacity: {} GPUs", total);
-  Emit({AdapterEvent::Kind::kCapacitySet, "", total, ""});
+  if (options_.capacity_gpus >= 0) {
+    spdlog::info("cluster capacity: {} GPUs (fixed)", capacity.usable_gpus);
+  } else {
+    spdlog::info("cluster capacity: {} of {} GPUs usable; replicas that fit per size: {}",
+                 capacity.usable_gpus, capacity.allocatable_gpus,
+                 slots_text.empty() ? "(no jobs)" : slots_text);
+  }
+  Emit({AdapterEvent::Kind::kCapacitySet, "", capacity.usable_gpus, slots_text});
 }
 
 void Adapter::RunRecommendations() {

@@ -132,6 +132,15 @@ std::string CurlKubeClient::Escape(const std::string& value) const {
   return result;
 }
 
+void CurlKubeClient::AppendSelectors(const Selectors& selectors, std::string* query) const {
+  auto append = [&](const char* name, const std::string& value) {
+    if (value.empty()) return;
+    absl::StrAppend(query, query->empty() ? "" : "&", name, "=", Escape(value));
+  };
+  append("labelSelector", selectors.labels);
+  append("fieldSelector", selectors.fields);
+}
+
 std::string CurlKubeClient::Url(const std::string& path, const std::string& query) const {
   std::string server = options_.config.server;
   while (!server.empty() && server.back() == '/') server.pop_back();
@@ -235,8 +244,9 @@ absl::StatusOr<nlohmann::json> CurlKubeClient::Get(const std::string& path) {
 }
 
 absl::StatusOr<nlohmann::json> CurlKubeClient::List(const std::string& path,
-                                                    const std::string& label_selector) {
-  std::string query = label_selector.empty() ? "" : "labelSelector=" + Escape(label_selector);
+                                                    const Selectors& selectors) {
+  std::string query;
+  AppendSelectors(selectors, &query);
   return Perform("GET", path, query, "", "");
 }
 
@@ -304,7 +314,7 @@ size_t WatchWrite(char* data, size_t size, size_t count, void* user) {
 
 }  // namespace
 
-absl::Status CurlKubeClient::Watch(const std::string& path, const std::string& label_selector,
+absl::Status CurlKubeClient::Watch(const std::string& path, const Selectors& selectors,
                                    const std::string& resource_version,
                                    const std::function<bool(const WatchEvent&)>& on_event,
                                    const std::atomic<bool>& stop) {
@@ -313,7 +323,7 @@ absl::Status CurlKubeClient::Watch(const std::string& path, const std::string& l
                                    absl::ToInt64Seconds(options_.watch_timeout));
   if (!resource_version.empty())
     absl::StrAppend(&query, "&resourceVersion=", Escape(resource_version));
-  if (!label_selector.empty()) absl::StrAppend(&query, "&labelSelector=", Escape(label_selector));
+  AppendSelectors(selectors, &query);
 
   EasyPtr easy(curl_easy_init());
   if (!easy) return absl::InternalError(absl::StrCat(what, ": curl_easy_init failed"));

@@ -53,11 +53,11 @@ class CurlKubeClient final : public KubeClient {
 
   absl::StatusOr<nlohmann::json> Get(const std::string& path) override;
   absl::StatusOr<nlohmann::json> List(const std::string& path,
-                                      const std::string& label_selector) override;
+                                      const Selectors& selectors) override;
   absl::StatusOr<nlohmann::json> Patch(const std::string& path, const std::string& content_type,
                                        const nlohmann::json& body) override;
   absl::StatusOr<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;
-  absl::Status Watch(const std::string& path, const std::string& label_selector,
+  absl::Status Watch(const std::string& path, const Selectors& selectors,
                      const std::string& resource_version,
                      const std::function<bool(const WatchEvent&)>& on_event,
                      const std::atomic<bool>& stop) override;
@@ -76,6 +76,8 @@ class CurlKubeClient final : public KubeClient {
                                         const std::string& content_type);
   std::string Url(const std::string& path, const std::string& query) const;
   std::string Escape(const std::string& value) const;
+  // Appends "&labelSelector=...&fieldSelector=..." (those not empty) to `query`.
+  void AppendSelectors(const Selectors& selectors, std::string* query) const;
   absl::StatusOr<std::string> BearerToken();
 
   const CurlKubeClientOptions options_;

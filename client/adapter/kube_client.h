@@ -49,6 +49,15 @@ struct KubeConfig {
   std::string default_namespace;
 };
 
+// Which objects of a collection a LIST or WATCH returns: the API server's
+// labelSelector and fieldSelector parameters (empty = no constraint). With
+// either, a WATCH reports an object that stops matching as DELETED and one
+// that starts matching as ADDED, as the API server's watch cache does.
+struct Selectors {
+  std::string labels;
+  std::string fields;
+};
+
 // One watch event: type is ADDED, MODIFIED, DELETED, BOOKMARK or ERROR.
 struct WatchEvent {
   std::string type;
@@ -63,10 +72,10 @@ class KubeClient {
   // its decoded JSON body. Errors name the path and the HTTP status.
   virtual absl::StatusOr<nlohmann::json> Get(const std::string& path) = 0;
 
-  // LIST a collection; `label_selector` may be empty. Returns the List
-  // object (items and metadata.resourceVersion).
+  // LIST the objects of a collection that `selectors` select. Returns the
+  // List object (items and metadata.resourceVersion).
   virtual absl::StatusOr<nlohmann::json> List(const std::string& path,
-                                              const std::string& label_selector) = 0;
+                                              const Selectors& selectors) = 0;
 
   // PATCH `path` with `body` sent as `content_type` (the adapter only sends
   // application/merge-patch+json). Returns the updated object.
@@ -85,7 +94,7 @@ class KubeClient {
   // stream (returns OK), `on_event` returns false (OK), `stop` becomes true
   // (CANCELLED), or an error (HTTP 410 -> OUT_OF_RANGE, others as above).
   // `stop` is polled; Cancel() wakes a blocked watch at once.
-  virtual absl::Status Watch(const std::string& path, const std::string& label_selector,
+  virtual absl::Status Watch(const std::string& path, const Selectors& selectors,
                              const std::string& resource_version,
                              const std::function<bool(const WatchEvent&)>& on_event,
                              const std::atomic<bool>& stop) = 0;

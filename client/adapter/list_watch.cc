@@ -10,7 +10,7 @@ namespace rescale::adapter {
 
 using json = nlohmann::json;
 
-void Adapter::ListWatch(const std::string& path, const std::string& selector,
+void Adapter::ListWatch(const std::string& path, const Selectors& selector,
                         const std::function<void(const std::vector<json>&)>& on_list,
                         const std::function<void(const WatchEvent&)>& on_event,
                         const std::function<void()>& on_list_error, AdapterEvent::Kind listed_kind,

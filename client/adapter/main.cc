@@ -65,7 +65,9 @@ int main(int argc, char** argv) {
   app.add_option("--label-selector", options.label_selector, "Jobs to manage")
       ->capture_default_str();
   app.add_option("--capacity-gpus", options.capacity_gpus,
-                 "Fixed GPU capacity to report; -1 = sum of nodes' allocatable nvidia.com/gpu")
+                 "Fixed GPU capacity to report; -1 = from the nodes and pods: Ready, "
+                 "schedulable nodes the jobs tolerate, minus GPUs of unmanaged pods, with "
+                 "the replicas of each size that fit")
       ->capture_default_str();
   app.add_option("--job-apis", job_apis,
                  "Job APIs to watch, group/version: PyTorchJobs (kubeflow.org/v1, "

@@ -165,6 +165,7 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
     }
   }
   if (has_gpu_limit) job.gpus_per_replica = gpus;
+  job.tolerations = ParseTolerations(FieldAt(worker, {"template", "spec"}));
 
   if (absl::Status read = ReadRescaleAnnotations(object, &job); !read.ok()) return read;
   job.finished = ConditionTrue(object, {"Succeeded", "Failed"});

@@ -23,8 +23,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/adapter/node_capacity.h"
 #include "rescale/v1/rescale.pb.h"
 
 namespace rescale::adapter {
@@ -93,6 +95,9 @@ struct JobInfo {
   uint32_t max_replicas = 0;
   // Sum of the Worker pod's containers' nvidia.com/gpu limits; unset = none.
   std::optional<uint32_t> gpus_per_replica;
+  // The Worker template's tolerations: which tainted nodes count toward
+  // the capacity (client/adapter/node_capacity.h).
+  std::vector<Toleration> tolerations;
   int32_t priority = 0;
   std::optional<bool> preemptible;
   std::optional<double> restart_cost_seconds;

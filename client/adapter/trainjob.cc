@@ -2,6 +2,8 @@
 // version (see client/adapter/trainjob.h for what a TrainJob allows).
 #include "client/adapter/trainjob.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace rescale::adapter {
@@ -54,6 +56,24 @@ absl::StatusOr<JobInfo> ParseTrainJob(const json& object) {
     }
     job.gpus_per_replica = *gpus;
     break;
+  }
+
+  // The trainer's nodes run as the runtime's replicated job "node"; a
+  // TrainJob adds tolerations to it through spec.podSpecOverrides (those
+  // of the runtime itself are not read).
+  const json& overrides = FieldAt(object, {"spec", "podSpecOverrides"});
+  if (overrides.is_array()) {
+    for (const json& override_entry : overrides) {
+      const json& targets = FieldAt(override_entry, {"targetJobs"});
+      if (!targets.is_array()) continue;
+      const bool for_nodes = std::any_of(targets.begin(), targets.end(), [](const json& target) {
+        const json& name = FieldAt(target, {"name"});
+        return name.is_string() && name.get<std::string>() == "node";
+      });
+      if (!for_nodes) continue;
+      std::vector<Toleration> more = ParseTolerations(override_entry);
+      job.tolerations.insert(job.tolerations.end(), more.begin(), more.end());
+    }
   }
 
   if (absl::Status read = ReadRescaleAnnotations(object, &job); !read.ok()) return read;
