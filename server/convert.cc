@@ -177,6 +177,7 @@ void ToProto(const JobView& view, v1::Job* proto) {
 void ToProto(const ClusterView& view, v1::Cluster* proto) {
   proto->set_capacity_known(view.total_gpus.has_value());
   proto->set_total_gpus(view.total_gpus.value_or(0));
+  proto->set_allocatable_gpus(view.allocatable_gpus);
   proto->set_allocated_gpus(view.allocated_gpus);
   proto->set_free_gpus(view.total_gpus && *view.total_gpus > view.allocated_gpus
                            ? *view.total_gpus - view.allocated_gpus

@@ -276,6 +276,14 @@ class ServerMetrics::EngineCollector final : public prometheus::Collectable {
     if (cluster.total_gpus.has_value()) AddGauge(capacity, *cluster.total_gpus);
     out.push_back(std::move(capacity));
 
+    // Absent while not reported (a fixed capacity): not reported is not 0.
+    // Minus rescale_gpus_capacity, it is the GPUs the planner cannot use.
+    prometheus::MetricFamily allocatable = GaugeFamily(
+        "rescale_gpus_allocatable",
+        "GPUs allocatable on all nodes, before those the planner cannot use are taken out.");
+    if (cluster.allocatable_gpus > 0) AddGauge(allocatable, cluster.allocatable_gpus);
+    out.push_back(std::move(allocatable));
+
     prometheus::MetricFamily allocated =
         GaugeFamily("rescale_gpus_allocated", "GPUs the current recommendations allocate.");
     AddGauge(allocated, cluster.allocated_gpus);

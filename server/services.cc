@@ -473,13 +473,18 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::SetCapacity(grpc::CallbackServerCo
   for (const v1::ReplicaSlots& s : request->slots()) {
     report.slots.push_back({s.gpus_per_replica(), s.replicas()});
   }
-  // The engine checks the slots (INVALID_ARGUMENT naming slots[i]).
+  report.allocatable_gpus = request->allocatable_gpus();
+  // The engine checks the slots and the allocatable GPUs (INVALID_ARGUMENT
+  // naming slots[i] or allocatable_gpus).
   absl::StatusOr<ClusterView> view = engine_.SetCapacity(report);
   if (view.ok()) {
     ClusterToProto(*std::move(view), **caller, response);
-    spdlog::info("capacity set to {} GPUs{}", request->total_gpus(),
-                 report.slots.empty() ? std::string()
-                                      : absl::StrCat(", ", report.slots.size(), " slot classes"));
+    std::string detail;
+    if (report.allocatable_gpus > 0) {
+      absl::StrAppend(&detail, " (of ", report.allocatable_gpus, " allocatable)");
+    }
+    if (!report.slots.empty()) absl::StrAppend(&detail, ", ", report.slots.size(), " slot classes");
+    spdlog::info("capacity set to {} GPUs{}", request->total_gpus(), detail);
   }
   return FinishUnary(context, Audited(security_, **caller, kSetCapacity, "", view.status()));
 }

@@ -147,6 +147,7 @@ absl::Status DecisionEngine::RestoreLocked() {
   for (StoredMeasurements& measured : stored.measurements) RestoreMeasurementsLocked(measured);
   if (stored.capacity_gpus.has_value()) capacity_gpus_ = stored.capacity_gpus;
   capacity_slots_ = std::move(stored.capacity_slots);
+  capacity_allocatable_gpus_ = stored.capacity_allocatable_gpus;
   // Recommendations of jobs no longer kept (none, unless the file was
   // edited) would have no job to describe.
   std::erase_if(stored.recommendations,
@@ -233,6 +234,9 @@ void DecisionEngine::ApplyReplicated(ReplicatedChange change) {
   }
   if (change.capacity_gpus.has_value()) capacity_gpus_ = change.capacity_gpus;
   if (change.capacity_slots.has_value()) capacity_slots_ = *std::move(change.capacity_slots);
+  if (change.capacity_allocatable_gpus.has_value()) {
+    capacity_allocatable_gpus_ = *change.capacity_allocatable_gpus;
+  }
   for (StoredMeasurements& measured : change.measurements) RestoreMeasurementsLocked(measured);
   std::erase_if(change.recommendations,
                 [&](const Recommendation& rec) { return !jobs_.contains(rec.job_id); });
@@ -818,7 +822,7 @@ std::vector<std::shared_ptr<const Recommendation>> DecisionEngine::Recommendatio
 }
 
 absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(uint32_t total_gpus) {
-  return SetCapacity(CapacityReport{total_gpus, {}});
+  return SetCapacity(CapacityReport{total_gpus, /*slots=*/{}, /*allocatable_gpus=*/0});
 }
 
 absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(const CapacityReport& report) {
@@ -829,6 +833,7 @@ absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(const CapacityReport& re
     if (options_.state != nullptr) RETURN_IF_ERROR(options_.state->PutCapacity(report));
     capacity_gpus_ = report.total_gpus;
     capacity_slots_ = report.slots;
+    capacity_allocatable_gpus_ = report.allocatable_gpus;
     deferred = RequestReplanLocked(options_.plan_coalesce);
   }
   if (!deferred) Replan();
@@ -882,6 +887,7 @@ ClusterView DecisionEngine::PlanSummaryLocked() const {
   ClusterView view;
   view.total_gpus = capacity_gpus_;
   view.slots = capacity_slots_;
+  view.allocatable_gpus = capacity_allocatable_gpus_;
   view.planned_at = planned_at_;
   view.plan_utility = last_plan_utility_;
   view.plan_upper_bound = last_plan_upper_bound_;

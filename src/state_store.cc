@@ -317,6 +317,7 @@ class MemoryStateStore : public StateStore {
     for (const auto& [id, job] : jobs_) state.jobs.push_back(job);
     state.capacity_gpus = capacity_gpus_;
     state.capacity_slots = capacity_slots_;
+    state.capacity_allocatable_gpus = capacity_allocatable_gpus_;
     for (const auto& [id, rec] : recommendations_) state.recommendations.push_back(rec);
     for (const auto& [id, generation] : retired_)
       state.retired_generations.emplace_back(id, generation);
@@ -343,6 +344,7 @@ class MemoryStateStore : public StateStore {
     std::lock_guard<std::mutex> lock(mu_);
     capacity_gpus_ = capacity.total_gpus;
     capacity_slots_ = capacity.slots;
+    capacity_allocatable_gpus_ = capacity.allocatable_gpus;
     return absl::OkStatus();
   }
 
@@ -369,6 +371,7 @@ class MemoryStateStore : public StateStore {
   std::map<std::string, StoredJob> jobs_;
   std::optional<uint32_t> capacity_gpus_;
   std::vector<ReplicaSlots> capacity_slots_;
+  uint32_t capacity_allocatable_gpus_ = 0;
   std::map<std::string, Recommendation> recommendations_;
   std::map<std::string, uint64_t> retired_;
   std::map<std::string, StoredMeasurements> measurements_;
@@ -382,6 +385,7 @@ ReplicatedChange ReplicatedChange::Full(StoredState state) {
   change.jobs = std::move(state.jobs);
   change.capacity_gpus = state.capacity_gpus;
   change.capacity_slots = std::move(state.capacity_slots);
+  change.capacity_allocatable_gpus = state.capacity_allocatable_gpus;
   change.recommendations = std::move(state.recommendations);
   change.retired_generations = std::move(state.retired_generations);
   change.measurements = std::move(state.measurements);

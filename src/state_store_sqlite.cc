@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -126,11 +127,12 @@ class SqliteStateStore : public StateStore {
       state.retired_generations.emplace_back(
           Text(retired.get(), 0), static_cast<uint64_t>(sqlite3_column_int64(retired.get(), 1)));
     }
-    ASSIGN_OR_RETURN(Statement capacity,
-                     Prepare("SELECT value FROM cluster WHERE key = 'capacity_gpus'"));
-    if (sqlite3_step(capacity.get()) == SQLITE_ROW) {
-      state.capacity_gpus = static_cast<uint32_t>(sqlite3_column_int64(capacity.get(), 0));
-    }
+    ASSIGN_OR_RETURN(state.capacity_gpus, ClusterCount("capacity_gpus"));
+    // Files written before allocatable GPUs were reported have no such row:
+    // not reported.
+    ASSIGN_OR_RETURN(std::optional<uint32_t> allocatable,
+                     ClusterCount("capacity_allocatable_gpus"));
+    state.capacity_allocatable_gpus = allocatable.value_or(0);
     // Files written before slots existed have no such row: no slots.
     ASSIGN_OR_RETURN(Statement slots,
                      Prepare("SELECT value FROM cluster WHERE key = 'capacity_slots'"));
@@ -158,16 +160,15 @@ class SqliteStateStore : public StateStore {
 
   absl::Status PutCapacity(const CapacityReport& capacity) override {
     std::lock_guard<std::mutex> lock(mu_);
-    // The total and its slots in one transaction: a crash never leaves the
-    // slots of one report with the total of another. The slots are a text
-    // value in the cluster table (SQLite keeps the text of a column declared
-    // INTEGER as text), a row older files lack: no migration needed.
+    // The total, its slots and the allocatable GPUs in one transaction: a
+    // crash never leaves the slots of one report with the total of another.
+    // The slots are a text value in the cluster table (SQLite keeps the text
+    // of a column declared INTEGER as text); they and the allocatable GPUs
+    // are rows older files lack: no migration needed.
     return InTransaction([&]() -> absl::Status {
-      ASSIGN_OR_RETURN(
-          Statement put,
-          Prepare("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_gpus', ?)"));
-      sqlite3_bind_int64(put.get(), 1, capacity.total_gpus);
-      RETURN_IF_ERROR(Run(put.get(), "record the capacity"));
+      RETURN_IF_ERROR(PutClusterCount("capacity_gpus", capacity.total_gpus, "record the capacity"));
+      RETURN_IF_ERROR(PutClusterCount("capacity_allocatable_gpus", capacity.allocatable_gpus,
+                                      "record the allocatable GPUs"));
       if (capacity.slots.empty()) {
         ASSIGN_OR_RETURN(Statement drop,
                          Prepare("DELETE FROM cluster WHERE key = 'capacity_slots'"));
@@ -300,6 +301,23 @@ class SqliteStateStore : public StateStore {
       RETURN_IF_ERROR(Run(put.get(), "record measurements"));
     }
     return absl::OkStatus();
+  }
+
+  // A count kept in the cluster table under `key` (a literal); nullopt
+  // when the file has no such row.
+  absl::StatusOr<std::optional<uint32_t>> ClusterCount(std::string_view key) {
+    ASSIGN_OR_RETURN(Statement get,
+                     Prepare(absl::StrFormat("SELECT value FROM cluster WHERE key = '%s'", key)));
+    if (sqlite3_step(get.get()) != SQLITE_ROW) return std::nullopt;
+    return static_cast<uint32_t>(sqlite3_column_int64(get.get(), 0));
+  }
+
+  absl::Status PutClusterCount(std::string_view key, uint32_t count, std::string_view what) {
+    ASSIGN_OR_RETURN(Statement put,
+                     Prepare(absl::StrFormat(
+                         "INSERT OR REPLACE INTO cluster (key, value) VALUES ('%s', ?)", key)));
+    sqlite3_bind_int64(put.get(), 1, count);
+    return Run(put.get(), what);
   }
 
   absl::StatusOr<Statement> Prepare(std::string_view sql) {

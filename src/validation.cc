@@ -64,6 +64,14 @@ absl::Status ValidateJobId(std::string_view job_id, std::string_view field) {
 }
 
 absl::Status ValidateCapacityReport(const CapacityReport& report, const SpecLimits& limits) {
+  // The usable GPUs are taken out of the allocatable ones: fewer allocatable
+  // than usable is a report that cannot be true.
+  if (report.allocatable_gpus != 0 && report.allocatable_gpus < report.total_gpus) {
+    return Invalid(absl::StrFormat(
+        "allocatable_gpus %d must be at least total_gpus (%d), the usable GPUs among them, or "
+        "0 (not reported)",
+        report.allocatable_gpus, report.total_gpus));
+  }
   for (size_t i = 0; i < report.slots.size(); ++i) {
     const ReplicaSlots& s = report.slots[i];
     if (s.gpus_per_replica < 1 || s.gpus_per_replica > limits.max_gpus_per_replica) {

@@ -136,6 +136,18 @@ TEST_CASE("the cluster view reports unknown capacity and free GPUs") {
   CHECK(proto.free_gpus() == 4);
 }
 
+TEST_CASE("the cluster view carries the allocatable GPUs beside the usable total") {
+  rescale::ClusterView view;
+  view.total_gpus = 16;
+  view.allocated_gpus = 6;
+  view.allocatable_gpus = 24;
+  v1::Cluster proto;
+  ToProto(view, &proto);
+  CHECK(proto.allocatable_gpus() == 24);
+  CHECK(proto.total_gpus() == 16);
+  CHECK(proto.free_gpus() == 10);  // of the usable ones
+}
+
 TEST_CASE("the cluster view carries the state backend and the last checkpoint when there was one") {
   rescale::ClusterView view;
   v1::Cluster proto;

@@ -462,26 +462,30 @@ TEST_CASE("changes and checkpoints write one state file at once, and all of it i
 namespace rescale {
 namespace {
 
-TEST_CASE("a restarted engine keeps the capacity's node slots, and a follower copies them") {
+TEST_CASE(
+    "a restarted engine keeps the capacity's node slots and allocatable GPUs, and a follower "
+    "copies them") {
   TempDir dir;
   const std::string path = dir.File("state.db");
   ManualClock clock;
   const std::vector<ReplicaSlots> slots = {{8, 1}, {4, 3}};
   {
     auto engine = Start(path, &clock);
-    REQUIRE(engine->SetCapacity(CapacityReport{16, slots}).ok());
+    REQUIRE(engine->SetCapacity(CapacityReport{16, slots, 24}).ok());
   }
   {
     auto engine = Start(path, &clock);
     const ClusterView view = engine->GetCluster();
     CHECK(view.total_gpus == 16u);
     CHECK(view.slots == slots);
+    CHECK(view.allocatable_gpus == 24);
     // The total alone clears them, also in the file.
     MustSetCapacity(*engine, 12);
   }
   auto engine = Start(path, &clock);
   CHECK(engine->GetCluster().total_gpus == 12u);
   CHECK(engine->GetCluster().slots.empty());
+  CHECK(engine->GetCluster().allocatable_gpus == 0);
 
   // A follower gets them from the leader's store.
   std::shared_ptr<StateStore> shared = *OpenStateStore("memory");
@@ -492,8 +496,16 @@ TEST_CASE("a restarted engine keeps the capacity's node slots, and a follower co
   follower_options.state = shared;
   follower_options.start_leading = false;
   auto follower = MustCreate(follower_options, &clock);
-  REQUIRE(leader->SetCapacity(CapacityReport{16, slots}).ok());
+  REQUIRE(leader->SetCapacity(CapacityReport{16, slots, 24}).ok());
   follower->ApplyReplicated(ReplicatedChange::Full(*shared->Load()));
+  CHECK(follower->GetCluster().slots == slots);
+  CHECK(follower->GetCluster().allocatable_gpus == 24);
+  // A change that carries only the allocatable GPUs (as a watch delivers
+  // each key) leaves the rest as it was.
+  ReplicatedChange allocatable_only;
+  allocatable_only.capacity_allocatable_gpus = 20;
+  follower->ApplyReplicated(std::move(allocatable_only));
+  CHECK(follower->GetCluster().allocatable_gpus == 20);
   CHECK(follower->GetCluster().slots == slots);
 }
 

@@ -98,7 +98,7 @@ TEST_CASE("etcd state store: what the leader writes loads back, without the leas
   bool lost = false;
   store->SetFenceLostCallback([&](int64_t fenced_lease) { lost = fenced_lease == *lease; });
   REQUIRE(store->PutJob(job).ok());
-  REQUIRE(store->PutCapacity({12, {{4, 3}, {2, 6}}}).ok());
+  REQUIRE(store->PutCapacity({12, {{4, 3}, {2, 6}}, 20}).ok());
   std::vector<rescale::Recommendation> recs(300);  // more than one transaction's worth
   for (size_t i = 0; i < recs.size(); ++i) {
     recs[i].job_id = absl::StrCat("ns/r", i);
@@ -139,6 +139,7 @@ TEST_CASE("etcd state store: what the leader writes loads back, without the leas
   CHECK(loaded->jobs[0] == job);
   CHECK(loaded->capacity_gpus == 12u);
   CHECK(loaded->capacity_slots == std::vector<rescale::ReplicaSlots>{{4, 3}, {2, 6}});
+  CHECK(loaded->capacity_allocatable_gpus == 20);
   CHECK(loaded->recommendations.size() == 299);
   REQUIRE(loaded->retired_generations.size() == 1);
   CHECK(loaded->retired_generations[0] == std::pair<std::string, uint64_t>("ns/r5", 6));
@@ -146,15 +147,18 @@ TEST_CASE("etcd state store: what the leader writes loads back, without the leas
   CHECK(loaded->measurements[0].job_id == "ns/a");
   CHECK(loaded->measurements[0].sizes[0].step_seconds == 0.25);
   CHECK(loaded->measurements[0].exploration_stopped);
-  // A prefix written before slots existed has no slots key: no slots.
+  // A prefix written before slots and allocatable GPUs existed has neither
+  // key: no slots, none reported.
   {
     etcdserverpb::TxnRequest old;
     old.add_success()->mutable_request_delete_range()->set_key("/t/capacity_slots");
+    old.add_success()->mutable_request_delete_range()->set_key("/t/capacity_allocatable_gpus");
     REQUIRE(client->Txn(old).ok());
     absl::StatusOr<rescale::StoredState> before_slots = store->Load();
     REQUIRE(before_slots.ok());
     CHECK(before_slots->capacity_gpus == 12u);
     CHECK(before_slots->capacity_slots.empty());
+    CHECK(before_slots->capacity_allocatable_gpus == 0);
   }
   REQUIRE(store->PutMeasurements({&measured, 1}).ok());
   CHECK_THAT(raw_measurements(), !Catch::Contains("ns/gone"));

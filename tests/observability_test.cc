@@ -179,11 +179,13 @@ TEST_CASE("metrics count samples, plans, rejections and calls as a scripted sess
     CHECK(Value(before, "rescale_samples_rejected_total", {{"reason", reason}}) == 0.0);
   }
   CHECK_FALSE(Value(before, "rescale_gpus_capacity").has_value());  // unknown, not 0
+  CHECK_FALSE(Value(before, "rescale_gpus_allocatable").has_value());  // not reported, not 0
 
   {
     grpc::ClientContext ctx;
     v1::SetCapacityRequest request;
     request.set_total_gpus(8);
+    request.set_allocatable_gpus(12);
     v1::Cluster reply;
     REQUIRE(t.cluster->SetCapacity(&ctx, request, &reply).ok());
   }
@@ -268,6 +270,7 @@ TEST_CASE("metrics count samples, plans, rejections and calls as a scripted sess
   CHECK(Value(after, "rescale_jobs", {{"state", "waiting"}}) == 0.0);
   CHECK(Value(after, "rescale_jobs", {{"state", "suspended"}}) == 0.0);
   CHECK(Value(after, "rescale_gpus_capacity") == 8.0);
+  CHECK(Value(after, "rescale_gpus_allocatable") == 12.0);
   CHECK(Value(after, "rescale_gpus_allocated").value_or(0) >= 2.0);
   CHECK(Value(after, "rescale_watchers") == 1.0);
   CHECK(Value(after, "rescale_leading") == 1.0);

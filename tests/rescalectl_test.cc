@@ -128,6 +128,11 @@ std::vector<std::string> SplitWords(const std::string& line) {
   return words;
 }
 
+// capacity get's totals header. Scripts may read its columns by place, so
+// new ones are added at the end.
+const std::vector<std::string> kCapacityTotalsHeader = {
+    "TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP", "USABLE"};
+
 // A table as header → cell maps, one per row. Only valid for columns whose
 // cells have no spaces, which is every column but REASON.
 std::vector<std::map<std::string, std::string>> ParseTable(const std::string& text) {
@@ -508,8 +513,7 @@ TEST_CASE("capacity set then capacity get shows total, allocated and free GPUs",
   REQUIRE(lines.size() >= 2);
   const std::vector<std::string> headers = SplitWords(lines[0]);
   REQUIRE(headers.size() >= 3);
-  CHECK(headers ==
-        std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP"});
+  CHECK(headers == kCapacityTotalsHeader);
   CHECK(SplitWords(lines[1])[0] == "8");
 
   CliResult json = server.Run({"capacity", "get", "-o", "json"});
@@ -540,8 +544,7 @@ TEST_CASE("capacity set --slots and capacity get show the replicas per size that
   REQUIRE(table.exit_code == 0);
   const std::vector<std::string> lines = SplitLines(table.out);
   // The totals stay first and as they were.
-  CHECK(SplitWords(lines[0]) ==
-        std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP"});
+  CHECK(SplitWords(lines[0]) == kCapacityTotalsHeader);
   CHECK(SplitWords(lines[1])[0] == "16");
   CHECK(SplitWords(lines[1])[1] == "6");  // bert: 3 replicas, not the 8 the total allows
   // The slots table comes last: one row per class.
@@ -573,6 +576,65 @@ TEST_CASE("capacity set --slots and capacity get show the replicas per size that
   REQUIRE(server.Run({"capacity", "set", "16"}).exit_code == 0);
   CliResult plain = server.Run({"capacity", "get"});
   CHECK(plain.out.find("GPUS/REPLICA") == std::string::npos);
+}
+
+TEST_CASE("capacity set --allocatable and capacity get show total, usable and per-size slots",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kBertManifest);  // 2 GPUs per replica, 1 to 8 replicas
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+  // The totals row of capacity get, by column.
+  auto totals = [&] {
+    CliResult get = server.Run({"capacity", "get"});
+    REQUIRE(get.exit_code == 0);
+    const std::vector<std::string> lines = SplitLines(get.out);
+    REQUIRE(lines.size() >= 2);
+    return ParseTable(lines[0] + "\n" + lines[1]).at(0);
+  };
+
+  CliResult set =
+      server.Run({"capacity", "set", "16", "--allocatable", "24", "--slots", "2=3,8=1"});
+  INFO(set.err);
+  REQUIRE(set.exit_code == 0);
+  CHECK(set.out ==
+        "cluster capacity set to 16 GPUs of 24 allocatable; fit on the nodes: 3 x 2 GPUs, 1 x 8 "
+        "GPUs\n");
+
+  std::map<std::string, std::string> row = totals();
+  CHECK(row["TOTAL"] == "24");
+  CHECK(row["USABLE"] == "16");
+  CHECK(row["ALLOCATED"] == "6");  // bert: 3 replicas of 2 GPUs, as the slots allow
+  CHECK(row["FREE"] == "10");      // of the usable GPUs
+  // The per-size slots table stays last.
+  CliResult table = server.Run({"capacity", "get"});
+  const std::vector<std::string> lines = SplitLines(table.out);
+  REQUIRE(lines.size() >= 5);
+  CHECK(SplitWords(lines[lines.size() - 3]) ==
+        std::vector<std::string>{"GPUS/REPLICA", "FIT", "PLANNED"});
+  CHECK(SplitWords(lines[lines.size() - 2]) == std::vector<std::string>{"2", "3", "3"});
+
+  CliResult json = server.Run({"capacity", "get", "-o", "json"});
+  REQUIRE(json.exit_code == 0);
+  const nlohmann::json cluster = nlohmann::json::parse(json.out);
+  CHECK(cluster.at("allocatableGpus") == 24);
+  CHECK(cluster.at("totalGpus") == 16);
+  CliResult yaml = server.Run({"capacity", "get", "-o", "yaml"});
+  REQUIRE(yaml.exit_code == 0);
+  CHECK(yaml.out.find("allocatableGpus: 24") != std::string::npos);
+
+  // The server refuses fewer allocatable than usable GPUs, naming the
+  // field; nothing changes.
+  CliResult refused = server.Run({"capacity", "set", "16", "--allocatable", "12"});
+  CHECK(refused.exit_code == 1);
+  CHECK(refused.err.find("allocatable_gpus 12 must be at least total_gpus (16)") !=
+        std::string::npos);
+  CHECK(totals()["TOTAL"] == "24");
+
+  // Without --allocatable it is not reported: TOTAL is the usable total.
+  REQUIRE(server.Run({"capacity", "set", "12"}).exit_code == 0);
+  row = totals();
+  CHECK(row["TOTAL"] == "12");
+  CHECK(row["USABLE"] == "12");
 }
 
 TEST_CASE("capacity set --slots refuses text that is not GPUS=REPLICAS pairs", "[rescalectl]") {
@@ -969,6 +1031,10 @@ TEST_CASE("usage errors print CLI11's message and exit 2", "[rescalectl]") {
   }
   SECTION("register without -f") { CHECK(RunRaw({"register"}).exit_code == 2); }
   SECTION("a negative capacity") { CHECK(RunRaw({"capacity", "set", "--", "-1"}).exit_code == 2); }
+  SECTION("a negative or non-numeric allocatable") {
+    CHECK(RunRaw({"capacity", "set", "8", "--allocatable=-1"}).exit_code == 2);
+    CHECK(RunRaw({"capacity", "set", "8", "--allocatable", "many"}).exit_code == 2);
+  }
 }
 
 TEST_CASE("plain YAML scalars get YAML 1.2 types and quoted ones stay strings",
@@ -1648,9 +1714,18 @@ TEST_CASE("capacity get adds utilisation and the plan gap to the totals", "[resc
   cluster.set_optimality_gap(0.0125);
   std::vector<std::string> lines = SplitLines(rescale::cli::FormatCluster(cluster));
   REQUIRE(lines.size() >= 2);
-  CHECK(SplitWords(lines[0]) ==
-        std::vector<std::string>{"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP"});
-  CHECK(SplitWords(lines[1]) == std::vector<std::string>{"64", "48", "16", "2", "75%", "1.25%"});
+  CHECK(SplitWords(lines[0]) == kCapacityTotalsHeader);
+  CHECK(SplitWords(lines[1]) ==
+        std::vector<std::string>{"64", "48", "16", "2", "75%", "1.25%", "64"});
+
+  // Told the nodes' allocatable GPUs, TOTAL shows them and USABLE what the
+  // planner hands out of them (FREE and UTILIZATION stay of the usable).
+  cluster.set_allocatable_gpus(80);
+  lines = SplitLines(rescale::cli::FormatCluster(cluster));
+  REQUIRE(lines.size() >= 2);
+  CHECK(SplitWords(lines[1]) ==
+        std::vector<std::string>{"80", "48", "16", "2", "75%", "1.25%", "64"});
+  cluster.set_allocatable_gpus(0);
 
   cluster.set_capacity_known(false);
   cluster.set_total_gpus(0);
@@ -1658,7 +1733,7 @@ TEST_CASE("capacity get adds utilisation and the plan gap to the totals", "[resc
   lines = SplitLines(rescale::cli::FormatCluster(cluster));
   REQUIRE(lines.size() >= 2);
   CHECK(SplitWords(lines[1]) ==
-        std::vector<std::string>{"unbounded", "48", "unbounded", "2", "-", "1.25%"});
+        std::vector<std::string>{"unbounded", "48", "unbounded", "2", "-", "1.25%", "unbounded"});
 }
 
 TEST_CASE("status shows where state is kept, its last checkpoint, capacity and the last plan",

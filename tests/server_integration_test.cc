@@ -550,6 +550,46 @@ TEST_CASE("SetCapacity refuses slots that claim more GPUs than the total, naming
   CHECK(cluster.slots_size() == 0);
 }
 
+TEST_CASE("SetCapacity with allocatable GPUs shows them in GetCluster beside the usable total") {
+  TestServer t;
+  auto set = [&](uint32_t total, uint32_t allocatable, v1::Cluster* reply) {
+    grpc::ClientContext ctx;
+    v1::SetCapacityRequest req;
+    req.set_total_gpus(total);
+    req.set_allocatable_gpus(allocatable);
+    return t.cluster->SetCapacity(&ctx, req, reply);
+  };
+  auto get = [&] {
+    grpc::ClientContext ctx;
+    v1::Cluster cluster;
+    REQUIRE(t.cluster->GetCluster(&ctx, v1::GetClusterRequest(), &cluster).ok());
+    return cluster;
+  };
+  v1::Cluster reply;
+  grpc::Status status = set(16, 24, &reply);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  CHECK(reply.allocatable_gpus() == 24);
+  CHECK(reply.total_gpus() == 16);
+  const v1::Cluster cluster = get();
+  CHECK(cluster.allocatable_gpus() == 24);
+  CHECK(cluster.total_gpus() == 16);
+  CHECK(cluster.free_gpus() == 16);  // of the usable GPUs: the planner hands out no others
+
+  // Fewer allocatable than usable is refused, naming the field and the
+  // limit, and changes nothing.
+  v1::Cluster refused_reply;
+  grpc::Status refused = set(16, 12, &refused_reply);
+  CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(refused.error_message(),
+             Catch::Contains("allocatable_gpus 12 must be at least total_gpus (16)"));
+  CHECK(get().allocatable_gpus() == 24);
+
+  // The total alone (the field left 0): not reported.
+  CHECK(t.SetCapacity(8).allocatable_gpus() == 0);
+  CHECK(get().allocatable_gpus() == 0);
+}
+
 TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change", "[concurrency]") {
   TestServer t;
   // Fixed-size jobs on a known capacity: each change below is one event.

@@ -156,8 +156,9 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
     StoredJob changed = SampleJob("ns/a");
     changed.current_replicas = 8;
     REQUIRE(store->PutJob(changed).ok());  // replaces
-    REQUIRE(store->PutCapacity({64, {{8, 1}}}).ok());
-    REQUIRE(store->PutCapacity({64, {{8, 3}, {4, 7}}}).ok());  // replaces, slots and all
+    REQUIRE(store->PutCapacity({64, {{8, 1}}, 80}).ok());
+    // Replaces, slots and allocatable GPUs and all.
+    REQUIRE(store->PutCapacity({64, {{8, 3}, {4, 7}}, 72}).ok());
     const std::vector<Recommendation> recs = {SampleRecommendation("ns/a", 5),
                                               SampleRecommendation("ns/b", 9)};
     REQUIRE(store->PutRecommendations(recs).ok());
@@ -179,6 +180,7 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
   CHECK(state->jobs[0].started_at == absl::InfinitePast());
   CHECK(state->capacity_gpus == 64u);
   CHECK(state->capacity_slots == std::vector<ReplicaSlots>{{8, 3}, {4, 7}});
+  CHECK(state->capacity_allocatable_gpus == 72);
   REQUIRE(state->recommendations.size() == 1);
   CheckSameRecommendation(state->recommendations[0], SampleRecommendation("ns/a", 5));
   REQUIRE(state->retired_generations.size() == 1);
@@ -195,12 +197,13 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
   REQUIRE(state->recommendations.size() == 2);
   CHECK(state->recommendations[1].generation == 10);
 
-  // The total alone: no slots any more.
-  REQUIRE(store->PutCapacity({32, {}}).ok());
+  // The total alone: no slots, and no allocatable GPUs reported, any more.
+  REQUIRE(store->PutCapacity({32, {}, 0}).ok());
   state = store->Load();
   REQUIRE(state.ok());
   CHECK(state->capacity_gpus == 32u);
   CHECK(state->capacity_slots.empty());
+  CHECK(state->capacity_allocatable_gpus == 0);
 }
 
 TEST_CASE("memory state store gives back what was put, to the next user of the same store") {
@@ -249,14 +252,14 @@ TEST_CASE("sqlite state store: a file in use by another store is refused, naming
   TempDir dir;
   const std::string path = dir.File("state.db");
   std::unique_ptr<StateStore> first = MustOpen("sqlite:" + path);
-  REQUIRE(first->PutCapacity({8, {}}).ok());
+  REQUIRE(first->PutCapacity({8, {}, 0}).ok());
   absl::StatusOr<std::unique_ptr<StateStore>> second = OpenStateStore("sqlite:" + path);
   REQUIRE(!second.ok());
   CHECK(second.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(second.status().message()),
              Catch::Contains(path) && Catch::Contains("in use"));
   // The first goes on writing.
-  CHECK(first->PutCapacity({16, {}}).ok());
+  CHECK(first->PutCapacity({16, {}, 0}).ok());
 }
 
 // Runs `sql` on the file directly, as a damaged or foreign file would be.
@@ -281,7 +284,7 @@ std::string Bytes(const std::string& path) {
 TEST_CASE("sqlite state store: a file from a newer rescaled is refused and left as it was") {
   TempDir dir;
   const std::string path = dir.File("state.db");
-  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({8, {}}).ok());
+  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({8, {}, 0}).ok());
   RunSql(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
   const std::string before = Bytes(path);
   absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore("sqlite:" + path);
@@ -312,6 +315,7 @@ TEST_CASE("sqlite state store: a file of schema version 1 is migrated, its recor
     REQUIRE(state.ok());
     CHECK(state->capacity_gpus == 12u);
     CHECK(state->capacity_slots.empty());  // written before slots existed
+    CHECK(state->capacity_allocatable_gpus == 0);  // nor were allocatable GPUs reported
     CHECK(state->measurements.empty());
     REQUIRE(store->PutJob(SampleJob("ns/a")).ok());
     REQUIRE(store->PutMeasurements({{SampleMeasurements("ns/a")}}).ok());
@@ -333,7 +337,7 @@ TEST_CASE("sqlite state store: a file of schema version 1 is migrated, its recor
 TEST_CASE("sqlite state store: capacity slots that do not parse stop Load, naming them") {
   TempDir dir;
   const std::string path = dir.File("state.db");
-  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({16, {{8, 2}}}).ok());
+  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({16, {{8, 2}}, 0}).ok());
   RunSql(path, "UPDATE cluster SET value = '8=two' WHERE key = 'capacity_slots'");
   absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
   REQUIRE(state.status().code() == absl::StatusCode::kFailedPrecondition);
@@ -357,7 +361,7 @@ TEST_CASE("capacity slots read back from their text form, and nothing else does"
 TEST_CASE("sqlite state store: measurements written as keyed objects are still read") {
   TempDir dir;
   const std::string path = dir.File("state.db");
-  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({1, {}}).ok());
+  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({1, {}, 0}).ok());
   // How the first version-2 files wrote a size: an object with named fields.
   RunSql(path,
          "INSERT INTO measurements (job_id, record) VALUES ('ns/a', '[{\"world_size\": 2, "

@@ -300,14 +300,21 @@ int Watch(Session& session, const std::string& ns, int64_t max_events) {
 }
 
 // `slots`: the --slots flag, already checked by ParseSlotsFlag ("" = none).
-int SetCapacity(Session& session, uint32_t total_gpus, const std::string& slots) {
+// `allocatable_gpus`: the --allocatable flag (0 = not reported); the server
+// checks it against the total.
+int SetCapacity(Session& session, uint32_t total_gpus, const std::string& slots,
+                uint32_t allocatable_gpus) {
   v1::SetCapacityRequest request;
   request.set_total_gpus(total_gpus);
   if (!slots.empty()) ParseSlotsFlag(slots, request.mutable_slots());
+  request.set_allocatable_gpus(allocatable_gpus);
   v1::Cluster cluster;
   if (!session.Call(&v1::ClusterService::Stub::SetCapacity, request, &cluster)) return 1;
   if (session.table()) {
     session.out() << "cluster capacity set to " << cluster.total_gpus() << " GPUs";
+    if (cluster.allocatable_gpus() > 0) {
+      session.out() << " of " << cluster.allocatable_gpus() << " allocatable";
+    }
     for (int i = 0; i < cluster.slots_size(); ++i) {
       const v1::ReplicaSlots& s = cluster.slots(i);
       session.out() << (i == 0 ? "; fit on the nodes: " : ", ") << s.replicas() << " x "
@@ -560,14 +567,19 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   CLI::App* capacity = group("capacity", "Show or set the cluster's GPU capacity");
   uint32_t capacity_gpus = 0;
   std::string capacity_slots;
+  uint32_t capacity_allocatable = 0;
   CLI::App* capacity_set = leaf(
       capacity, "set", "Set the GPUs the planner may hand out",
-      [&](Session& s) { return SetCapacity(s, capacity_gpus, capacity_slots); },
+      [&](Session& s) {
+        return SetCapacity(s, capacity_gpus, capacity_slots, capacity_allocatable);
+      },
       "--slots tells how many replicas of each size fit on the nodes' free GPUs, as\n"
       "GPUS=REPLICAS pairs, comma-separated: --slots 8=3,4=7 says three 8-GPU replicas\n"
       "or seven 4-GPU ones fit (per node, floor(free GPUs / GPUS), summed). The planner\n"
       "then never recommends more replicas of a listed size; sizes not listed are\n"
-      "bounded by the total only. Without --slots, any slots set before are dropped.");
+      "bounded by the total only. Without --slots, any slots set before are dropped.\n"
+      "--allocatable tells all the nodes' GPUs, usable or not (at least N): capacity\n"
+      "get shows them as TOTAL and N as USABLE. Without it they are not reported.");
   capacity_set->add_option("gpus", capacity_gpus, "Total GPUs")->type_name("N")->required();
   capacity_set
       ->add_option("--slots", capacity_slots,
@@ -579,9 +591,13 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
             return ParseSlotsFlag(text, &ignored);
           },
           "", "slots"));
+  capacity_set
+      ->add_option("--allocatable", capacity_allocatable,
+                   "All nodes' allocatable GPUs, usable or not (0 = not reported)")
+      ->type_name("M");
   leaf(capacity, "get",
-       "Show total, allocated and free GPUs, each job's allocation and, when known, the "
-       "replicas per size that fit on the nodes",
+       "Show total, usable, allocated and free GPUs, each job's allocation and, when known, "
+       "the replicas per size that fit on the nodes",
        [&](Session& s) { return GetCapacity(s); });
 
   // ---- status / health / apply-status

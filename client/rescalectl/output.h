@@ -154,8 +154,11 @@ std::string FormatThroughputCurve(const v1::Job& job);
 // width and height below 2 are taken as 2.
 std::string RenderCurvePlot(const v1::ThroughputCurve& curve, int width = 60, int height = 14);
 
-// capacity get: the totals (TOTAL ALLOCATED FREE WAITING UTILIZATION GAP),
-// then one row per job allocation. UTILIZATION is "-" until capacity is set;
+// capacity get: the totals (TOTAL ALLOCATED FREE WAITING UTILIZATION GAP
+// USABLE), then one row per job allocation. TOTAL is the nodes' allocatable
+// GPUs when reported (Cluster.allocatable_gpus), else the same as USABLE, the
+// GPUs the planner hands out (total_gpus), of which FREE are not allocated.
+// TOTAL and USABLE are "unbounded" and UTILIZATION "-" until capacity is set;
 // GAP is the last plan's relative optimality gap. When the server knows the
 // node slots, a last table with one row per size class: GPUS/REPLICA, FIT
 // (replicas of that size the nodes hold) and PLANNED (replicas the plan runs).

@@ -171,14 +171,21 @@ std::string FormatCluster(const v1::Cluster& cluster) {
   // Until capacity is set the planner hands out GPUs without bound, so the
   // total and the free count are not numbers yet.
   const std::string unbounded = "unbounded";
-  Table totals({"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP"});
+  // TOTAL is all the nodes' GPUs when the server was told them, USABLE what
+  // the planner hands out of them; without the first the two are one.
+  // USABLE comes last so that the columns before it keep their places for
+  // whoever reads them by position.
+  const uint32_t all_gpus =
+      cluster.allocatable_gpus() > 0 ? cluster.allocatable_gpus() : cluster.total_gpus();
+  Table totals({"TOTAL", "ALLOCATED", "FREE", "WAITING", "UTILIZATION", "GAP", "USABLE"});
   totals.AddRow({
-      cluster.capacity_known() ? absl::StrCat(cluster.total_gpus()) : unbounded,
+      cluster.capacity_known() ? absl::StrCat(all_gpus) : unbounded,
       absl::StrCat(cluster.allocated_gpus()),
       cluster.capacity_known() ? absl::StrCat(cluster.free_gpus()) : unbounded,
       absl::StrCat(cluster.waiting_jobs()),
       cluster.capacity_known() ? UtilizationPercent(cluster) : "-",
       GapPercent(cluster),
+      cluster.capacity_known() ? absl::StrCat(cluster.total_gpus()) : unbounded,
   });
   std::string text = totals.Render();
   if (!cluster.allocations().empty()) {

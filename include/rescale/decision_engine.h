@@ -209,12 +209,14 @@ class DecisionEngine {
 
   // UNAVAILABLE when options.state cannot record it (nothing changes).
   // The total alone: any slots set before are dropped (no per-node
-  // information).
+  // information), and so is allocatable_gpus (not reported).
   absl::StatusOr<ClusterView> SetCapacity(uint32_t total_gpus);
   // The total and, per size class, the replicas that fit on the nodes'
   // free GPUs (ReplicaSlots; empty = unknown), which the planner then never
-  // exceeds. INVALID_ARGUMENT naming the field when ValidateCapacityReport
-  // refuses it (options.spec_limits); UNAVAILABLE as above.
+  // exceeds, and all nodes' GPUs (allocatable_gpus, shown by GetCluster,
+  // never planned with). INVALID_ARGUMENT naming the field when
+  // ValidateCapacityReport refuses it (options.spec_limits); UNAVAILABLE as
+  // above.
   absl::StatusOr<ClusterView> SetCapacity(const CapacityReport& report);
   ClusterView GetCluster() const;
   // Registered jobs by state (see JobStateCounts); O(jobs), no engine lock
@@ -493,6 +495,9 @@ class DecisionEngine {
   // Replicas per size class that fit on the nodes (SetCapacity); empty =
   // unknown.
   std::vector<ReplicaSlots> capacity_slots_ ABSL_GUARDED_BY(mu_);
+  // All nodes' GPUs as last reported with the capacity (0 = not reported):
+  // shown, never planned with.
+  uint32_t capacity_allocatable_gpus_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time planned_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   double last_plan_utility_ ABSL_GUARDED_BY(mu_) = 0;
   double last_plan_upper_bound_ ABSL_GUARDED_BY(mu_) = 0;

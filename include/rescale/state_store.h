@@ -82,6 +82,9 @@ struct StoredState {
   // The replicas per size class that fit on the nodes, set with the
   // capacity; empty when none were (or the state predates them).
   std::vector<ReplicaSlots> capacity_slots;
+  // All nodes' GPUs, set with the capacity (CapacityReport); 0 when not
+  // reported (or the state predates it).
+  uint32_t capacity_allocatable_gpus = 0;
   // Each job's newest recommendation, ordered by job id.
   std::vector<Recommendation> recommendations;
   // The last generation of each job deregistered since (and not registered
@@ -102,12 +105,16 @@ struct ReplicatedChange {
   std::optional<uint32_t> capacity_gpus;
   // Set when the slots changed (with the capacity); empty = none known.
   std::optional<std::vector<ReplicaSlots>> capacity_slots;
+  // Set when the allocatable GPUs changed (with the capacity); 0 = not
+  // reported.
+  std::optional<uint32_t> capacity_allocatable_gpus;
   std::vector<Recommendation> recommendations;
   std::vector<std::pair<std::string, uint64_t>> retired_generations;
   std::vector<StoredMeasurements> measurements;
   bool empty() const {
     return !full && jobs.empty() && removed_jobs.empty() && !capacity_gpus && !capacity_slots &&
-           recommendations.empty() && retired_generations.empty() && measurements.empty();
+           !capacity_allocatable_gpus && recommendations.empty() && retired_generations.empty() &&
+           measurements.empty();
   }
   static ReplicatedChange Full(StoredState state);
 };
@@ -124,8 +131,8 @@ class StateStore {
   // `last_generation` (0 = none) so a job registered again under the same
   // id continues from it.
   virtual absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) = 0;
-  // Records the total GPUs and the slots per size class together (empty
-  // slots replace any kept before).
+  // Records the total GPUs, the slots per size class and the allocatable
+  // GPUs together (empty slots, or 0 allocatable, replace any kept before).
   virtual absl::Status PutCapacity(const CapacityReport& capacity) = 0;
   // Records each job's newest recommendation, replacing the one before; the
   // job's retired generation, if any, is dropped.

@@ -228,9 +228,14 @@ struct ReplicaSlots {
 
 // What SetCapacity is told: the total GPUs, and per size class the replicas
 // that fit (empty = no per-node information: the total alone bounds plans).
+// allocatable_gpus: all nodes' GPUs before what cannot be used (nodes not
+// Ready, cordoned or tainted, GPUs of pods Rescale does not manage) is taken
+// out, for people reading the cluster; the planner uses total_gpus only.
+// 0 = not reported (a fixed capacity); otherwise at least total_gpus.
 struct CapacityReport {
   uint32_t total_gpus = 0;
   std::vector<ReplicaSlots> slots;
+  uint32_t allocatable_gpus = 0;
   friend bool operator==(const CapacityReport&, const CapacityReport&) = default;
 };
 
@@ -244,6 +249,9 @@ struct ReplicaSlotUse {
 
 struct ClusterView {
   std::optional<uint32_t> total_gpus;  // nullopt = unknown, unbounded
+  // CapacityReport::allocatable_gpus as last set (0 = not reported): of
+  // these, total_gpus are usable.
+  uint32_t allocatable_gpus = 0;
   // The replicas per size class that fit on the nodes, as last set (empty =
   // unknown), and for each the replicas the recommendations plan of it.
   std::vector<ReplicaSlots> slots;

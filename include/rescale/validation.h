@@ -37,7 +37,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits = {})
 // Checks a capacity report (SetCapacity): every slot class in [1,
 // max_gpus_per_replica], no class twice, and no class claiming more GPUs
 // than the total (slots[i].replicas x slots[i].gpus_per_replica <=
-// total_gpus). Errors name the field (slots[i].replicas) and the limit.
+// total_gpus), and allocatable_gpus, when reported (not 0), at least
+// total_gpus. Errors name the field (slots[i].replicas, allocatable_gpus)
+// and the limit.
 absl::Status ValidateCapacityReport(const CapacityReport& report, const SpecLimits& limits = {});
 
 }  // namespace rescale

@@ -237,6 +237,8 @@ absl::StatusOr<StoredState> EtcdStateStore::Load() {
   state.capacity_gpus = change.capacity_gpus;
   // A prefix written before slots existed has no slots key: no slots.
   if (change.capacity_slots) state.capacity_slots = *std::move(change.capacity_slots);
+  // Nor, before allocatable GPUs were reported, that key: not reported.
+  state.capacity_allocatable_gpus = change.capacity_allocatable_gpus.value_or(0);
   state.recommendations = std::move(change.recommendations);
   std::set<std::string> kept_jobs;
   for (const StoredJob& job : state.jobs) kept_jobs.insert(job.spec.job_id);
@@ -318,6 +320,10 @@ absl::Status EtcdStateStore::AddEvent(const mvccpb::Event& event, ReplicatedChan
     absl::StatusOr<std::vector<ReplicaSlots>> slots = SlotsFromText(value);
     if (!slots.ok()) return named(slots.status());
     change.capacity_slots = *std::move(slots);
+  } else if (kind == "capacity_allocatable_gpus" && put) {
+    uint32_t gpus = 0;
+    if (!absl::SimpleAtoi(value, &gpus)) return named(absl::DataLossError("not a GPU count"));
+    change.capacity_allocatable_gpus = gpus;
   }
   return absl::OkStatus();
 }
@@ -349,12 +355,14 @@ absl::Status EtcdStateStore::DeleteJob(std::string_view job_id_view, uint64_t la
 }
 
 absl::Status EtcdStateStore::PutCapacity(const CapacityReport& capacity) {
-  // Two keys in one transaction, so followers see a total and its slots
-  // together; the slots get a key of their own (always written, "" = none)
-  // so that a rescaled from before slots still reads /capacity as a number.
+  // Three keys in one transaction, so followers see a total with its slots
+  // and allocatable GPUs; each gets a key of its own (always written, "" =
+  // no slots, "0" = not reported) so that a rescaled from before them still
+  // reads /capacity as a number.
   const etcdserverpb::RequestOp ops[] = {
       PutOp(Key("capacity"), std::to_string(capacity.total_gpus)),
-      PutOp(Key("capacity_slots"), SlotsToText(capacity.slots))};
+      PutOp(Key("capacity_slots"), SlotsToText(capacity.slots)),
+      PutOp(Key("capacity_allocatable_gpus"), std::to_string(capacity.allocatable_gpus))};
   return Commit(ops);
 }
 

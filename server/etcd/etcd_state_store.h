@@ -14,6 +14,9 @@
 //   /capacity          the GPUs last set
 //   /capacity_slots    their replica slots per size class, "8=3,4=7" ("" =
 //                      none; absent before slots existed = none)
+//   /capacity_allocatable_gpus
+//                      all nodes' GPUs reported with them ("0" = not
+//                      reported; absent before they were = not reported)
 //   /election          the leader election (etcd's Election service)
 //
 // Fencing: every write is one etcd transaction (a large one is split into
