@@ -9,6 +9,10 @@
 //       The same for several workloads (e.g. the eight Pollux workloads) and
 //       seeds, plus sweep.md / sweep.csv / sweep_means.csv with each policy's
 //       kind, average JCT and restarts per job (means over seeds; sweep.h).
+//   run/sweep ... --node-gpus 8 --foreign-load 0.25 --node-aware true|false
+//       Nodes of 8 GPUs with foreign pods, each replica placed on one node;
+//       pods that fit nowhere pend (pending GPU-hours are reported), and the
+//       engine is told the nodes (SetCapacity slots) or only the total.
 //   rescale-sim generate --rate JOBS_PER_HOUR --hours H --seed S --out FILE
 //   rescale-sim generate --jobs N --hours H --seed S --out FILE
 //       A synthetic workload following the Pollux recipe.
