@@ -842,6 +842,42 @@ TEST_CASE("a job with a Pending pod does not train until its gang is whole") {
   CHECK(job.gpu_seconds == Approx(4 * freed + 8 * 1000.0));
 }
 
+TEST_CASE("foreign pods evict a replica and the job pays a restart when it is placed again") {
+  // One node of 8 GPUs and one job on a replica of 8, 3000 s of work. A
+  // seed whose foreign load is 0 at first, takes GPUs of the node before
+  // the job is done (evicting it), frees the node again, and then stays
+  // away until the job is done.
+  const Workload workload = MustParse(
+      R"({"id": "big", "arrival_seconds": 0, "profile": "linear", "samples": 96000,)"
+      R"( "min_replicas": 1, "max_replicas": 1, "gpus_per_replica": 8,)"
+      R"( "restart_cost_seconds": 20})");
+  double taken = 0, freed = 0;
+  uint64_t seed = 1;
+  for (;; ++seed) {
+    REQUIRE(seed < 100000);
+    ForeignLoad load(seed, 1, 8, 0.1, 600);
+    if (load.initial()[0] != 0 || load.Peek()->gpus == 0) continue;
+    taken = load.Peek()->at_seconds;
+    load.Pop();
+    if (taken >= 3000 || load.Peek()->gpus != 0) continue;
+    freed = load.Peek()->at_seconds;
+    load.Pop();
+    if (load.Peek()->at_seconds > freed + 20 + (3000 - taken) + 1) break;
+  }
+  SimulationOptions options = Exact("static-max", 8);
+  options.node_gpus = 8;
+  options.foreign_load = 0.1;
+  options.foreign_interval_seconds = 600;
+  options.seed = seed;
+  const SimulationResult r = MustSimulate(workload, options);
+  const JobOutcome& job = Job(r, "big");
+  // Trains [0, taken), pends [taken, freed), restarts 20 s, trains the rest.
+  CHECK(job.pending_gpu_seconds == Approx(8 * (freed - taken)));
+  CHECK(job.finish_seconds == Approx(freed + 20 + (3000 - taken)));
+  CHECK(job.restart_gpu_seconds == Approx(8 * 20.0));
+  CHECK(job.gpu_seconds == Approx(8 * (taken + 20 + 3000 - taken)));
+}
+
 TEST_CASE("the node flags are checked and outputs have node columns only with nodes") {
   SimulationOptions options = Exact("planner", 12);
   options.node_gpus = 8;
