@@ -8,7 +8,8 @@
 // embedded Pollux tables (packed placements, interpolation), the workload
 // formats, the report files, the cluster-native baselines (fifo, tiresias,
 // kubedl-raw) on tiny workloads, total_samples and its noise, step numbers,
-// and the sweep's means over seeds.
+// the sweep's means over seeds, and the node model (placement, the foreign
+// load, Pending pods, node-aware against node-unaware planning).
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/sim/baselines.h"
 #include "bench/sim/csv.h"
+#include "bench/sim/nodes.h"
 #include "bench/sim/pollux_traces.h"
 #include "bench/sim/profiles.h"
 #include "bench/sim/report.h"
@@ -691,6 +694,236 @@ TEST_CASE("the sweep averages over seeds and labels each policy's kind") {
   CHECK_THAT(t.means_csv, Catch::Matchers::Contains("mean,fifo,cluster-native,2,305.500,"));
   CHECK(ParseSeeds("1, 2,3").value() == std::vector<uint64_t>{1, 2, 3});
   CHECK(!ParseSeeds("1,x").ok());
+}
+
+TEST_CASE("a replica of 8 GPUs does not fit on two nodes of 4 free GPUs each") {
+  NodePool pool(8, 2);
+  pool.SetForeign(0, 4);
+  pool.SetForeign(1, 4);
+  CHECK(!pool.BestFit(8).has_value());
+  REQUIRE(pool.BestFit(4).has_value());
+  // The report a node-aware adapter sends: 8 GPUs free, but no 8-GPU slot.
+  const std::vector<uint32_t> classes = {8, 1, 4, 4};
+  const CapacityReport report = pool.Report(classes);
+  CHECK(report.total_gpus == 8);
+  CHECK(report.slots == std::vector<ReplicaSlots>{{1, 8}, {4, 2}, {8, 0}});
+  // Placed replicas of Rescale's own jobs still count as free in the report.
+  pool.Take(0, 4);
+  CHECK(pool.Idle(0) == 0);
+  CHECK(pool.Report(classes) == report);
+}
+
+TEST_CASE("best fit takes the fullest node that holds the replica and keeps whole nodes free") {
+  NodePool pool(8, 3);
+  pool.SetForeign(0, 2);  // 6 idle
+  pool.SetForeign(2, 5);  // 3 idle; node 1 is empty
+  CHECK(pool.BestFit(1) == 2u);
+  CHECK(pool.BestFit(4) == 0u);
+  CHECK(pool.BestFit(8) == 1u);
+  pool.Take(1, 8);
+  CHECK(!pool.BestFit(8).has_value());
+  pool.SetForeign(0, 7);  // foreign pods came first: node 0 has 6 placed on 1 free
+  pool.Take(0, 6);
+  CHECK(pool.Overcommit(0) == 5);
+  pool.SetActiveNodes(1);  // nodes 1 and 2 lost
+  CHECK(pool.ForeignGpus() == 7);
+  CHECK(pool.Report(std::vector<uint32_t>{1}).total_gpus == 1);
+}
+
+TEST_CASE("the foreign load is the same for a seed and another for another seed with mean F") {
+  auto series = [](uint64_t seed) {
+    ForeignLoad load(seed, 8, 8, 0.25, 1800);
+    std::vector<uint32_t> gpus = load.initial();
+    double total = std::accumulate(gpus.begin(), gpus.end(), 0.0);
+    double last = 0;
+    for (int i = 0; i < 2000; ++i) {
+      const ForeignChange change = *load.Peek();
+      CHECK(change.at_seconds >= last);
+      last = change.at_seconds;
+      gpus.push_back(change.gpus);
+      total += change.gpus;
+      load.Pop();
+    }
+    return std::pair(gpus, total / double(gpus.size()) / 8);
+  };
+  CHECK(series(1).first == series(1).first);
+  CHECK(series(1).first != series(2).first);
+  CHECK(series(1).second == Approx(0.25).margin(0.02));
+  CHECK(!ForeignLoad(1, 8, 8, 0, 1800).Peek().has_value());
+}
+
+// Jobs of 1-, 4- and 8-GPU replicas (`linear`: 32 samples/s per replica),
+// arriving every 5 minutes for an hour, on 4 nodes of 8 GPUs with a quarter
+// of the GPUs foreign.
+Workload MixedReplicaWorkload() {
+  std::string text;
+  const uint32_t classes[] = {1, 4, 8};
+  for (int i = 0; i < 12; ++i) {
+    const uint32_t g = classes[i % 3];
+    absl::StrAppendFormat(&text,
+                          R"({"id": "j%d", "arrival_seconds": %d, "profile": "linear", )"
+                          R"("samples": %d, "min_replicas": 1, "max_replicas": %d, )"
+                          R"("gpus_per_replica": %d, "restart_cost_seconds": 30})"
+                          "\n",
+                          i, 300 * i, 32 * 3600 * 8 / g, 16 / g, g);
+  }
+  return MustParse(text);
+}
+
+SimulationOptions OnNodes(bool node_aware) {
+  SimulationOptions options = Exact("planner", 32);
+  options.node_gpus = 8;
+  options.foreign_load = 0.25;
+  options.foreign_interval_seconds = 900;
+  options.node_aware = node_aware;
+  return options;
+}
+
+TEST_CASE("told the nodes the planner leaves almost no pod Pending and never plans past them") {
+  const Workload workload = MixedReplicaWorkload();
+  const SimulationResult unaware = MustSimulate(workload, OnNodes(false));
+  const SimulationResult aware = MustSimulate(workload, OnNodes(true));
+  const PolicySummary u = Summarize(unaware), a = Summarize(aware);
+  CHECK(u.finished == u.jobs);
+  CHECK(a.finished == a.jobs);
+  INFO("pending GPU-hours: unaware " << u.pending_gpu_hours << ", aware " << a.pending_gpu_hours);
+  CHECK(u.pending_gpu_hours > 1);
+  CHECK(a.pending_gpu_hours <= 0.1 * u.pending_gpu_hours);
+  // Both saw the same foreign load.
+  CHECK(u.foreign_gpu_hours > 0);
+  CHECK(aware.timeline.front().foreign_gpus == unaware.timeline.front().foreign_gpus);
+  // Unaware, the planner runs more GPUs than the foreign pods leave (so pods
+  // pend); aware, never: the simulator would have ended the run with
+  // INTERNAL, and the timeline agrees.
+  bool overplanned = false;
+  for (const TimelinePoint& p : unaware.timeline) {
+    overplanned |= p.allocated_gpus + p.pending_gpus > p.capacity_gpus - p.foreign_gpus;
+  }
+  CHECK(overplanned);
+  for (const TimelinePoint& p : aware.timeline) {
+    REQUIRE(p.allocated_gpus + p.pending_gpus <= p.capacity_gpus - p.foreign_gpus);
+  }
+  // The same run twice gives the same bytes.
+  CHECK(JobsCsv({aware}) == JobsCsv({MustSimulate(workload, OnNodes(true))}));
+}
+
+TEST_CASE("a job with a Pending pod does not train until its gang is whole") {
+  // One node of 8 GPUs, 4 of them foreign from the start (a seed found
+  // below); static-max runs 2 replicas of 4 GPUs, one of which cannot be
+  // placed while the foreign pods stay.
+  const Workload workload = MustParse(
+      R"({"id": "pair", "arrival_seconds": 0, "profile": "linear", "samples": 64000,)"
+      R"( "min_replicas": 2, "max_replicas": 2, "gpus_per_replica": 4,)"
+      R"( "restart_cost_seconds": 20})");
+  SimulationOptions options = Exact("static-max", 8);
+  options.node_gpus = 8;
+  options.foreign_load = 0.5;
+  options.foreign_interval_seconds = 3600;
+  uint64_t seed = 1;
+  // A seed whose first draw leaves room for one replica, whose first change
+  // frees the node, and whose second comes after the job is done.
+  for (;; ++seed) {
+    REQUIRE(seed < 100000);
+    ForeignLoad load(seed, 1, 8, 0.5, 3600);
+    if (load.initial()[0] != 4 || load.Peek()->gpus != 0) continue;
+    const double freed = load.Peek()->at_seconds;
+    load.Pop();
+    if (load.Peek()->at_seconds > freed + 2000) break;
+  }
+  options.seed = seed;
+  ForeignLoad load(seed, 1, 8, 0.5, 3600);
+  const double freed = load.Peek()->at_seconds;
+  const SimulationResult r = MustSimulate(workload, options);
+  const JobOutcome& job = Job(r, "pair");
+  // From 0 to `freed` one 4-GPU pod pends and nothing trains; then the first
+  // start (free: it never trained) and 64000 / 64 = 1000 s.
+  CHECK(job.pending_gpu_seconds == Approx(4 * freed));
+  CHECK(job.finish_seconds == Approx(freed + 1000));
+  CHECK(job.gpu_seconds == Approx(4 * freed + 8 * 1000.0));
+}
+
+TEST_CASE("foreign pods evict a replica and the job pays a restart when it is placed again") {
+  // One node of 8 GPUs and one job on a replica of 8, 3000 s of work. A
+  // seed whose foreign load is 0 at first, takes GPUs of the node before
+  // the job is done (evicting it), frees the node again, and then stays
+  // away until the job is done.
+  const Workload workload = MustParse(
+      R"({"id": "big", "arrival_seconds": 0, "profile": "linear", "samples": 96000,)"
+      R"( "min_replicas": 1, "max_replicas": 1, "gpus_per_replica": 8,)"
+      R"( "restart_cost_seconds": 20})");
+  double taken = 0, freed = 0;
+  uint64_t seed = 1;
+  for (;; ++seed) {
+    REQUIRE(seed < 100000);
+    ForeignLoad load(seed, 1, 8, 0.1, 600);
+    if (load.initial()[0] != 0 || load.Peek()->gpus == 0) continue;
+    taken = load.Peek()->at_seconds;
+    load.Pop();
+    if (taken >= 3000 || load.Peek()->gpus != 0) continue;
+    freed = load.Peek()->at_seconds;
+    load.Pop();
+    if (load.Peek()->at_seconds > freed + 20 + (3000 - taken) + 1) break;
+  }
+  SimulationOptions options = Exact("static-max", 8);
+  options.node_gpus = 8;
+  options.foreign_load = 0.1;
+  options.foreign_interval_seconds = 600;
+  options.seed = seed;
+  const SimulationResult r = MustSimulate(workload, options);
+  const JobOutcome& job = Job(r, "big");
+  // Trains [0, taken), pends [taken, freed), restarts 20 s, trains the rest.
+  CHECK(job.pending_gpu_seconds == Approx(8 * (freed - taken)));
+  CHECK(job.finish_seconds == Approx(freed + 20 + (3000 - taken)));
+  CHECK(job.restart_gpu_seconds == Approx(8 * 20.0));
+  CHECK(job.gpu_seconds == Approx(8 * (taken + 20 + 3000 - taken)));
+}
+
+TEST_CASE("the node flags are checked and outputs have node columns only with nodes") {
+  SimulationOptions options = Exact("planner", 12);
+  options.node_gpus = 8;
+  absl::StatusOr<SimulationResult> r = Simulate(MustParse(kLoneLinearJob), options);
+  REQUIRE(r.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(r.status().message()), Catch::Matchers::Contains("--node-gpus 8"));
+  SimulationOptions off = Exact("planner", 16);
+  off.foreign_load = 0.25;
+  CHECK_THAT(std::string(ValidateSimulationOptions(off).message()),
+             Catch::Matchers::Contains("--node-gpus"));
+  SimulationOptions full = OnNodes(true);
+  full.foreign_load = 1;
+  CHECK_THAT(std::string(ValidateSimulationOptions(full).message()),
+             Catch::Matchers::Contains("--foreign-load"));
+  // Off, the outputs have no node columns: files stay as before nodes.
+  const SimulationResult plain = MustSimulate(MixedReplicaWorkload(), Exact("planner", 32));
+  CHECK(SummaryCsv({Summarize(plain)}).find("pending") == std::string::npos);
+  CHECK(TimelineCsv({plain}).find("foreign") == std::string::npos);
+  const SimulationResult nodes = MustSimulate(MixedReplicaWorkload(), OnNodes(false));
+  CHECK_THAT(SummaryCsv({Summarize(nodes)}),
+             Catch::Matchers::Contains(",pending_gpu_hours,foreign_gpu_hours\n"));
+  CHECK_THAT(JobsCsv({nodes}), Catch::Matchers::Contains(",pending_gpu_hours\n"));
+}
+
+TEST_CASE("generate puts jobs on replicas of 1 or 4 or 8 GPUs and changes nothing else") {
+  GenerateOptions options;
+  options.jobs = 60;
+  options.seed = 3;
+  const Workload plain = GenerateWorkload(options).value();
+  options.gpus_per_replica_mix = {{1, 1}, {4, 1}, {8, 1}};
+  const Workload mixed = GenerateWorkload(options).value();
+  REQUIRE(mixed.jobs.size() == plain.jobs.size());
+  std::map<uint32_t, int> per_class;
+  for (size_t i = 0; i < plain.jobs.size(); ++i) {
+    const JobDescription &a = plain.jobs[i], &b = mixed.jobs[i];
+    const uint32_t g = b.gpus_per_replica;
+    ++per_class[g];
+    CHECK(a.id == b.id);
+    CHECK(a.arrival_seconds == b.arrival_seconds);
+    CHECK(b.requested_replicas == std::max(1u, (a.requested_replicas + g - 1) / g));
+    CHECK(b.work_samples == Approx(a.work_samples / g));
+  }
+  CHECK(per_class.size() == 3);
+  CHECK(ParseGpusPerReplicaMix("1=50, 4=30,8=20").value().size() == 3);
+  CHECK_THAT(std::string(ParseGpusPerReplicaMix("0=5").status().message()),
+             Catch::Matchers::Contains("GPUS >= 1"));
 }
 
 TEST_CASE("quantiles interpolate linearly between order statistics") {

@@ -33,6 +33,15 @@ const PolicySummary* FindSummary(const std::vector<PolicySummary>& summaries,
   return summaries.empty() ? nullptr : &summaries.front();
 }
 
+bool AnyNodes(const std::vector<PolicySummary>& summaries) {
+  return std::any_of(summaries.begin(), summaries.end(),
+                     [](const PolicySummary& s) { return s.nodes_modeled; });
+}
+bool AnyNodes(const std::vector<SimulationResult>& results) {
+  return std::any_of(results.begin(), results.end(),
+                     [](const SimulationResult& r) { return r.nodes_modeled; });
+}
+
 // Hours on plot axes: simulated spans run from minutes to weeks.
 double Hours(double seconds) { return seconds / 3600; }
 
@@ -50,10 +59,12 @@ std::string FileSafe(std::string_view name) {
 std::string ComparisonTable(const std::vector<PolicySummary>& summaries,
                             const std::string& baseline, bool markdown) {
   const PolicySummary* base = FindSummary(summaries, baseline);
-  const std::vector<std::string> header = {
+  const bool nodes = AnyNodes(summaries);
+  std::vector<std::string> header = {
       "policy",      "avg JCT s (x)", "p50 JCT s (x)", "p99 JCT s (x)", "makespan s (x)",
       "avg queue s", "util",          "eff util",      "rescales",      "suspensions",
       "restarts",    "GPU-h lost",    "finished",      "kind"};
+  if (nodes) header.push_back("pending GPU-h");
   std::vector<std::vector<std::string>> rows;
   for (const PolicySummary& s : summaries) {
     auto with_ratio = [&](double v, double b) {
@@ -69,6 +80,7 @@ std::string ComparisonTable(const std::vector<PolicySummary>& summaries,
          absl::StrFormat("%.1f", s.restart_gpu_hours),
          absl::StrFormat("%d/%d%s", s.finished, s.jobs, s.stopped_early ? " (stopped)" : ""),
          std::string(KindName(KindOf(s.policy)))});
+    if (nodes) rows.back().push_back(absl::StrFormat("%.1f", s.pending_gpu_hours));
   }
   std::string out;
   if (markdown) {
@@ -103,14 +115,18 @@ std::string SummaryCsv(const std::vector<PolicySummary>& summaries) {
   std::string out =
       "policy,jobs,finished,avg_jct_s,p50_jct_s,p99_jct_s,makespan_s,avg_queue_s,utilization,"
       "effective_utilization,rescales,suspensions,resumes,restarts,gpu_hours,restart_gpu_hours,"
-      "samples_rejected,stopped_early\n";
+      "samples_rejected,stopped_early";
+  const bool nodes = AnyNodes(summaries);
+  out += nodes ? ",pending_gpu_hours,foreign_gpu_hours\n" : "\n";
   for (const PolicySummary& s : summaries) {
     absl::StrAppendFormat(
-        &out, "%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.6f,%.6f,%d,%d,%d,%d,%.6f,%.6f,%d,%s\n",
+        &out, "%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.6f,%.6f,%d,%d,%d,%d,%.6f,%.6f,%d,%s",
         CsvField(s.policy), s.jobs, s.finished, s.avg_jct_s, s.p50_jct_s, s.p99_jct_s, s.makespan_s,
         s.avg_queue_s, s.utilization, s.effective_utilization, s.rescales, s.suspensions, s.resumes,
         s.restarts, s.gpu_hours, s.restart_gpu_hours, s.samples_rejected,
         s.stopped_early ? "true" : "false");
+    if (nodes) absl::StrAppendFormat(&out, ",%.6f,%.6f", s.pending_gpu_hours, s.foreign_gpu_hours);
+    out += "\n";
   }
   return out;
 }
@@ -121,11 +137,13 @@ std::string JobsCsv(const std::vector<SimulationResult>& results) {
       "min_replicas,max_replicas,gpus_per_replica,peak_replicas,gpu_hours,restart_gpu_hours,"
       "rescales,"
       "suspensions,resumes,restarts,finished,requested_replicas,total_samples,"
-      "engine_samples_processed\n";
+      "engine_samples_processed";
+  const bool nodes = AnyNodes(results);
+  out += nodes ? ",pending_gpu_hours\n" : "\n";
   for (const SimulationResult& r : results) {
     for (const JobOutcome& j : r.jobs) {
       absl::StrAppendFormat(
-          &out, "%s,%s,%s,%s,%s,%s,%s,%s,%.1f,%.1f,%d,%d,%d,%d,%.6f,%.6f,%d,%d,%d,%d,%s,%d,%d,%d\n",
+          &out, "%s,%s,%s,%s,%s,%s,%s,%s,%.1f,%.1f,%d,%d,%d,%d,%.6f,%.6f,%d,%d,%d,%d,%s,%d,%d,%d",
           CsvField(r.policy), CsvField(j.id), CsvField(j.profile), Seconds(j.arrival_seconds),
           Seconds(j.first_start_seconds), Seconds(j.finish_seconds),
           j.finished() ? Seconds(j.jct_seconds()) : "",
@@ -134,6 +152,8 @@ std::string JobsCsv(const std::vector<SimulationResult>& results) {
           j.gpu_seconds / 3600, j.restart_gpu_seconds / 3600, j.rescales, j.suspensions, j.resumes,
           j.restarts(), j.finished() ? "true" : "false", j.requested_replicas, j.total_samples,
           j.engine_samples_processed);
+      if (nodes) absl::StrAppendFormat(&out, ",%.6f", j.pending_gpu_seconds / 3600);
+      out += "\n";
     }
   }
   return out;
@@ -141,12 +161,16 @@ std::string JobsCsv(const std::vector<SimulationResult>& results) {
 
 std::string TimelineCsv(const std::vector<SimulationResult>& results) {
   std::string out =
-      "policy,time_s,capacity_gpus,allocated_gpus,effective_gpus,running_jobs,waiting_jobs\n";
+      "policy,time_s,capacity_gpus,allocated_gpus,effective_gpus,running_jobs,waiting_jobs";
+  const bool nodes = AnyNodes(results);
+  out += nodes ? ",pending_gpus,foreign_gpus\n" : "\n";
   for (const SimulationResult& r : results) {
     for (const TimelinePoint& p : r.timeline) {
-      absl::StrAppendFormat(&out, "%s,%s,%d,%d,%d,%d,%d\n", CsvField(r.policy),
+      absl::StrAppendFormat(&out, "%s,%s,%d,%d,%d,%d,%d", CsvField(r.policy),
                             Seconds(p.time_seconds), p.capacity_gpus, p.allocated_gpus,
                             p.effective_gpus, p.running_jobs, p.waiting_jobs);
+      if (nodes) absl::StrAppendFormat(&out, ",%d,%d", p.pending_gpus, p.foreign_gpus);
+      out += "\n";
     }
   }
   return out;
@@ -327,6 +351,13 @@ std::string ReportMarkdown(const RunDescription& run, const std::vector<PolicySu
     }
     out += ", then " + absl::StrJoin(changes, ", ");
   }
+  if (run.node_gpus > 0) {
+    absl::StrAppendFormat(&out,
+                          ", nodes of %d GPUs, foreign load %.3g (changing every %.0f s on "
+                          "average), the engine %s the nodes",
+                          run.node_gpus, run.foreign_load, run.foreign_interval_seconds,
+                          run.node_aware ? "told" : "not told");
+  }
   absl::StrAppendFormat(
       &out,
       ". Seed %d, plan interval %.0f s, step noise sigma %.3g, declared-size noise sigma "
@@ -347,6 +378,12 @@ std::string ReportMarkdown(const RunDescription& run, const std::vector<PolicySu
       "policy fitted by the planner) or cluster-native (a scheduler as clusters run it). "
       "See bench/sim/README.md.\n\n",
       run.baseline);
+  if (run.node_gpus > 0) {
+    out +=
+        "Pending GPU-h = GPUs requested by Pending pods (replicas that fit on no node) x the "
+        "time they pended; a job with a Pending pod does not train. util counts placed GPUs "
+        "over all GPUs, foreign ones included.\n\n";
+  }
   out += "## Job completion times\n\n![JCT CDF](jct_cdf.svg)\n\n";
   out += "## Cluster allocation\n\n![Allocated GPUs over time](utilization.svg)\n\n";
   out += "## GPUs per job\n\n";

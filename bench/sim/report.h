@@ -12,6 +12,9 @@
 //   utilization.svg  allocated GPUs over time, one line per policy
 //   allocation-POLICY.svg  GPUs per job over time, stacked, one per policy
 //   report.md        the table and the plots on one page
+// With the node model (--node-gpus) the table, summary.csv, jobs.csv and
+// timeline.csv gain columns at the end (pending and foreign GPU-hours, or
+// GPUs); without it every file is as it was before nodes existed.
 #ifndef RESCALE_BENCH_SIM_REPORT_H_
 #define RESCALE_BENCH_SIM_REPORT_H_
 
@@ -35,6 +38,11 @@ struct RunDescription {
   double step_noise = 0;
   double size_noise = 0;  // --size-noise
   int samples_per_tick = 0;
+  // The node model (0 GPUs per node = off).
+  uint32_t node_gpus = 0;
+  double foreign_load = 0;
+  double foreign_interval_seconds = 0;
+  bool node_aware = false;
   std::string baseline;  // policy the ratios divide by
 };
 

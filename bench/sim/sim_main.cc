@@ -9,6 +9,10 @@
 //       The same for several workloads (e.g. the eight Pollux workloads) and
 //       seeds, plus sweep.md / sweep.csv / sweep_means.csv with each policy's
 //       kind, average JCT and restarts per job (means over seeds; sweep.h).
+//   run/sweep ... --node-gpus 8 --foreign-load 0.25 --node-aware true|false
+//       Nodes of 8 GPUs with foreign pods, each replica placed on one node;
+//       pods that fit nowhere pend (pending GPU-hours are reported), and the
+//       engine is told the nodes (SetCapacity slots) or only the total.
 //   rescale-sim generate --rate JOBS_PER_HOUR --hours H --seed S --out FILE
 //   rescale-sim generate --jobs N --hours H --seed S --out FILE
 //       A synthetic workload following the Pollux recipe.
@@ -67,6 +71,10 @@ struct RunFlags {
   double horizon = 600;
   std::string objective{PlanObjectiveName(EngineOptions{}.planner.objective)};
   uint32_t gpus_per_node = 4;
+  uint32_t node_gpus = 0;
+  double foreign_load = 0;
+  double foreign_interval = 1800;
+  bool node_aware = false;
   unsigned threads = 0;
   double max_days = 30;
   double max_factor = 4;
@@ -116,6 +124,26 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
                   "GPUs per node the engine's model assumes (rescaled's --gpus_per_node; 0 = "
                   "unknown)")
       ->capture_default_str();
+  cmd->add_option("--node-gpus", f.node_gpus,
+                  "simulate nodes of this many GPUs (0 = one pool of GPUs, no nodes): each "
+                  "replica on one node, best fit; a replica that fits nowhere is a Pending "
+                  "pod and its job does not train")
+      ->capture_default_str();
+  cmd->add_option("--foreign-load", f.foreign_load,
+                  "with --node-gpus: mean fraction of the GPUs held by pods Rescale does not "
+                  "manage, whole GPUs per node, from the seed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--foreign-interval", f.foreign_interval,
+                  "with --node-gpus: mean seconds between two changes of the foreign load "
+                  "(one node redrawn each time)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--node-aware", f.node_aware,
+                  "with --node-gpus: true = the engine is told the free GPUs and the replicas "
+                  "of each size that fit on the nodes (SetCapacity slots), false = the "
+                  "allocatable total only")
+      ->default_str("false");
   cmd->add_option("--threads", f.threads, "concurrent runs (0 = one per core)")
       ->capture_default_str();
   cmd->add_option("--max-days", f.max_days, "stop this many virtual days after the last arrival")
@@ -199,6 +227,10 @@ SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const 
   o.horizon_seconds = f.horizon;
   o.objective = *ParsePlanObjective(f.objective);  // checked by the flag
   o.gpus_per_node = f.gpus_per_node;
+  o.node_gpus = f.node_gpus;
+  o.foreign_load = f.foreign_load;
+  o.foreign_interval_seconds = f.foreign_interval;
+  o.node_aware = f.node_aware;
   o.max_seconds_after_last_arrival = f.max_days * 86400;
   return o;
 }
@@ -210,6 +242,27 @@ std::optional<uint32_t> CapacityFor(const RunFlags& f, const Workload& workload,
   if (workload.capacity_gpus) return *workload.capacity_gpus;
   std::cerr << "rescale-sim: " << path << " gives no capacity: pass --capacity GPUS\n";
   return std::nullopt;
+}
+
+// What one run's report says it ran.
+RunDescription DescribeRun(const RunFlags& f, const std::string& path, const Workload& workload,
+                           const Prepared& p, uint32_t capacity, uint64_t seed) {
+  RunDescription run;
+  run.workload = path;
+  run.jobs = workload.jobs.size();
+  run.capacity_gpus = capacity;
+  run.capacity_changes = OptionsFor(f, workload, p, p.baseline, capacity).capacity_changes;
+  run.seed = seed;
+  run.plan_interval_seconds = f.plan_interval;
+  run.step_noise = f.noise;
+  run.size_noise = f.size_noise;
+  run.samples_per_tick = f.samples_per_tick;
+  run.node_gpus = f.node_gpus;
+  run.foreign_load = f.foreign_load;
+  run.foreign_interval_seconds = f.foreign_interval;
+  run.node_aware = f.node_aware;
+  run.baseline = p.baseline;
+  return run;
 }
 
 std::string WorkloadTag(const std::string& path) {
@@ -256,18 +309,7 @@ int Run(const RunFlags& f) {
           r.unsettled_events);
     }
   }
-  RunDescription run;
-  run.workload = f.workload;
-  run.jobs = workload->jobs.size();
-  run.capacity_gpus = *capacity;
-  run.capacity_changes =
-      OptionsFor(f, *workload, *prepared, prepared->baseline, *capacity).capacity_changes;
-  run.seed = f.seed;
-  run.plan_interval_seconds = f.plan_interval;
-  run.step_noise = f.noise;
-  run.size_noise = f.size_noise;
-  run.samples_per_tick = f.samples_per_tick;
-  run.baseline = prepared->baseline;
+  const RunDescription run = DescribeRun(f, f.workload, *workload, *prepared, *capacity, f.seed);
   std::vector<PolicySummary> summaries;
   for (const SimulationResult& r : results) summaries.push_back(Summarize(r));
   std::cout << absl::StrFormat("%s: %d jobs on %d GPUs, seed %d; (x) = ratio to %s\n", run.workload,
@@ -344,19 +386,8 @@ int Sweep(const RunFlags& f) {
         }
         results.push_back(*std::move(outcome));
       }
-      RunDescription run;
-      run.workload = f.workloads[w];
-      run.jobs = workloads[w].jobs.size();
-      run.capacity_gpus = capacities[w];
-      run.capacity_changes =
-          OptionsFor(f, workloads[w], *prepared, prepared->baseline, capacities[w])
-              .capacity_changes;
-      run.seed = seeds[s];
-      run.plan_interval_seconds = f.plan_interval;
-      run.step_noise = f.noise;
-      run.size_noise = f.size_noise;
-      run.samples_per_tick = f.samples_per_tick;
-      run.baseline = prepared->baseline;
+      const RunDescription run =
+          DescribeRun(f, f.workloads[w], workloads[w], *prepared, capacities[w], seeds[s]);
       std::string dir = f.out + "/" + input.workloads.back();
       if (seeds.size() > 1) dir += absl::StrFormat("/seed-%d", seeds[s]);
       if (absl::Status st = WriteRunReport(dir, run, results); !st.ok()) {
@@ -396,6 +427,7 @@ struct GenerateFlags {
   double hours = 8;
   uint64_t seed = 1;
   std::string mix;
+  std::string gpus_per_replica;
   std::string out = "-";
   int64_t capacity = -1;
   double max_factor = 4;
@@ -416,6 +448,15 @@ int Generate(const GenerateFlags& f) {
       return kExitUsage;
     }
     options.mix = *mix;
+  }
+  if (!f.gpus_per_replica.empty()) {
+    absl::StatusOr<std::vector<std::pair<uint32_t, double>>> classes =
+        ParseGpusPerReplicaMix(f.gpus_per_replica);
+    if (!classes.ok()) {
+      std::cerr << "rescale-sim: --gpus-per-replica: " << classes.status().message() << "\n";
+      return kExitUsage;
+    }
+    options.gpus_per_replica_mix = *classes;
   }
   absl::StatusOr<Workload> workload = GenerateWorkload(options);
   if (!workload.ok()) {
@@ -507,6 +548,10 @@ int Main(int argc, char** argv) {
       "--mix", gen_flags.mix,
       "application weights, e.g. ncf=39,cifar10=39,deepspeech2=8.7,bert=6.7,yolov3=4.6,"
       "imagenet=2 (the default)");
+  generate->add_option(
+      "--gpus-per-replica", gen_flags.gpus_per_replica,
+      "GPUs per replica by weight, e.g. 1=50,4=30,8=20: a job of class g has its replicas and "
+      "work divided by g (default: 1 GPU each)");
   generate->add_option("--capacity", gen_flags.capacity,
                        "cluster GPUs to record in a JSONL workload");
   generate->add_option("--out", gen_flags.out, "file (.jsonl or .csv; - = stdout as JSONL)")

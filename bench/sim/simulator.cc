@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "bench/sim/baselines.h"
+#include "bench/sim/nodes.h"
 #include "rescale/apply_order.h"
 #include "rescale/clock.h"
 #include "rescale/decision_engine.h"
@@ -74,13 +75,22 @@ struct SimJob {
   // stored inline).
   std::deque<std::string> pod_names;
   uint64_t next_pod = 0;
+  // Node model: the node of each running replica (kPending = none yet), and
+  // whether the gang was broken (a replica Pending) after the last event.
+  std::vector<int32_t> replica_node;
+  bool stalled = false;
   JobOutcome outcome;
 
+  static constexpr int32_t kPending = -1;
   uint32_t gpus() const { return replicas * desc->gpus_per_replica; }
   bool running() const { return phase == Phase::kRunning; }
-  // When the job would finish at its current rate (infinity if it would not).
+  uint32_t PendingReplicas() const {
+    return static_cast<uint32_t>(std::count(replica_node.begin(), replica_node.end(), kPending));
+  }
+  // When the job would finish at its current rate (infinity if it would not:
+  // a job with a Pending pod does not train).
   double CompletionTime(double now) const {
-    if (!running() || rate <= 0) return kInfinity;
+    if (!running() || rate <= 0 || PendingReplicas() > 0) return kInfinity;
     const double start = std::max(now, restart_until);
     return start + std::max(0.0, desc->work_samples - done) / rate;
   }
@@ -124,6 +134,19 @@ absl::Status ValidateSimulationOptions(const SimulationOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrFormat("size_noise must be >= 0, got %g", options.size_noise));
   }
+  if (options.node_gpus == 0 && (options.foreign_load != 0 || options.node_aware)) {
+    return absl::InvalidArgumentError(
+        "--foreign-load and --node-aware need the node model: pass --node-gpus GPUS");
+  }
+  if (!(options.foreign_load >= 0 && options.foreign_load < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--foreign-load must be in [0, 1), got %g", options.foreign_load));
+  }
+  if (!(options.foreign_interval_seconds > 0) || std::isinf(options.foreign_interval_seconds)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--foreign-interval must be a positive number of seconds, got %g",
+        options.foreign_interval_seconds));
+  }
   return DecisionEngine::ValidateOptions(EngineOptionsFor(options, 0, 1));
 }
 
@@ -158,6 +181,23 @@ class Simulation {
   void DrawIntervalNoise(SimJob& job);
   void RecordTimeline();
   absl::Status CheckCapacity() const;
+  // The node model (nodes.h); every one a no-op while it is off.
+  bool nodes_modeled() const { return nodes_.has_value(); }
+  // Grows (Pending pods) or shrinks (Pending pods first, then the highest
+  // numbered) the job's replica placement to its running replicas.
+  void ResizePlacement(SimJob& job);
+  void Unplace(SimJob& job, size_t replica);
+  // Evicts replicas from over-committed nodes (latest-arrived jobs first) and
+  // from lost ones.
+  void Evict();
+  // Places every Pending replica that fits (jobs in arrival order, best
+  // fit); a job whose gang is whole again after it trained pays a restart.
+  void PlacePending();
+  // The foreign-load changes due by now_.
+  void ApplyForeignChanges();
+  // Node-aware engine policies: SetCapacity(report) when it changed.
+  absl::Status ReportNodes();
+  absl::Status CheckNodes() const;
   uint32_t AllocatedGpus() const;
   double StepNoise();
 
@@ -176,6 +216,9 @@ class Simulation {
   size_t in_system_ = 0;  // arrived and not done
   PolicyKind kind_ = PolicyKind::kPlanner;
   TiresiasScheduler tiresias_;
+  std::optional<NodePool> nodes_;
+  std::optional<ForeignLoad> foreign_;
+  std::optional<CapacityReport> reported_;  // last node report sent
   SimulationResult result_;
 };
 
@@ -273,6 +316,32 @@ absl::Status Simulation::Prepare() {
   capacity_ = options_.capacity_gpus;
   result_.policy = options_.policy;
   result_.first_arrival_seconds = jobs_.empty() ? 0 : jobs_.front().desc->arrival_seconds;
+  if (options_.node_gpus > 0) {
+    const uint32_t n = options_.node_gpus;
+    std::vector<uint32_t> capacities = {options_.capacity_gpus};
+    for (const CapacityChange& c : options_.capacity_changes) capacities.push_back(c.gpus);
+    for (uint32_t gpus : capacities) {
+      if (gpus % n != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "capacity %d GPUs is not a whole number of nodes of --node-gpus %d", gpus, n));
+      }
+    }
+    for (const SimJob& job : jobs_) {
+      if (job.desc->gpus_per_replica > n) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "job \"%s\" has %d GPUs per replica, more than a node of --node-gpus %d holds",
+            job.desc->id, job.desc->gpus_per_replica, n));
+      }
+    }
+    nodes_.emplace(n, largest_capacity / n);
+    nodes_->SetActiveNodes(capacity_ / n);
+    foreign_.emplace(options_.seed, largest_capacity / n, n, options_.foreign_load,
+                     options_.foreign_interval_seconds);
+    for (uint32_t node = 0; node < nodes_->node_count(); ++node)
+      nodes_->SetForeign(node, foreign_->initial()[node]);
+    result_.nodes_modeled = true;
+    if (absl::Status s = ReportNodes(); !s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 
@@ -282,12 +351,20 @@ void Simulation::Advance(double t) {
     now_ = std::max(now_, t);
     return;
   }
-  if (now_ >= result_.first_arrival_seconds)
+  if (now_ >= result_.first_arrival_seconds) {
     result_.capacity_gpu_seconds += double(capacity_) * span;
+    if (nodes_modeled()) result_.foreign_gpu_seconds += double(nodes_->ForeignGpus()) * span;
+  }
   for (SimJob& job : jobs_) {
     if (!job.running()) continue;
-    const double gpus = job.gpus();
+    // Pending pods hold no GPU, and a job with one does not train.
+    const uint32_t pending = job.PendingReplicas() * job.desc->gpus_per_replica;
+    const double gpus = job.gpus() - pending;
     job.outcome.gpu_seconds += gpus * span;
+    if (pending > 0) {
+      job.outcome.pending_gpu_seconds += pending * span;
+      continue;
+    }
     const double restarting = std::clamp(job.restart_until - now_, 0.0, span);
     job.outcome.restart_gpu_seconds += gpus * restarting;
     const double from = now_ + restarting;
@@ -337,6 +414,7 @@ absl::Status Simulation::Finish(SimJob& job) {
   job.outcome.finish_seconds = now_;
   job.phase = Phase::kDone;
   job.replicas = 0;
+  ResizePlacement(job);
   job.rate = 0;
   job.segments.clear();
   --in_system_;
@@ -432,6 +510,7 @@ void Simulation::Apply(SimJob& job, uint32_t target) {
     job.restart_until = now_ + cost;
   }
   job.outcome.peak_replicas = std::max(job.outcome.peak_replicas, job.replicas);
+  ResizePlacement(job);
   DrawIntervalNoise(job);
   result_.allocations.push_back(
       {now_, static_cast<uint32_t>(&job - jobs_.data()), job.replicas, job.gpus()});
@@ -538,13 +617,16 @@ void Simulation::RecordTimeline() {
   p.capacity_gpus = capacity_;
   for (const SimJob& job : jobs_) {
     if (job.running()) {
-      p.allocated_gpus += job.gpus();
-      if (job.restart_until <= now_) p.effective_gpus += job.gpus();
+      const uint32_t pending = job.PendingReplicas() * job.desc->gpus_per_replica;
+      p.allocated_gpus += job.gpus() - pending;
+      p.pending_gpus += pending;
+      if (job.restart_until <= now_ && pending == 0) p.effective_gpus += job.gpus();
       ++p.running_jobs;
     } else if (job.phase == Phase::kWaiting || job.phase == Phase::kSuspended) {
       ++p.waiting_jobs;
     }
   }
+  if (nodes_modeled()) p.foreign_gpus = nodes_->ForeignGpus();
   if (!result_.timeline.empty()) {
     TimelinePoint last = result_.timeline.back();
     last.time_seconds = now_;
@@ -555,6 +637,130 @@ void Simulation::RecordTimeline() {
     }
   }
   result_.timeline.push_back(p);
+}
+
+void Simulation::Unplace(SimJob& job, size_t replica) {
+  int32_t& node = job.replica_node[replica];
+  if (node == SimJob::kPending) return;
+  nodes_->Release(static_cast<uint32_t>(node), job.desc->gpus_per_replica);
+  node = SimJob::kPending;
+}
+
+void Simulation::ResizePlacement(SimJob& job) {
+  if (!nodes_modeled()) return;
+  std::vector<int32_t>& placement = job.replica_node;
+  // Pending pods go first, as a ReplicaSet deletes unscheduled pods first;
+  // the placed ones keep their order, so the highest-numbered go next.
+  while (placement.size() > job.replicas) {
+    auto pending = std::find(placement.begin(), placement.end(), SimJob::kPending);
+    if (pending == placement.end()) {
+      Unplace(job, placement.size() - 1);
+      pending = placement.end() - 1;
+    }
+    placement.erase(pending);
+  }
+  placement.resize(job.replicas, SimJob::kPending);
+}
+
+void Simulation::Evict() {
+  for (uint32_t node = 0; node < nodes_->node_count(); ++node) {
+    const bool lost = node >= nodes_->active_nodes();
+    if (nodes_->managed(node) == 0) continue;
+    // Latest arrivals first: their pods are the youngest on the node.
+    for (size_t i = jobs_.size(); i-- > 0;) {
+      if (!lost && nodes_->Overcommit(node) == 0) break;
+      SimJob& job = jobs_[i];
+      for (size_t r = job.replica_node.size(); r-- > 0;) {
+        if (job.replica_node[r] != static_cast<int32_t>(node)) continue;
+        if (!lost && nodes_->Overcommit(node) == 0) break;
+        Unplace(job, r);
+        job.stalled = true;  // the gang broke: it restarts when whole again
+      }
+    }
+  }
+}
+
+void Simulation::PlacePending() {
+  if (!nodes_modeled()) return;
+  for (SimJob& job : jobs_) {
+    if (!job.running()) continue;
+    for (int32_t& node : job.replica_node) {
+      if (node != SimJob::kPending) continue;
+      if (std::optional<uint32_t> fit = nodes_->BestFit(job.desc->gpus_per_replica)) {
+        nodes_->Take(*fit, job.desc->gpus_per_replica);
+        node = static_cast<int32_t>(*fit);
+      }
+    }
+    const bool whole = job.PendingReplicas() == 0;
+    // The workers restart from the checkpoint once the world is whole
+    // again; a job that never trained starts for free.
+    if (whole && job.stalled && job.steps > 0)
+      job.restart_until = std::max(job.restart_until, now_ + job.desc->restart_cost_seconds);
+    job.stalled = !whole;
+  }
+}
+
+void Simulation::ApplyForeignChanges() {
+  if (!nodes_modeled()) return;
+  while (std::optional<ForeignChange> change = foreign_->Peek()) {
+    if (change->at_seconds > now_) break;
+    nodes_->SetForeign(change->node, change->gpus);
+    foreign_->Pop();
+  }
+}
+
+absl::Status Simulation::ReportNodes() {
+  if (!nodes_modeled() || !options_.node_aware || kind_ == PolicyKind::kClusterNative)
+    return absl::OkStatus();
+  std::vector<uint32_t> classes;
+  for (const SimJob& job : jobs_) {
+    if (job.phase != Phase::kNotArrived && job.phase != Phase::kDone)
+      classes.push_back(job.desc->gpus_per_replica);
+  }
+  CapacityReport report = nodes_->Report(classes);
+  if (reported_ == report) return absl::OkStatus();
+  absl::StatusOr<ClusterView> view = engine_->SetCapacity(report);
+  if (!view.ok()) {
+    return absl::InternalError(
+        absl::StrFormat("SetCapacity(%d GPUs, %d classes): %s", report.total_gpus,
+                        report.slots.size(), view.status().ToString()));
+  }
+  reported_ = std::move(report);
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::CheckNodes() const {
+  if (!nodes_modeled()) return absl::OkStatus();
+  for (uint32_t node = 0; node < nodes_->node_count(); ++node) {
+    if (nodes_->Overcommit(node) > 0 ||
+        (node >= nodes_->active_nodes() && nodes_->managed(node) > 0)) {
+      return absl::InternalError(absl::StrFormat(
+          "policy %s: node %d holds %d foreign and %d placed GPUs of %d at t=%.3f s", options_.policy,
+          node, nodes_->foreign(node), nodes_->managed(node), nodes_->node_gpus(), now_));
+    }
+  }
+  if (!reported_) return absl::OkStatus();
+  // What the planner promised: never more than the free GPUs, nor more
+  // replicas of a class than fit on the nodes.
+  const uint32_t allocated = AllocatedGpus();
+  if (allocated > reported_->total_gpus) {
+    return absl::InternalError(absl::StrFormat(
+        "policy %s (node-aware): %d GPUs run, but only %d are free of foreign pods at t=%.3f s",
+        options_.policy, allocated, reported_->total_gpus, now_));
+  }
+  for (const ReplicaSlots& slots : reported_->slots) {
+    uint32_t replicas = 0;
+    for (const SimJob& job : jobs_) {
+      if (job.desc->gpus_per_replica == slots.gpus_per_replica) replicas += job.replicas;
+    }
+    if (replicas > slots.replicas) {
+      return absl::InternalError(absl::StrFormat(
+          "policy %s (node-aware): %d replicas of %d GPUs run, but only %d fit on the nodes at "
+          "t=%.3f s",
+          options_.policy, replicas, slots.gpus_per_replica, slots.replicas, now_));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<SimulationResult> Simulation::Run() {
@@ -572,6 +778,10 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
     if (next_arrival < jobs_.size()) t = std::min(t, jobs_[next_arrival].desc->arrival_seconds);
     if (next_capacity < changes.size()) t = std::min(t, changes[next_capacity].at_seconds);
     if (in_system_ > 0) t = std::min(t, next_tick_);
+    if (nodes_modeled()) {
+      if (std::optional<ForeignChange> change = foreign_->Peek())
+        t = std::min(t, change->at_seconds);
+    }
     std::vector<double> completion(jobs_.size(), kInfinity);
     for (size_t i = 0; i < jobs_.size(); ++i) {
       SimJob& job = jobs_[i];
@@ -594,11 +804,15 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
     }
     while (next_capacity < changes.size() && changes[next_capacity].at_seconds <= now_) {
       capacity_ = changes[next_capacity++].gpus;
-      // A cluster-native scheduler's engine never learns the capacity.
-      if (kind_ != PolicyKind::kClusterNative) {
+      if (nodes_modeled()) nodes_->SetActiveNodes(capacity_ / options_.node_gpus);
+      // A cluster-native scheduler's engine never learns the capacity; a
+      // node-aware one learns it from the node report below.
+      if (kind_ != PolicyKind::kClusterNative && !reported_) {
         if (absl::Status s = engine_->SetCapacity(capacity_).status(); !s.ok()) return s;
       }
     }
+    ApplyForeignChanges();
+    if (nodes_modeled()) Evict();
     while (next_arrival < jobs_.size() && jobs_[next_arrival].desc->arrival_seconds <= now_) {
       if (in_system_ == 0) {
         // Ticks pause while the cluster is empty; resume on the grid.
@@ -606,6 +820,7 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
       }
       if (absl::Status s = Arrive(jobs_[next_arrival++]); !s.ok()) return s;
     }
+    if (absl::Status s = ReportNodes(); !s.ok()) return s;
     if (in_system_ > 0 && now_ >= next_tick_) {
       if (absl::Status s = Tick(); !s.ok()) return s;
       last_tick_ = now_;
@@ -615,7 +830,9 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
             kind_ == PolicyKind::kClusterNative ? ApplyClusterNative() : ApplyRecommendations();
         !s.ok())
       return s;
+    PlacePending();
     if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+    if (absl::Status s = CheckNodes(); !s.ok()) return s;
     RecordTimeline();
   }
   result_.end_seconds = now_;

@@ -41,6 +41,27 @@
 //  * Invariant: allocated GPUs never exceed capacity after an event; a
 //    violation ends the run with INTERNAL (the controller would have
 //    over-committed the cluster).
+//  * Nodes (opt-in, node_gpus > 0; nodes.h): the cluster is capacity /
+//    node_gpus nodes, some GPUs held by foreign pods. After every event the
+//    controller places each replica not yet on a node (jobs in arrival
+//    order, best fit, all gpus_per_replica GPUs of a replica on one node);
+//    placed replicas stay where they are; one that fits nowhere is a
+//    Pending pod. A job trains only while every replica is placed: a
+//    PyTorchJob's workers wait at the rendezvous for the whole world, so a
+//    job with one pod Pending makes no progress while its placed pods hold
+//    their GPUs (we keep them held rather than release them, as the
+//    training operator does without gang scheduling). When the gang is whole
+//    again after it trained, it pays restart_cost_seconds (it restarts from
+//    its checkpoint). A shrink deletes Pending pods first (as a ReplicaSet
+//    does), then the highest-numbered ones. Foreign pods come first: when
+//    the foreign load on a node grows past what its replicas leave, the
+//    replicas of the latest-arrived jobs on it are evicted (Pending again);
+//    lost nodes evict theirs. Pending GPU-seconds (GPUs of Pending pods x
+//    time) are counted per job. node_aware picks what the engine is told
+//    (SimulationOptions::node_aware). Invariants, checked after every event
+//    (INTERNAL otherwise): no node holds more than its GPUs; node-aware
+//    engine policies never run more GPUs than the free total nor more
+//    replicas of a class than its slots.
 //  * Deterministic: one std::mt19937_64 seeded with `seed` (the same for
 //    every policy, so a policy's result does not depend on which others run)
 //    drives all noise; jobs are visited in workload order; no wall clock.
@@ -86,6 +107,25 @@ struct SimulationOptions {
   // rescaled's --gpus_per_node: the built-in trace profiles were measured on
   // nodes of 4 GPUs, packed.
   uint32_t gpus_per_node = 4;
+  // The node model (see above and nodes.h); off when node_gpus is 0: the
+  // cluster is then one pool of GPUs, and every output is what it was
+  // before nodes existed. GPUs per node (--node-gpus; every capacity must
+  // be a multiple). Independent of gpus_per_node, which is only what the
+  // engine's throughput model assumes.
+  uint32_t node_gpus = 0;
+  // Mean fraction of the GPUs held by foreign pods (--foreign-load), [0, 1).
+  double foreign_load = 0;
+  // Mean seconds between two changes of the foreign load, cluster-wide
+  // (--foreign-interval).
+  double foreign_interval_seconds = 1800;
+  // What an engine policy's engine is told (--node-aware). true: what the
+  // node-aware adapter sends, SetCapacity(CapacityReport{total = free GPUs,
+  // slots per gpus_per_replica class of the jobs in the system}), sent again
+  // whenever it changes (capacity and foreign-load changes, arrivals and
+  // completions). false: the allocatable total (foreign GPUs included), as
+  // an adapter that does not look at nodes reports it. Cluster-native
+  // schedulers see the allocatable total either way.
+  bool node_aware = false;
   // The run stops this long after the last arrival; jobs still running are
   // reported unfinished.
   double max_seconds_after_last_arrival = 30 * 86400.0;
@@ -132,6 +172,8 @@ struct JobOutcome {
   uint32_t rescales = 0;     // size changes while running
   uint32_t suspensions = 0;  // running -> suspended
   uint32_t resumes = 0;      // suspended -> running
+  // Node model: GPUs of this job's Pending pods x the time they pended.
+  double pending_gpu_seconds = 0;
   bool finished() const { return !std::isnan(finish_seconds); }
   double jct_seconds() const { return finish_seconds - arrival_seconds; }
   double queue_seconds() const { return first_start_seconds - arrival_seconds; }
@@ -147,6 +189,9 @@ struct TimelinePoint {
   uint32_t effective_gpus = 0;  // allocated to jobs not restarting
   uint32_t running_jobs = 0;
   uint32_t waiting_jobs = 0;  // arrived, not running (queued or suspended)
+  // Node model only (0 otherwise): GPUs of Pending pods, and of foreign pods.
+  uint32_t pending_gpus = 0;
+  uint32_t foreign_gpus = 0;
   friend bool operator==(const TimelinePoint&, const TimelinePoint&) = default;
 };
 
@@ -176,6 +221,10 @@ struct SimulationResult {
   // should stay 0: the simulated trainers number their steps globally.
   uint64_t samples_duplicate = 0;
   bool stopped_early = false;  // hit max_seconds_after_last_arrival
+  // The node model ran (node_gpus > 0); foreign GPU-seconds from the first
+  // arrival to the end (part of capacity_gpu_seconds).
+  bool nodes_modeled = false;
+  double foreign_gpu_seconds = 0;
   // Events after which the engine still changed its answer in the last
   // apply round (the rest waits for the next event); expected 0.
   uint64_t unsettled_events = 0;

@@ -25,6 +25,7 @@ PolicySummary Summarize(const SimulationResult& result) {
   uint64_t started = 0;
   double gpu_seconds = 0;
   double restart_gpu_seconds = 0;
+  double pending_gpu_seconds = 0;
   for (const JobOutcome& job : result.jobs) {
     if (job.finished()) jcts.push_back(job.jct_seconds());
     if (!std::isnan(job.first_start_seconds)) {
@@ -33,6 +34,7 @@ PolicySummary Summarize(const SimulationResult& result) {
     }
     gpu_seconds += job.gpu_seconds;
     restart_gpu_seconds += job.restart_gpu_seconds;
+    pending_gpu_seconds += job.pending_gpu_seconds;
     s.rescales += job.rescales;
     s.suspensions += job.suspensions;
     s.resumes += job.resumes;
@@ -53,6 +55,9 @@ PolicySummary Summarize(const SimulationResult& result) {
   s.restart_gpu_hours = restart_gpu_seconds / 3600;
   s.samples_rejected = result.samples_rejected;
   s.stopped_early = result.stopped_early;
+  s.nodes_modeled = result.nodes_modeled;
+  s.pending_gpu_hours = pending_gpu_seconds / 3600;
+  s.foreign_gpu_hours = result.foreign_gpu_seconds / 3600;
   return s;
 }
 

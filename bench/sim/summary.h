@@ -8,6 +8,10 @@
 //  * utilization = allocated GPU-seconds / capacity GPU-seconds, both from
 //    the first arrival to the end; effective utilization leaves out the
 //    GPU-seconds spent restarting.
+//  * node model only: pending GPU-hours (GPUs of Pending pods x the time
+//    they pended) and foreign GPU-hours (held by pods Rescale does not
+//    manage; part of the capacity, so utilization is at most 1 - their
+//    share).
 //  * rescales (size changes while running), suspensions, resumes, restarts
 //    (= rescales + resumes: the changes that cost restart_cost_seconds) and
 //    GPU-hours lost to restarts, summed over jobs.
@@ -41,6 +45,10 @@ struct PolicySummary {
   double restart_gpu_hours = 0;
   uint64_t samples_rejected = 0;
   bool stopped_early = false;
+  // The node model ran: the report adds the two columns below.
+  bool nodes_modeled = false;
+  double pending_gpu_hours = 0;
+  double foreign_gpu_hours = 0;
   friend bool operator==(const PolicySummary&, const PolicySummary&) = default;
 };
 

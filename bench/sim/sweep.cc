@@ -104,11 +104,33 @@ SweepTables MakeSweepTables(const SweepInput& in) {
   per_workload(
       "Restarts per job per workload", [](const SweepCell& c) { return c.restarts_per_job; }, 2,
       false);
+  if (std::any_of(in.summaries.begin(), in.summaries.end(),
+                  [](const PolicySummary& s) { return s.nodes_modeled; })) {
+    md +=
+        "\n## Nodes: pending pods\n\nPending GPU-h = GPUs requested by Pending pods x the time "
+        "they pended; util = placed GPUs / all GPUs (foreign included).\n\n"
+        "| workload | seed | policy | pending GPU-h | avg JCT s | util | foreign GPU-h |\n"
+        "|---|---:|---|---:|---:|---:|---:|\n";
+    for (size_t w = 0; w < workloads; ++w) {
+      for (size_t s = 0; s < seeds; ++s) {
+        for (size_t p = 0; p < policies; ++p) {
+          const PolicySummary& summary = in.summaries[(w * seeds + s) * policies + p];
+          absl::StrAppendFormat(&md, "| %s | %d | %s | %.1f | %.0f%s | %.3f | %.1f |\n",
+                                in.workloads[w], in.seeds[s], in.policies[p],
+                                summary.pending_gpu_hours, summary.avg_jct_s,
+                                summary.finished < summary.jobs ? " (unfinished jobs)" : "",
+                                summary.utilization, summary.foreign_gpu_hours);
+        }
+      }
+    }
+  }
   md +=
       "\nPer-workload reports: `<workload>/report.md` (one seed) or "
       "`<workload>/seed-<S>/report.md`.\n";
 
-  const std::string header = SummaryCsv({});
+  // summary.csv's header, with the node columns when the rows have them.
+  const std::string summary_csv = SummaryCsv(in.summaries);
+  const std::string header = summary_csv.substr(0, summary_csv.find('\n') + 1);
   out.csv = absl::StrCat("workload,", absl::string_view(header).substr(0, header.size() - 1),
                          ",seed,kind,restarts_per_job\n");
   for (size_t w = 0; w < workloads; ++w) {

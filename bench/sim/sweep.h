@@ -13,6 +13,9 @@
 //                      older layout keep working).
 //   sweep_means.csv    the means over seeds per workload and policy, and
 //                      rows with workload `mean` for the mean over workloads.
+// With the node model (--node-gpus) sweep.md ends with a table per
+// workload, seed and policy of pending GPU-hours, average JCT and
+// utilization, and sweep.csv has summary.csv's node columns.
 // Restarts per job = (rescales + resumes) / jobs; both means are plain
 // (unweighted) averages.
 #ifndef RESCALE_BENCH_SIM_SWEEP_H_

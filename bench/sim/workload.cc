@@ -510,6 +510,39 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> ParseMix(std::string
   return mix;
 }
 
+absl::StatusOr<std::vector<std::pair<uint32_t, double>>> ParseGpusPerReplicaMix(
+    std::string_view text) {
+  absl::StatusOr<std::vector<std::pair<std::string, double>>> mix = ParseMix(text);
+  if (!mix.ok()) return mix.status();
+  std::vector<std::pair<uint32_t, double>> classes;
+  for (const auto& [name, weight] : *mix) {
+    uint32_t gpus = 0;
+    if (!absl::SimpleAtoi(name, &gpus) || gpus == 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "gpus-per-replica item \"%s=%g\" is not GPUS=WEIGHT with GPUS >= 1", name, weight));
+    }
+    classes.emplace_back(gpus, weight);
+  }
+  if (classes.empty()) return absl::InvalidArgumentError("gpus-per-replica names no class");
+  return classes;
+}
+
+namespace {
+
+// GenerateOptions::gpus_per_replica_mix applied to one generated job.
+void PutOnReplicasOf(uint32_t gpus, JobDescription& job) {
+  if (gpus <= 1) return;
+  auto divided = [gpus](uint32_t replicas) { return std::max(1u, (replicas + gpus - 1) / gpus); };
+  job.gpus_per_replica = gpus;
+  job.requested_replicas = divided(job.requested_replicas);
+  job.max_replicas = std::max(job.requested_replicas, divided(job.max_replicas));
+  job.min_replicas = std::min(job.min_replicas, job.requested_replicas);
+  job.work_samples /= gpus;
+  job.epochs = 0;  // the work no longer reads as whole epochs
+}
+
+}  // namespace
+
 absl::StatusOr<Workload> GenerateWorkload(const GenerateOptions& options) {
   // The Pollux workloads' application mix (../shared/reference/algorithms.md, section 6) and the
   // submitted (num_replicas, batch_size) each application gets in them.
@@ -553,6 +586,17 @@ absl::StatusOr<Workload> GenerateWorkload(const GenerateOptions& options) {
     for (double t = gap(rng); t < end; t += gap(rng)) arrivals.push_back(t);
   }
   std::discrete_distribution<size_t> pick_app(weights.begin(), weights.end());
+  std::vector<double> class_weights;
+  for (const auto& [gpus, weight] : options.gpus_per_replica_mix) {
+    if (gpus == 0 || !(weight >= 0)) {
+      return absl::InvalidArgumentError("gpus_per_replica_mix: classes >= 1, weights >= 0");
+    }
+    class_weights.push_back(weight);
+  }
+  if (!class_weights.empty() &&
+      std::accumulate(class_weights.begin(), class_weights.end(), 0.0) <= 0) {
+    return absl::InvalidArgumentError("gpus_per_replica_mix: the weights sum to zero");
+  }
   Workload workload;
   for (size_t index = 0; index < arrivals.size(); ++index) {
     const std::string& app = mix[pick_app(rng)].first;
@@ -565,6 +609,15 @@ absl::StatusOr<Workload> GenerateWorkload(const GenerateOptions& options) {
         PolluxJob(absl::StrFormat("%s-%d", app, index), arrival, app, replicas, batch,
                   options.mapping, "generate");
     if (!job.ok()) return job.status();
+    if (!class_weights.empty()) {
+      // Its own stream per job: the applications, sizes and arrivals stay
+      // those of the same seed without classes.
+      std::seed_seq seq{uint32_t(options.seed), uint32_t(options.seed >> 32), uint32_t(index),
+                        0x6b0c5u};
+      std::mt19937_64 class_rng(seq);
+      std::discrete_distribution<size_t> pick_class(class_weights.begin(), class_weights.end());
+      PutOnReplicasOf(options.gpus_per_replica_mix[pick_class(class_rng)].first, *job);
+    }
     workload.jobs.push_back(*std::move(job));
   }
   if (workload.jobs.empty()) {

@@ -114,11 +114,24 @@ struct GenerateOptions {
   // (profile, weight); empty = the Pollux mix. Weights need not sum to 1.
   std::vector<std::pair<std::string, double>> mix;
   PolluxMapping mapping;
+  // (gpus_per_replica, weight); empty = every job 1 GPU per replica, as
+  // Pollux's. Otherwise each job's class g is drawn from these weights by a
+  // generator of its own (the seed and the job's index: the other fields
+  // are those of the run without it), and the job is the Pollux job on
+  // g-GPU replicas: requested and max replicas divided by g (rounded up, at
+  // least 1), and its work divided by g, so that its GPU-time at a given
+  // GPU count stays that of the 1-GPU job (a g-GPU replica steps as one
+  // measured worker; the node experiments measure placement, not speed).
+  std::vector<std::pair<uint32_t, double>> gpus_per_replica_mix;
 };
 absl::StatusOr<Workload> GenerateWorkload(const GenerateOptions& options);
 
 // Parses "name=weight,name=weight" for GenerateOptions::mix.
 absl::StatusOr<std::vector<std::pair<std::string, double>>> ParseMix(std::string_view text);
+// Parses "1=50,4=30,8=20" for GenerateOptions::gpus_per_replica_mix
+// (INVALID_ARGUMENT naming the item that is not GPUS=WEIGHT, GPUS >= 1).
+absl::StatusOr<std::vector<std::pair<uint32_t, double>>> ParseGpusPerReplicaMix(
+    std::string_view text);
 
 }  // namespace rescale::sim
 
