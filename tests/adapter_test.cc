@@ -1192,6 +1192,7 @@ TEST_CASE("capacity counts Ready, schedulable nodes whose taints the jobs tolera
   REQUIRE(WaitForCapacity(h, 24, "4=6"));
   v1::Cluster cluster = CurrentCluster(h);
   CHECK(cluster.total_gpus() == 24);
+  CHECK(cluster.allocatable_gpus() == 48);  // every node's GPUs
   CHECK(SlotsOf(cluster) == "4=6");
 
   // The pods are listed and watched across namespaces, bound and unfinished
@@ -1244,6 +1245,7 @@ TEST_CASE("GPUs held by pods Rescale does not manage are taken out of the capaci
   // gpu-a: 8 - 3 = 5 free, one 4-GPU replica; gpu-b: two.
   REQUIRE(WaitForCapacity(h, 13, "4=3"));
   CHECK(CurrentCluster(h).total_gpus() == 13);
+  CHECK(CurrentCluster(h).allocatable_gpus() == 16);
   CHECK(SlotsOf(CurrentCluster(h)) == "4=3");
 
   // The notebook finishes: the selective watch reports it DELETED.

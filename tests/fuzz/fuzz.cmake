@@ -70,7 +70,8 @@ target_link_libraries(rescale_fuzz_rescalectl PUBLIC rescale_fuzz_core yaml-cpp
   nlohmann_json::nlohmann_json CLI11::CLI11)
 
 rescale_fuzz_library(rescale_fuzz_adapter
-  client/adapter/kube_config.cc client/adapter/pytorchjob.cc client/adapter/trainjob.cc)
+  client/adapter/kube_config.cc client/adapter/pytorchjob.cc client/adapter/trainjob.cc
+  client/adapter/node_capacity.cc)
 target_link_libraries(rescale_fuzz_adapter PUBLIC rescale_fuzz_core yaml-cpp
   nlohmann_json::nlohmann_json)
 
