@@ -37,12 +37,12 @@
 #include "client/adapter/adapter_metrics.h"
 #include "client/adapter/curl_kube_client.h"
 #include "client/adapter/kube_config.h"
+#include "client/agent/sender.h"
+#include "client/common/server_list.h"
 #include "rescale/clock.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
-#include "client/agent/sender.h"
-#include "client/common/server_list.h"
 #include "tests/etcd_cluster.h"
 #include "tests/fake_kube_api.h"
 #include "tests/rescaled_process.h"
@@ -222,15 +222,15 @@ json Node(const std::string& name, int gpus) {
 json Pod(const std::string& ns, const std::string& name, const std::string& node, int gpus,
          const std::string& phase = "Running", const std::string& job = "") {
   json gpu = {{"nvidia.com/gpu", std::to_string(gpus)}};
-  json pod = {{"apiVersion", "v1"},
-              {"kind", "Pod"},
-              {"metadata", {{"name", name}, {"namespace", ns}}},
-              {"spec",
-               {{"containers",
-                 json::array({{{"name", "main"},
-                               {"image", "example/work:1"},
-                               {"resources", {{"limits", gpu}, {"requests", gpu}}}}})}}},
-              {"status", {{"phase", phase}}}};
+  json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"name", name}, {"namespace", ns}}},
+      {"spec",
+       {{"containers", json::array({{{"name", "main"},
+                                     {"image", "example/work:1"},
+                                     {"resources", {{"limits", gpu}, {"requests", gpu}}}}})}}},
+      {"status", {{"phase", phase}}}};
   if (!node.empty()) pod["spec"]["nodeName"] = node;
   if (!job.empty()) pod["metadata"]["labels"] = {{"training.kubeflow.org/job-name", job}};
   return pod;
@@ -1158,13 +1158,12 @@ bool WaitForLastApplied(Harness& h, const std::string& job, const std::string& d
   });
 }
 
-TEST_CASE("capacity counts Ready, schedulable nodes whose taints the jobs tolerate",
-          "[capacity]") {
+TEST_CASE("capacity counts Ready, schedulable nodes whose taints the jobs tolerate", "[capacity]") {
   Harness h;
   JobParams bert;
   bert.gpus = 4;
-  bert.tolerations = json::parse(
-      R"([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])");
+  bert.tolerations =
+      json::parse(R"([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])");
   h.kube.Put(PyTorchJob(bert));
   h.kube.Put(Node("ready", 8));
   json not_ready = Node("not-ready", 8);
@@ -1174,11 +1173,12 @@ TEST_CASE("capacity counts Ready, schedulable nodes whose taints the jobs tolera
   cordoned["spec"]["unschedulable"] = true;
   h.kube.Put(cordoned);
   json team = Node("team-vision", 8);
-  team["spec"]["taints"] = json::parse(R"([{"key": "team", "value": "vision", "effect": "NoSchedule"}])");
+  team["spec"]["taints"] =
+      json::parse(R"([{"key": "team", "value": "vision", "effect": "NoSchedule"}])");
   h.kube.Put(team);
   json gpu_tainted = Node("gpu-tainted", 8);
-  gpu_tainted["spec"]["taints"] = json::parse(
-      R"([{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])");
+  gpu_tainted["spec"]["taints"] =
+      json::parse(R"([{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])");
   h.kube.Put(gpu_tainted);
   json preferred = Node("preferred", 8);
   preferred["spec"]["taints"] =
@@ -1225,8 +1225,7 @@ TEST_CASE("capacity counts Ready, schedulable nodes whose taints the jobs tolera
   CHECK(CurrentCluster(h).total_gpus() == 16);
 }
 
-TEST_CASE("GPUs held by pods Rescale does not manage are taken out of the capacity",
-          "[capacity]") {
+TEST_CASE("GPUs held by pods Rescale does not manage are taken out of the capacity", "[capacity]") {
   Harness h;
   JobParams bert;
   bert.gpus = 4;
@@ -1249,7 +1248,8 @@ TEST_CASE("GPUs held by pods Rescale does not manage are taken out of the capaci
   CHECK(SlotsOf(CurrentCluster(h)) == "4=3");
 
   // The notebook finishes: the selective watch reports it DELETED.
-  h.kube.Update(PodPath("research", "notebook"), [](json& pod) { pod["status"]["phase"] = "Succeeded"; });
+  h.kube.Update(PodPath("research", "notebook"),
+                [](json& pod) { pod["status"]["phase"] = "Succeeded"; });
   REQUIRE(WaitForCapacity(h, 16, "4=4"));
   // Another team's pod is bound to gpu-b: 2 GPUs left there.
   h.kube.Put(Pod("research", "sweep", "gpu-b", 6, "Pending"));
@@ -1985,8 +1985,8 @@ TEST_CASE("the fake API server selects pods by field as the API server does", "[
   // stops is DELETED with its last matching state.
   const std::string from = (*list)["metadata"]["resourceVersion"].get<std::string>();
   kube.Update(PodPath("a", "unbound"), [](json& pod) { pod["spec"]["nodeName"] = "node-2"; });
-  json finished = kube.Update(PodPath("a", "bound"),
-                              [](json& pod) { pod["status"]["phase"] = "Succeeded"; });
+  json finished =
+      kube.Update(PodPath("a", "bound"), [](json& pod) { pod["status"]["phase"] = "Succeeded"; });
   kube.Update(PodPath("a", "unbound"), [](json& pod) { pod["status"]["phase"] = "Running"; });
   std::vector<rescale::adapter::WatchEvent> seen;
   std::atomic<bool> stop{false};

@@ -84,13 +84,13 @@ bool FieldSelectable(const std::string& resource, const std::string& field) {
 }
 
 // The selectors of a request, or the message of the 400 it gets.
-std::variant<Selection, std::string> ParseSelection(const std::string& resource,
-                                                    const std::map<std::string, std::string>& query) {
+std::variant<Selection, std::string> ParseSelection(
+    const std::string& resource, const std::map<std::string, std::string>& query) {
   Selection selection;
   if (query.count("labelSelector")) selection.labels = query.at("labelSelector");
   if (!query.count("fieldSelector")) return selection;
-  for (const std::string& term :
-       std::vector<std::string>(absl::StrSplit(query.at("fieldSelector"), ',', absl::SkipEmpty()))) {
+  for (const std::string& term : std::vector<std::string>(
+           absl::StrSplit(query.at("fieldSelector"), ',', absl::SkipEmpty()))) {
     Selection::FieldTerm parsed;
     size_t at = term.find("!=");
     size_t value_at = at + 2;
@@ -743,8 +743,8 @@ void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorde
             // As the API server's watch cache filters: an object that
             // starts matching is ADDED, one that stops matching is DELETED
             // (its previous state, at the event's resourceVersion).
-            const bool before = !event.old_object.is_null() &&
-                                Matches(event.old_object, state->selection);
+            const bool before =
+                !event.old_object.is_null() && Matches(event.old_object, state->selection);
             const bool now = event.type != "DELETED" && Matches(event.object, state->selection);
             if (event.type == "DELETED" || (before && !now)) {
               if (!before) continue;
@@ -752,8 +752,9 @@ void FakeKubeApi::HandleWatch(const Route& route, const RecordedRequest& recorde
               gone["metadata"]["resourceVersion"] = std::to_string(event.rv);
               out += json{{"type", "DELETED"}, {"object", gone}}.dump() + "\n";
             } else if (now) {
-              out += json{{"type", before ? "MODIFIED" : "ADDED"}, {"object", event.object}}.dump() +
-                     "\n";
+              out +=
+                  json{{"type", before ? "MODIFIED" : "ADDED"}, {"object", event.object}}.dump() +
+                  "\n";
             }
           }
           if (bookmark_epoch_ != state->bookmark_epoch) {

@@ -24,9 +24,9 @@ using rescale::adapter::ParseGpuPod;
 using rescale::adapter::ParseNode;
 using rescale::adapter::ParseTolerations;
 using rescale::adapter::Taint;
-using rescale::adapter::Toleration;
 using rescale::adapter::Tolerates;
 using rescale::adapter::ToleratesHardTaints;
+using rescale::adapter::Toleration;
 
 NodeInfo ReadyNode(uint32_t gpus, std::vector<Taint> taints = {}) {
   NodeInfo node;
@@ -54,14 +54,16 @@ TEST_CASE("tolerations match taints as Kubernetes matches them", "[capacity]") {
   CHECK_FALSE(ToleratesHardTaints({}, {{"drain", "", "NoExecute"}}));
   CHECK(ToleratesHardTaints({{"drain", "Exists", "", ""}, {"nvidia.com/gpu", "Exists", "", ""}},
                             {{"drain", "", "NoExecute"}, gpu}));
-  CHECK_FALSE(ToleratesHardTaints({{"drain", "Exists", "", ""}}, {{"drain", "", "NoExecute"}, gpu}));
+  CHECK_FALSE(
+      ToleratesHardTaints({{"drain", "Exists", "", ""}}, {{"drain", "", "NoExecute"}, gpu}));
 
   json spec = json::parse(R"({"tolerations": [
       {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
       "not an object",
       {"key": "team", "value": "vision"}]})");
-  CHECK(ParseTolerations(spec) == std::vector<Toleration>{{"nvidia.com/gpu", "Exists", "", "NoSchedule"},
-                                                          {"team", "", "vision", ""}});
+  CHECK(ParseTolerations(spec) ==
+        std::vector<Toleration>{{"nvidia.com/gpu", "Exists", "", "NoSchedule"},
+                                {"team", "", "vision", ""}});
   CHECK(ParseTolerations(json::object()).empty());
 }
 

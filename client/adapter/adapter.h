@@ -274,7 +274,7 @@ class Adapter {
   // The current stream's newest recommendation per job.
   std::map<std::string, v1::Recommendation> latest_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> skipped_ ABSL_GUARDED_BY(mu_);  // id -> reason logged
-  std::map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);  // by node name
+  std::map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);       // by node name
   // Pods bound to a node that request GPUs, by "namespace/name".
   std::map<std::string, GpuPod> gpu_pods_ ABSL_GUARDED_BY(mu_);
   // Serializes SendCapacity, so that a capacity computed earlier is never

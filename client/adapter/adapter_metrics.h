@@ -91,8 +91,7 @@ class MeteredKubeClient final : public KubeClient {
       : inner_(inner), metrics_(metrics) {}
 
   absl::StatusOr<nlohmann::json> Get(const std::string& path) override;
-  absl::StatusOr<nlohmann::json> List(const std::string& path,
-                                      const Selectors& selectors) override;
+  absl::StatusOr<nlohmann::json> List(const std::string& path, const Selectors& selectors) override;
   absl::StatusOr<nlohmann::json> Patch(const std::string& path, const std::string& content_type,
                                        const nlohmann::json& body) override;
   absl::StatusOr<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;

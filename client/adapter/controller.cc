@@ -186,8 +186,8 @@ void Adapter::RunJobs(const ApiVersion& api) {
     // apply failed: the applier looks again.
     WakeApplier();
   };
-  ListWatch(path, {.labels = options_.label_selector, .fields = {}}, on_list, on_event, on_list_error,
-            AdapterEvent::Kind::kJobsListed, JobResource(api) + "." + api.group);
+  ListWatch(path, {.labels = options_.label_selector, .fields = {}}, on_list, on_event,
+            on_list_error, AdapterEvent::Kind::kJobsListed, JobResource(api) + "." + api.group);
 }
 
 void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
@@ -443,8 +443,8 @@ void Adapter::RunPods() {
   };
   // Every namespace, even with --namespace: other teams' pods hold GPUs
   // on the same nodes.
-  ListWatch("/api/v1/pods", {.labels = {}, .fields = kPodsOnNodesFieldSelector}, on_list, on_event, nullptr,
-            AdapterEvent::Kind::kPodsListed, "pods");
+  ListWatch("/api/v1/pods", {.labels = {}, .fields = kPodsOnNodesFieldSelector}, on_list, on_event,
+            nullptr, AdapterEvent::Kind::kPodsListed, "pods");
 }
 
 HonestCapacity Adapter::ComputeCapacityLocked() const {

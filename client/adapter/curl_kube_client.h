@@ -52,8 +52,7 @@ class CurlKubeClient final : public KubeClient {
   ~CurlKubeClient() override;
 
   absl::StatusOr<nlohmann::json> Get(const std::string& path) override;
-  absl::StatusOr<nlohmann::json> List(const std::string& path,
-                                      const Selectors& selectors) override;
+  absl::StatusOr<nlohmann::json> List(const std::string& path, const Selectors& selectors) override;
   absl::StatusOr<nlohmann::json> Patch(const std::string& path, const std::string& content_type,
                                        const nlohmann::json& body) override;
   absl::StatusOr<nlohmann::json> Post(const std::string& path, const nlohmann::json& body) override;

@@ -98,7 +98,8 @@ NodeInfo ParseNode(const json& node) {
   if (taints.is_array()) {
     for (const json& taint : taints) {
       if (!taint.is_object()) continue;
-      info.taints.push_back({TextAt(taint, "key"), TextAt(taint, "value"), TextAt(taint, "effect")});
+      info.taints.push_back(
+          {TextAt(taint, "key"), TextAt(taint, "value"), TextAt(taint, "effect")});
     }
   }
   return info;
@@ -117,7 +118,8 @@ std::optional<GpuPod> ParseGpuPod(const json& pod) {
   }
   const json& init = FieldAt(pod, {"spec", "initContainers"});
   if (init.is_array()) {
-    for (const json& container : init) largest_init = std::max(largest_init, ContainerGpus(container));
+    for (const json& container : init)
+      largest_init = std::max(largest_init, ContainerGpus(container));
   }
   result.gpus = std::max(containers, largest_init);
   if (result.gpus == 0) return std::nullopt;
