@@ -2334,11 +2334,15 @@ TEST_CASE("the Grafana dashboard parses and every query names metrics rescaled o
   auto started = rescale::server::RescaleServer::Start(options);
   REQUIRE(started.ok());
   {
+    // rescale_gpus_allocatable is absent until a SetCapacity reports it.
     auto stub = v1::ClusterService::NewStub(
         grpc::CreateChannel((*started)->address(), grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
+    v1::SetCapacityRequest request;
+    request.set_total_gpus(8);
+    request.set_allocatable_gpus(16);
     v1::Cluster cluster;
-    REQUIRE(stub->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok());
+    REQUIRE(stub->SetCapacity(&context, request, &cluster).ok());
   }
   httplib::Client client("127.0.0.1", (*started)->metrics_port());
   httplib::Result scraped = client.Get("/metrics");
@@ -2400,8 +2404,8 @@ TEST_CASE("the Grafana dashboard parses and every query names metrics rescaled o
     INFO(title);
     CHECK(titles.count(title));
   }
-  for (const char* name : {"rescale_jobs", "rescale_gpus_capacity", "rescale_samples_accepted_total",
-                           "rescale_samples_rejected_total",
+  for (const char* name : {"rescale_jobs", "rescale_gpus_capacity", "rescale_gpus_allocatable",
+                           "rescale_samples_accepted_total", "rescale_samples_rejected_total",
                            "rescale_plan_duration_seconds_bucket"}) {
     INFO(name);
     CHECK(used.count(name));
