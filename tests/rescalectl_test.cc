@@ -1750,6 +1750,12 @@ TEST_CASE("status shows where state is kept, its last checkpoint, capacity and t
         "ago)");
   CHECK(lines[1] == "Capacity:  64 GPUs, 48 allocated (75%), 2 jobs waiting");
   CHECK(lines[2] == "Last plan: 2023-11-14T22:14:55Z (5s ago), gap 0.00%");
+  cluster.set_allocatable_gpus(80);
+  lines = SplitLines(rescale::cli::FormatStatus(cluster, now));
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[1] ==
+        "Capacity:  64 GPUs usable of 80 on the nodes, 48 allocated (75%), 2 jobs waiting");
+  cluster.set_allocatable_gpus(0);
 
   cluster.set_state_backend("memory");
   cluster.clear_last_checkpoint_at();

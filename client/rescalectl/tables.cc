@@ -148,8 +148,14 @@ std::string FormatStatus(const v1::Cluster& cluster, absl::Time now) {
            : "memory (nothing is kept across restarts)";
   std::string capacity =
       cluster.capacity_known()
-          ? absl::StrCat(cluster.total_gpus(), " GPUs, ", cluster.allocated_gpus(), " allocated (",
-                         UtilizationPercent(cluster), ")")
+          ? absl::StrCat(
+                cluster.total_gpus(), " GPUs",
+                // Reported by the adapter: what the nodes have,
+                // before readiness, taints and other work.
+                cluster.allocatable_gpus() > 0
+                    ? absl::StrCat(" usable of ", cluster.allocatable_gpus(), " on the nodes")
+                    : "",
+                ", ", cluster.allocated_gpus(), " allocated (", UtilizationPercent(cluster), ")")
           : absl::StrCat("unknown (unbounded), ", cluster.allocated_gpus(), " GPUs allocated");
   absl::StrAppend(&capacity, ", ", cluster.waiting_jobs(),
                   cluster.waiting_jobs() == 1 ? " job" : " jobs", " waiting");
