@@ -247,6 +247,9 @@ TEST_CASE("two rescaled on one etcd: a follower refuses writes, naming the leade
   for (const auto& [id, rec] : before) {
     INFO(id);
     REQUIRE(after.count(id));
+    // Why each side chose its size, for a failure (once seen in CI under
+    // load: four jobs went from 4 replicas to 1 after the takeover).
+    INFO("before: " << rec.reason() << " / after: " << after.at(id).reason());
     // Same target and generation: no training job restarts for a failover.
     CHECK(after.at(id).replicas() == rec.replicas());
     CHECK(after.at(id).generation() == rec.generation());
