@@ -448,10 +448,16 @@ void Adapter::RunPods() {
 }
 
 HonestCapacity Adapter::ComputeCapacityLocked() const {
+  // One placement per distinct (size, tolerations): thousands of jobs share
+  // a handful, and ComputeCapacity visits every node for each placement on
+  // every job, node and pod event.
   std::vector<JobPlacement> placements;
   for (const auto& [id, entry] : jobs_) {
     if (!entry.registered) continue;
-    placements.push_back({entry.info.gpus_per_replica.value_or(1), entry.info.tolerations});
+    JobPlacement placement{entry.info.gpus_per_replica.value_or(1), entry.info.tolerations};
+    if (std::find(placements.begin(), placements.end(), placement) == placements.end()) {
+      placements.push_back(std::move(placement));
+    }
   }
   std::map<std::string, uint32_t> foreign;
   for (const auto& [key, pod] : gpu_pods_) {

@@ -109,6 +109,7 @@ std::optional<GpuPod> ParseGpuPod(const nlohmann::json& pod);
 struct JobPlacement {
   uint32_t gpus_per_replica = 1;
   std::vector<Toleration> tolerations;  // of its worker template
+  friend bool operator==(const JobPlacement&, const JobPlacement&) = default;
 };
 
 struct HonestCapacity {
