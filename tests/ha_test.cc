@@ -11,6 +11,7 @@
 #include <grpcpp/create_channel.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <functional>
 #include <memory>
@@ -219,16 +220,40 @@ TEST_CASE("two rescaled on one etcd: a follower refuses writes, naming the leade
   for (int i = 0; i < 20; ++i) REQUIRE(Register(*leader, absl::StrCat("ns/job-", i)).ok());
   // The follower's copy follows (a watch, not a reload).
   REQUIRE(Eventually(absl::Seconds(10), [&] { return follower->Recommendations().size() == 20; }));
-  std::map<std::string, v1::Recommendation> before = leader->Recommendations();
-  for (const auto& [id, rec] : before) {
-    grpc::ClientContext ctx;
-    v1::ReportAppliedRequest req;
-    req.set_job_id(id);
-    req.set_replicas(rec.replicas());
-    req.set_generation(rec.generation());
-    v1::ReportAppliedResponse reply;
-    REQUIRE(leader->recs->ReportApplied(&ctx, req, &reply).ok());
-  }
+  // Apply what the leader recommends, as the adapter does, until a plan
+  // after the last apply changes nothing. One read is not the leader's
+  // settled state: a job not started yet may be resized by any plan (a
+  // first start costs no restart), and a plan (every 200 ms) may run between
+  // the read and the applies. Comparing against one read failed in CI under
+  // load: four jobs "went" from 4 replicas to 1 across the failover, which
+  // the old leader had itself decided after the read.
+  std::map<std::string, v1::Recommendation> before;
+  const auto same_targets = [](const std::map<std::string, v1::Recommendation>& a,
+                               const std::map<std::string, v1::Recommendation>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
+      return x.first == y.first && x.second.replicas() == y.second.replicas() &&
+             x.second.generation() == y.second.generation();
+    });
+  };
+  REQUIRE(Eventually(absl::Seconds(20), [&] {
+    before = leader->Recommendations();
+    for (const auto& [id, rec] : before) {
+      grpc::ClientContext ctx;
+      v1::ReportAppliedRequest req;
+      req.set_job_id(id);
+      req.set_replicas(rec.replicas());
+      req.set_generation(rec.generation());
+      v1::ReportAppliedResponse reply;
+      REQUIRE(leader->recs->ReportApplied(&ctx, req, &reply).ok());
+    }
+    const absl::Time applied_at = absl::Now();
+    REQUIRE(Eventually(absl::Seconds(10), [&] {
+      const v1::Cluster cluster = leader->GetCluster();
+      return cluster.has_planned_at() &&
+             rescale::testing::FromTimestamp(cluster.planned_at()) > applied_at;
+    }));
+    return same_targets(leader->Recommendations(), before);
+  }));
 
   const absl::Time killed_at = absl::Now();
   leader->process->Kill();
