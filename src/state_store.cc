@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -378,6 +379,29 @@ class MemoryStateStore : public StateStore {
 };
 
 }  // namespace
+
+absl::Status StateStore::Write(std::span<const StateChange> changes) {
+  for (const StateChange& change : changes) {
+    absl::Status written = std::visit(
+        [&](const auto& c) -> absl::Status {
+          using T = std::decay_t<decltype(c)>;
+          if constexpr (std::is_same_v<T, StoredJob>) {
+            return PutJob(c);
+          } else if constexpr (std::is_same_v<T, DeletedJob>) {
+            return DeleteJob(c.job_id, c.last_generation);
+          } else if constexpr (std::is_same_v<T, CapacityReport>) {
+            return PutCapacity(c);
+          } else if constexpr (std::is_same_v<T, std::vector<Recommendation>>) {
+            return PutRecommendations(c);
+          } else {
+            return PutMeasurements(c);
+          }
+        },
+        change);
+    if (!written.ok()) return written;
+  }
+  return absl::OkStatus();
+}
 
 ReplicatedChange ReplicatedChange::Full(StoredState state) {
   ReplicatedChange change;

@@ -146,11 +146,7 @@ class SqliteStateStore : public StateStore {
 
   absl::Status PutJob(const StoredJob& job) override {
     std::lock_guard<std::mutex> lock(mu_);
-    ASSIGN_OR_RETURN(Statement put,
-                     Prepare("INSERT OR REPLACE INTO jobs (job_id, record) VALUES (?, ?)"));
-    Bind(put.get(), 1, job.spec.job_id);
-    Bind(put.get(), 2, JobToJson(job));
-    return Run(put.get(), "record the job");
+    return PutJobStatement(job);
   }
 
   absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override {
@@ -165,21 +161,7 @@ class SqliteStateStore : public StateStore {
     // The slots are a text value in the cluster table (SQLite keeps the text
     // of a column declared INTEGER as text); they and the allocatable GPUs
     // are rows older files lack: no migration needed.
-    return InTransaction([&]() -> absl::Status {
-      RETURN_IF_ERROR(PutClusterCount("capacity_gpus", capacity.total_gpus, "record the capacity"));
-      RETURN_IF_ERROR(PutClusterCount("capacity_allocatable_gpus", capacity.allocatable_gpus,
-                                      "record the allocatable GPUs"));
-      if (capacity.slots.empty()) {
-        ASSIGN_OR_RETURN(Statement drop,
-                         Prepare("DELETE FROM cluster WHERE key = 'capacity_slots'"));
-        return Run(drop.get(), "record the capacity's slots");
-      }
-      ASSIGN_OR_RETURN(
-          Statement slots,
-          Prepare("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_slots', ?)"));
-      Bind(slots.get(), 1, SlotsToText(capacity.slots));
-      return Run(slots.get(), "record the capacity's slots");
-    });
+    return InTransaction([&] { return PutCapacityInTransaction(capacity); });
   }
 
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
@@ -192,6 +174,30 @@ class SqliteStateStore : public StateStore {
     if (jobs.empty()) return absl::OkStatus();
     std::lock_guard<std::mutex> lock(mu_);
     return InTransaction([&] { return PutMeasurementsInTransaction(jobs); });
+  }
+
+  // Every change in one transaction: one fsync for all the writers whose
+  // changes waited together (the engine's group commit).
+  absl::Status Write(std::span<const StateChange> changes) override {
+    if (changes.empty()) return absl::OkStatus();
+    std::lock_guard<std::mutex> lock(mu_);
+    return InTransaction([&]() -> absl::Status {
+      for (const StateChange& change : changes) {
+        if (const auto* job = std::get_if<StoredJob>(&change)) {
+          RETURN_IF_ERROR(PutJobStatement(*job));
+        } else if (const auto* gone = std::get_if<DeletedJob>(&change)) {
+          RETURN_IF_ERROR(DeleteJobInTransaction(gone->job_id, gone->last_generation));
+        } else if (const auto* capacity = std::get_if<CapacityReport>(&change)) {
+          RETURN_IF_ERROR(PutCapacityInTransaction(*capacity));
+        } else if (const auto* recs = std::get_if<std::vector<Recommendation>>(&change)) {
+          RETURN_IF_ERROR(PutRecommendationsInTransaction(*recs));
+        } else {
+          RETURN_IF_ERROR(
+              PutMeasurementsInTransaction(std::get<std::vector<StoredMeasurements>>(change)));
+        }
+      }
+      return absl::OkStatus();
+    });
   }
 
  private:
@@ -256,6 +262,29 @@ class SqliteStateStore : public StateStore {
     return absl::OkStatus();
   }
 
+  absl::Status PutJobStatement(const StoredJob& job) {
+    ASSIGN_OR_RETURN(Statement put,
+                     Prepare("INSERT OR REPLACE INTO jobs (job_id, record) VALUES (?, ?)"));
+    Bind(put.get(), 1, job.spec.job_id);
+    Bind(put.get(), 2, JobToJson(job));
+    return Run(put.get(), "record the job");
+  }
+
+  absl::Status PutCapacityInTransaction(const CapacityReport& capacity) {
+    RETURN_IF_ERROR(PutClusterCount("capacity_gpus", capacity.total_gpus, "record the capacity"));
+    RETURN_IF_ERROR(PutClusterCount("capacity_allocatable_gpus", capacity.allocatable_gpus,
+                                    "record the allocatable GPUs"));
+    if (capacity.slots.empty()) {
+      ASSIGN_OR_RETURN(Statement drop, Prepare("DELETE FROM cluster WHERE key = 'capacity_slots'"));
+      return Run(drop.get(), "record the capacity's slots");
+    }
+    ASSIGN_OR_RETURN(
+        Statement slots,
+        Prepare("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_slots', ?)"));
+    Bind(slots.get(), 1, SlotsToText(capacity.slots));
+    return Run(slots.get(), "record the capacity's slots");
+  }
+
   absl::Status DeleteJobInTransaction(std::string_view job_id, uint64_t last_generation) {
     for (const char* sql :
          {"DELETE FROM jobs WHERE job_id = ?", "DELETE FROM recommendations WHERE job_id = ?",
@@ -291,9 +320,10 @@ class SqliteStateStore : public StateStore {
     // Only for jobs still kept: a checkpoint that raced with a
     // deregistration must not put the job's measurements back (a job
     // registered again under that id would inherit them).
-    ASSIGN_OR_RETURN(Statement put,
-                     Prepare("INSERT OR REPLACE INTO measurements (job_id, record, policy_memory) "
-                             "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ?1)"));
+    ASSIGN_OR_RETURN(
+        Statement put,
+        Prepare("INSERT OR REPLACE INTO measurements (job_id, record, policy_memory) "
+                "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ?1)"));
     for (const StoredMeasurements& job : jobs) {
       Bind(put.get(), 1, job.job_id);
       Bind(put.get(), 2, MeasurementsToJson(job.sizes));

@@ -2,6 +2,8 @@
 // the core types.
 #include "rescale/types.h"
 
+#include <algorithm>
+
 namespace rescale {
 
 std::string_view ActionName(Action action) {
@@ -61,6 +63,31 @@ void IngestResult::Merge(const IngestResult& other, uint32_t index_offset) {
   for (const SampleRejection& r : other.rejections) {
     if (rejections.size() >= kMaxReportedRejections) break;
     rejections.push_back({r.index + index_offset, r.reason});
+  }
+}
+
+void IngestResult::MergeRetried(const IngestResult& retried,
+                                std::span<const uint32_t> original_index) {
+  // The retried samples were counted as rejected for an unknown job: they
+  // now count as `retried` says instead.
+  rejected -= original_index.size();
+  rejected_unknown_job -= original_index.size();
+  std::vector<SampleRejection> all;
+  for (SampleRejection& r : rejections) {
+    if (!std::binary_search(original_index.begin(), original_index.end(), r.index))
+      all.push_back(std::move(r));
+  }
+  for (const SampleRejection& r : retried.rejections)
+    all.push_back({original_index[r.index], r.reason});
+  std::sort(all.begin(), all.end(),
+            [](const SampleRejection& a, const SampleRejection& b) { return a.index < b.index; });
+  rejections.clear();
+  IngestResult counts = retried;
+  counts.rejections.clear();
+  Merge(counts, 0);
+  for (SampleRejection& r : all) {
+    if (rejections.size() >= kMaxReportedRejections) break;
+    rejections.push_back(std::move(r));
   }
 }
 

@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -119,6 +120,17 @@ struct ReplicatedChange {
   static ReplicatedChange Full(StoredState state);
 };
 
+// A job forgotten (StateStore::DeleteJob), as one change of a Write.
+struct DeletedJob {
+  std::string job_id;
+  uint64_t last_generation = 0;
+};
+
+// One change of a StateStore::Write: a job recorded, a job forgotten, the
+// capacity, recommendations, measurements (as the Put of the same type).
+using StateChange = std::variant<StoredJob, DeletedJob, CapacityReport, std::vector<Recommendation>,
+                                 std::vector<StoredMeasurements>>;
+
 class StateStore {
  public:
   virtual ~StateStore() = default;
@@ -141,6 +153,12 @@ class StateStore {
   // checkpoint: one transaction for all of them). Jobs no longer kept (a
   // checkpoint racing a deregistration) are skipped.
   virtual absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) = 0;
+  // Records `changes` in their order, durably, as one transaction where
+  // the backend has them (SQLite: one transaction, one fsync; etcd: one
+  // Txn, in as few as its limits allow): the engine's writer hands it every
+  // change waiting at once (group commit). On error none of them may be
+  // assumed recorded. The default runs the Puts one by one.
+  virtual absl::Status Write(std::span<const StateChange> changes);
   // How many jobs a checkpoint hands PutMeasurements at once.
   virtual size_t checkpoint_jobs_per_write() const { return 128; }
 };

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -205,6 +206,10 @@ struct IngestResult {
     }
   }
   void Merge(const IngestResult& other, uint32_t index_offset);
+  // Folds in the result of ingesting again some of this batch's samples
+  // (those at `original_index`, ascending, all rejected here for an unknown
+  // job, now registered): their outcome replaces their rejection.
+  void MergeRetried(const IngestResult& retried, std::span<const uint32_t> original_index);
 };
 
 struct JobAllocation {

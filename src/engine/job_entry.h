@@ -1,0 +1,77 @@
+// The engine's private records of a job: JobEntry (what the caller and the
+// cluster said of it: the registry's) and Fitted (its throughput curve as
+// fitted to the store's statistics: the plan pipeline's and the readers').
+// Internal to the engine (src/engine); nothing in include/ names them.
+#ifndef RESCALE_SRC_ENGINE_JOB_ENTRY_H_
+#define RESCALE_SRC_ENGINE_JOB_ENTRY_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "rescale/metrics_store.h"
+#include "rescale/policy.h"
+#include "rescale/state_store.h"
+#include "rescale/throughput_model.h"
+#include "rescale/types.h"
+
+namespace rescale::engine {
+
+// A registered job as mutations leave it (JobRegistry): what the caller and
+// the cluster said. Plans work on their own copies (PlanSlot).
+struct JobEntry {
+  JobSpec spec;
+  JobStatus status;
+  // The policy memory the cluster's changes write (ReportApplied):
+  // previous_replicas and scale_events. The rest of a policy's memory is
+  // the plan's (PlanSlot), which takes these two from here.
+  PolicyMemory memory;
+  // When the cluster last applied a change of replicas; the first applied
+  // state is not a change.
+  absl::Time last_change_at = absl::InfinitePast();
+  bool has_applied = false;
+  // When it last started running (tie-break: the most recently started
+  // job is suspended first).
+  absl::Time started_at = absl::InfinitePast();
+  // When it last stopped running (suspended): jct ages a waiting job from
+  // then, or from its registration if it never ran.
+  absl::Time stopped_at = absl::InfinitePast();
+  // Which registration this is, its latest change (spec or applied state)
+  // and its spec's: all from the registry's change counter, so a plan can
+  // tell whether the job moved on since it copied it.
+  uint64_t registration = 0;
+  uint64_t version = 0;
+  uint64_t spec_version = 0;
+  // The measurements a state store kept of this job before the restart
+  // (null: none): its curve is fitted on them for the sizes the store has
+  // not measured again since (WithRestored).
+  std::shared_ptr<const std::vector<SizeStats>> restored;
+};
+
+// What the state store keeps of `entry`, and the entry a kept job makes.
+StoredJob StoredJobOf(const JobEntry& entry);
+void FillFromStored(JobEntry& entry, JobSpec spec, StoredJob& kept);
+
+// A job's curve fitted to its statistics.
+struct Fitted {
+  std::vector<Observation> observations;
+  ThroughputModel model;
+  // model.SamplesPerSecond(n) at index n - 1, n up to the spec's
+  // max_replicas (at most kCachedSizes): what every plan asks of it.
+  std::vector<double> samples_per_second;
+  // The store's progress of the job with these statistics.
+  uint64_t samples_processed = 0;
+  // The statistics it was fitted on (with the restored ones), kept only
+  // with a state store: what a checkpoint writes.
+  std::vector<SizeStats> stats;
+  static constexpr uint32_t kCachedSizes = 256;
+  double SamplesPerSecond(uint32_t n) const {
+    return n >= 1 && n <= samples_per_second.size() ? samples_per_second[n - 1]
+                                                    : model.SamplesPerSecond(n);
+  }
+};
+
+}  // namespace rescale::engine
+
+#endif  // RESCALE_SRC_ENGINE_JOB_ENTRY_H_

@@ -1,0 +1,163 @@
+// JobViews (see job_views.h).
+#include "src/engine/job_views.h"
+
+#include <algorithm>
+
+#include "rescale/job_rules.h"
+
+namespace rescale::engine {
+
+StoredJob StoredJobOf(const JobEntry& entry) {
+  StoredJob kept;
+  kept.spec = entry.spec;
+  kept.current_replicas = entry.status.current_replicas;
+  kept.suspended = entry.status.suspended;
+  kept.last_applied_generation = entry.status.last_applied_generation;
+  kept.last_applied_at = entry.status.last_applied_at;
+  kept.has_applied = entry.has_applied;
+  kept.registered_at = entry.status.registered_at;
+  kept.last_change_at = entry.last_change_at;
+  kept.started_at = entry.started_at;
+  kept.stopped_at = entry.stopped_at;
+  kept.previous_replicas = entry.memory.previous_replicas;
+  kept.scale_events = entry.memory.scale_events;
+  return kept;
+}
+
+void FillFromStored(JobEntry& entry, JobSpec spec, StoredJob& kept) {
+  entry.spec = std::move(spec);
+  entry.status.current_replicas = kept.current_replicas;
+  entry.status.suspended = kept.suspended;
+  entry.status.last_applied_generation = kept.last_applied_generation;
+  entry.status.last_applied_at = kept.last_applied_at;
+  entry.status.registered_at = kept.registered_at;
+  entry.has_applied = kept.has_applied;
+  entry.last_change_at = kept.last_change_at;
+  entry.started_at = kept.started_at;
+  entry.stopped_at = kept.stopped_at;
+  entry.memory.previous_replicas = kept.previous_replicas;
+  entry.memory.scale_events = std::move(kept.scale_events);
+}
+
+Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now) const {
+  Fitted fitted;
+  for (const SizeStats& s : stats) {
+    Observation o;
+    o.replicas = s.world_size;
+    o.step_seconds = s.step_seconds;
+    o.spread_seconds = s.spread_seconds;
+    o.sample_count = s.from_window ? s.sample_count : s.lifetime_count;
+    o.lifetime_count = s.lifetime_count;
+    o.mean_batch = s.mean_batch;
+    o.age_seconds = std::max(0.0, absl::ToDoubleSeconds(now - s.last_sample_at));
+    fitted.observations.push_back(o);
+  }
+  ModelOptions model_options = options_.model;
+  model_options.min_samples = options_.min_samples;
+  model_options.gpus_per_replica = std::max<uint32_t>(spec.gpus_per_replica, 1);
+  if (spec.local_batch_size > 0) model_options.default_local_batch = spec.local_batch_size;
+  fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
+  for (const SizeStats& s : stats) fitted.samples_processed += s.samples_processed;
+  if (options_.keep_stats) fitted.stats.assign(stats.begin(), stats.end());
+  if (!fitted.model.empty()) {
+    const uint32_t sizes = std::min(spec.max_replicas, Fitted::kCachedSizes);
+    fitted.samples_per_second.reserve(sizes);
+    for (uint32_t n = 1; n <= sizes; ++n)
+      fitted.samples_per_second.push_back(fitted.model.SamplesPerSecond(n));
+  }
+  return fitted;
+}
+
+Fitted JobViews::FitNow(const JobEntry& entry) const {
+  const absl::Time now = clock_.Now();
+  return Fit(entry.spec, WithRestored(store_.Stats(entry.spec.job_id, now), entry), now);
+}
+
+std::vector<SizeStats> JobViews::WithRestored(std::vector<SizeStats> live,
+                                              const JobEntry& entry) const {
+  if (entry.restored == nullptr) return live;
+  for (const SizeStats& kept : *entry.restored) {
+    auto same = std::find_if(live.begin(), live.end(),
+                             [&](const SizeStats& s) { return s.world_size == kept.world_size; });
+    if (same == live.end()) {
+      live.push_back(kept);
+      continue;
+    }
+    // Measured again since the restart: the new measurements win once they
+    // are enough to fit on; the progress made before counts either way.
+    const uint64_t steps_before = kept.steps_processed;
+    const uint64_t samples_before = kept.samples_processed;
+    if (same->lifetime_count < options_.min_samples) {
+      const uint64_t steps_since = same->steps_processed;
+      const uint64_t samples_since = same->samples_processed;
+      *same = kept;
+      same->steps_processed = steps_since;
+      same->samples_processed = samples_since;
+    }
+    same->steps_processed += steps_before;
+    same->samples_processed += samples_before;
+  }
+  std::sort(live.begin(), live.end(),
+            [](const SizeStats& a, const SizeStats& b) { return a.world_size < b.world_size; });
+  return live;
+}
+
+std::vector<CurvePoint> JobViews::CurveOf(const JobSpec& spec, const Fitted& fitted) {
+  std::vector<CurvePoint> curve;
+  if (fitted.model.empty()) return curve;
+  constexpr uint32_t kMaxPoints = 256;
+  const uint32_t last = std::min(spec.max_replicas, kMaxPoints);
+  for (uint32_t n = 1; n <= last; ++n) {
+    CurvePoint p;
+    p.replicas = n;
+    p.samples_per_second = fitted.model.SamplesPerSecond(n);
+    p.uncertainty = fitted.model.Uncertainty(n);
+    p.efficiency = fitted.model.Efficiency(n);
+    for (const Observation& o : fitted.observations) {
+      if (o.replicas != n || o.step_seconds <= 0) continue;
+      p.observed = true;
+      p.sample_count = o.sample_count;
+      p.observed_samples_per_second = ObservedSamplesPerSecond(n, o.mean_batch, o.step_seconds);
+    }
+    curve.push_back(p);
+  }
+  return curve;
+}
+
+JobStatus JobViews::StatusOf(const JobEntry& entry, const ThroughputModel* model) const {
+  JobStatus status = entry.status;
+  status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
+  status.samples_processed = store_.SamplesProcessed(entry.spec.job_id);
+  if (entry.restored != nullptr) {
+    for (const SizeStats& kept : *entry.restored)
+      status.samples_processed += kept.samples_processed;
+  }
+  // At the size it runs now: the estimate answers "when does it finish if
+  // nothing changes", and a job that does not run does not finish. Only then
+  // is a curve needed; a caller without one (ReportApplied) pays for a fit
+  // only for a running job with a known total.
+  if (!entry.spec.total_samples.has_value() || !IsRunning(status)) return status;
+  const double rate = model != nullptr
+                          ? model->SamplesPerSecond(RunningReplicas(status))
+                          : FitNow(entry).model.SamplesPerSecond(RunningReplicas(status));
+  if (rate <= 0) return status;
+  const uint64_t total = *entry.spec.total_samples;
+  const uint64_t left = total > status.samples_processed ? total - status.samples_processed : 0;
+  status.estimated_remaining_seconds = static_cast<double>(left) / rate;
+  return status;
+}
+
+JobView JobViews::ViewOf(const JobEntry& entry) const {
+  JobView view;
+  view.spec = entry.spec;
+  const Fitted fitted = FitNow(entry);
+  view.status = StatusOf(entry, &fitted.model);
+  view.curve = CurveOf(entry.spec, fitted);
+  view.curve_model = fitted.model.Describe();
+  view.curve_fit_rms_log_error = fitted.model.rms_log_error();
+  view.recommendation = board_.Get(entry.spec.job_id);
+  view.pods = store_.Pods(entry.spec.job_id);
+  return view;
+}
+
+}  // namespace rescale::engine

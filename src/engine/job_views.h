@@ -1,0 +1,64 @@
+// JobViews: the engine's one home for what a job's statistics say: its
+// fitted curve (Fit, used by plans and readers alike), its status with
+// progress and the time left (StatusOf: the one progress rule), and the view
+// readers get (ViewOf). Holds no state of its own: it reads the metrics
+// store and the board, both thread-safe, so it needs no lock.
+#ifndef RESCALE_SRC_ENGINE_JOB_VIEWS_H_
+#define RESCALE_SRC_ENGINE_JOB_VIEWS_H_
+
+#include <span>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "rescale/clock.h"
+#include "rescale/metrics_store.h"
+#include "rescale/policy.h"
+#include "rescale/recommendation_board.h"
+#include "rescale/throughput_model.h"
+#include "rescale/types.h"
+#include "src/engine/job_entry.h"
+
+namespace rescale::engine {
+
+struct JobViewsOptions {
+  ModelOptions model;
+  // Samples a size needs before its own measurements replace restored ones
+  // and the model fits on them (PolicyOptions::min_samples).
+  uint32_t min_samples = 0;
+  // Whether fits keep their statistics (a state store checkpoints them).
+  bool keep_stats = false;
+};
+
+class JobViews {
+ public:
+  JobViews(JobViewsOptions options, const MetricsStore& store, const RecommendationBoard& board,
+           Clock& clock)
+      : options_(options), store_(store), board_(board), clock_(clock) {}
+
+  Fitted Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now) const;
+  // A fit of the job's statistics now, for readers.
+  Fitted FitNow(const JobEntry& entry) const;
+  // `live` (the store's statistics of the job) with the restored ones for
+  // the sizes the store has too few samples of, and the progress made
+  // before the restart added to each size's.
+  std::vector<SizeStats> WithRestored(std::vector<SizeStats> live, const JobEntry& entry) const;
+  // The model's curve for n in [1, max_replicas] (at most 256 points).
+  static std::vector<CurvePoint> CurveOf(const JobSpec& spec, const Fitted& fitted);
+  // The entry's status with the store's counts and the job's progress:
+  // samples processed (restored ones included) and the time the rest takes
+  // at the running size, from `model` (null: fitted here, and only when the
+  // estimate needs it).
+  JobStatus StatusOf(const JobEntry& entry, const ThroughputModel* model) const;
+  // The job's view: spec, status, fitted curve, pods, recommendation.
+  JobView ViewOf(const JobEntry& entry) const;
+
+ private:
+  const JobViewsOptions options_;
+  const MetricsStore& store_;
+  const RecommendationBoard& board_;
+  Clock& clock_;
+};
+
+}  // namespace rescale::engine
+
+#endif  // RESCALE_SRC_ENGINE_JOB_VIEWS_H_

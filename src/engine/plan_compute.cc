@@ -1,0 +1,263 @@
+// PlanPipeline (see plan_pipeline.h): a plan's computation. Each job's
+// policy states what it wants, from a fit of its statistics kept while they
+// and its spec stand; the cluster planner then fits every job into the GPUs
+// at once. Runs on the plan's own copies of the jobs, under the plan gate
+// only.
+#include <algorithm>
+#include <span>
+
+#include "rescale/job_rules.h"
+#include "spdlog/spdlog.h"
+#include "src/engine/plan_pipeline.h"
+
+namespace rescale::engine {
+namespace {
+
+// What the cluster must do to go from `status` to `replicas`.
+Action ActionFor(const JobStatus& status, uint32_t replicas) {
+  const bool running = IsRunning(status);
+  if (replicas == 0) return running ? Action::kSuspend : Action::kHold;
+  if (!running) return status.suspended ? Action::kResume : Action::kScaleUp;
+  if (replicas > status.current_replicas) return Action::kScaleUp;
+  if (replicas < status.current_replicas) return Action::kScaleDown;
+  return Action::kHold;
+}
+
+}  // namespace
+
+void PlanPipeline::FitInto(PlanSlot& slot, absl::Time now, bool& refitted) const {
+  // A new spec refits whatever the statistics say (a default revision).
+  if (slot.fitted_spec_version != slot.entry.spec_version) slot.stats_revision = {};
+  std::optional<std::vector<SizeStats>> stats =
+      store_.StatsIfChanged(slot.entry.spec.job_id, now, slot.stats_revision);
+  refitted = stats.has_value() || slot.fitted == nullptr;
+  if (!refitted) return;
+  if (!stats.has_value()) stats = store_.Stats(slot.entry.spec.job_id, now);
+  slot.fitted = std::make_shared<const Fitted>(
+      views_.Fit(slot.entry.spec, views_.WithRestored(*std::move(stats), slot.entry), now));
+  slot.fitted_spec_version = slot.entry.spec_version;
+  ++slot.fit_serial;
+}
+
+std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
+    PlanSlot& slot, bool refitted, bool capacity_known, absl::Time now, PlannerJob& job_out,
+    std::shared_ptr<const PlanInput>& source) const {
+  JobEntry& entry = slot.entry;
+  if (const std::shared_ptr<const PlanInput>& cached = slot.plan_input;
+      cached != nullptr && cached->version == entry.version && cached->fitted == slot.fitted &&
+      cached->capacity_known == capacity_known) {
+    if (source != cached) {
+      job_out = cached->job;
+      source = cached;
+    }
+    return cached;
+  }
+  auto input = std::make_shared<PlanInput>();
+  input->version = entry.version;
+  input->fitted = slot.fitted;
+  input->capacity_known = capacity_known;
+  const JobSpec& spec = entry.spec;
+  const Fitted& fit = *input->fitted;
+  const Policy* policy =
+      FindPolicy(spec.policy.empty() ? options_.default_policy : spec.policy);  // validated
+  input->policy = policy->name();
+  input->planned_by_cluster = input->policy == kPlannerPolicy;
+  const PolicyOptions policy_options = ResolvePolicyOptions(options_.policy, spec.parameters);
+  input->cooldown = policy_options.cooldown;
+  PolicyInput policy_input;
+  policy_input.spec = &spec;
+  policy_input.status = &entry.status;
+  policy_input.model = &fit.model;
+  policy_input.observed = fit.observations;
+  policy_input.memory = &entry.memory;
+  policy_input.last_change_at = entry.last_change_at;
+  policy_input.now = now;
+  policy_input.options = policy_options;
+  policy_input.capacity_known = capacity_known;
+  input->wish = policy->Decide(policy_input);
+  entry.memory = input->wish.memory;
+
+  PlannerJob& job = input->job;
+  job.job_id = spec.job_id;
+  job.min_replicas = spec.min_replicas;
+  job.max_replicas = std::clamp(input->wish.replicas, spec.min_replicas, spec.max_replicas);
+  job.gpus_per_replica = spec.gpus_per_replica;
+  job.priority = spec.priority;
+  job.preemptible = spec.preemptible;
+  const bool running = IsRunning(entry.status);
+  job.current_replicas = RunningReplicas(entry.status);
+  job.suspended = entry.status.suspended;
+  job.restart_cost_seconds = spec.restart_cost_seconds;
+  job.started_at = running ? entry.started_at : entry.status.registered_at;
+  // What the jct objective ranks jobs by: remaining work when the job
+  // declared its size, else the service it has had; both in samples, which
+  // the planner turns into seconds with the fitted rate at min_replicas. A
+  // job without a fitted curve has no rate to do that with: it counts as
+  // having had no service (least attained service puts new jobs first).
+  if (!fit.model.empty()) {
+    const uint64_t processed = fit.samples_processed;
+    job.samples_per_second_at_min = fit.SamplesPerSecond(job.min_replicas);
+    job.attained_samples = static_cast<double>(processed);
+    if (spec.total_samples.has_value()) {
+      job.remaining_samples = static_cast<double>(
+          *spec.total_samples > processed ? *spec.total_samples - processed : 0);
+    }
+  }
+  // A planner job with neither data nor prior: the default prior's curve
+  // (relative; the objective uses only ratios T(n)/T(min)), so the planner
+  // sizes its start by the median scaling of the measured models.
+  std::optional<ThroughputModel> default_prior;
+  if (input->planned_by_cluster && fit.model.empty()) {
+    ModelOptions shape = options_.model;
+    shape.gpus_per_replica = std::max<uint32_t>(spec.gpus_per_replica, 1);
+    default_prior = ThroughputModel::FromShares(kDefaultPriorShares, shape);
+  }
+  job.throughput.reserve(job.max_replicas - job.min_replicas + 1);
+  for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
+    // Planner jobs: predicted samples/s. Others: any rising curve, so the
+    // planner grows them toward their wish when GPUs allow.
+    double predicted = 0;
+    if (input->planned_by_cluster) {
+      predicted = default_prior ? default_prior->SamplesPerSecond(n) : fit.SamplesPerSecond(n);
+    }
+    job.throughput.push_back(predicted > 0 ? predicted : double(n));
+  }
+  // Only a planner job's input outlives this plan: the other policies read
+  // the clock (windows, cooldowns), so theirs is made afresh each time.
+  if (input->planned_by_cluster && !refitted) {
+    job_out = input->job;
+    slot.plan_input = source = input;
+  } else {
+    job_out = std::move(input->job);
+    slot.plan_input = source = nullptr;
+  }
+  return input;
+}
+
+PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> capacity_gpus,
+                                                     absl::Time now) {
+  SlotMap& slots = slots_;
+  PlanResult result;
+
+  // Each job's policy states what it wants; the cluster planner then fits
+  // every job into the GPUs at once. A `planner` job offers the planner its
+  // whole explorable range with its predicted curve, so the planner chooses
+  // its size; any other policy's wish is a ceiling the planner fills in
+  // priority order (a rising curve up to the wish) and may only cut for
+  // capacity.
+  struct Prepared {
+    const JobSpec* spec = nullptr;
+    std::shared_ptr<const PlanInput> input;
+  };
+  std::vector<Prepared> prepared;
+  std::vector<PlannerJob>& planner_jobs = planner_jobs_;
+  planner_jobs.resize(slots.size());
+  planner_job_sources_.resize(slots.size());
+  prepared.reserve(slots.size());
+  size_t index = 0;
+  for (auto& [id, slot] : slots) {
+    const JobEntry& entry = slot.entry;
+    Prepared p;
+    p.spec = &entry.spec;
+    bool refitted = false;
+    FitInto(slot, now, refitted);
+    PlannerJob& job = planner_jobs[index];
+    p.input = PlanInputOf(slot, refitted, capacity_gpus.has_value(), now, job,
+                          planner_job_sources_[index]);
+    ++index;
+    const PlanInput& input = *p.input;
+    // What moves with time alone.
+    const bool running = IsRunning(entry.status);
+    absl::Duration cooldown = input.cooldown;
+    if (input.planned_by_cluster) {
+      // The per-job policies steady themselves (restart cost, HPA windows);
+      // a planner job is steadied here: the more it changed lately, the
+      // longer it stays put (BackedOffCooldown).
+      int recent_changes = 0;
+      for (const auto& event : entry.memory.scale_events)
+        recent_changes += now - event.first < kCooldownMemory * cooldown;
+      cooldown = BackedOffCooldown(cooldown, recent_changes);
+    }
+    job.in_cooldown = running && entry.last_change_at != absl::InfinitePast() &&
+                      now - entry.last_change_at < cooldown;
+    job.waiting_seconds = 0;
+    if (!running) {
+      const absl::Time waiting_since = std::max(entry.status.registered_at, entry.stopped_at);
+      job.waiting_seconds = std::max(0.0, absl::ToDoubleSeconds(now - waiting_since));
+    }
+    prepared.push_back(std::move(p));
+  }
+
+  ClusterPlannerOptions planner_options = options_.planner;
+  planner_options.horizon_seconds = absl::ToDoubleSeconds(options_.policy.horizon);
+  std::optional<uint64_t> capacity;
+  if (capacity_gpus) capacity = *capacity_gpus;
+  // Slots bind only with a known total (SetCapacity sets both).
+  const std::span<const ReplicaSlots> node_slots =
+      capacity ? std::span<const ReplicaSlots>(capacity_slots_) : std::span<const ReplicaSlots>();
+  ClusterPlan plan = PlanCluster(planner_jobs, capacity, planner_options, node_slots);
+  result.utility = plan.utility;
+  result.upper_bound = plan.upper_bound;
+  result.gap = plan.gap;
+  result.exact = plan.exact;
+  if (plan.gap > 0.01) {
+    spdlog::warn("plan of {} jobs has an optimality gap of {:.2f}% (utility {:.4f}, bound {:.4f})",
+                 planner_jobs.size(), plan.gap * 100, plan.utility, plan.upper_bound);
+  } else {
+    spdlog::debug("planned {} jobs: {} GPUs allocated, utility {:.4f}, bound {:.4f}, gap {:.3f}%{}",
+                  planner_jobs.size(), plan.allocated_gpus, plan.utility, plan.upper_bound,
+                  plan.gap * 100, plan.exact ? " (exact)" : "");
+  }
+
+  std::vector<Recommendation> recs;
+  recs.reserve(prepared.size());
+  result.registrations.reserve(prepared.size());
+  size_t i = 0;
+  for (const auto& [id, slot] : slots) {
+    const JobEntry& entry = slot.entry;
+    const Prepared& p = prepared[i];
+    PlannedJob& planned = plan.jobs[i];  // its reason is moved out
+    ++i;
+    Recommendation rec;
+    rec.job_id = id;
+    rec.replicas = planned.replicas;
+    rec.suspend = planned.replicas == 0;
+    rec.action = ActionFor(entry.status, planned.replicas);
+    // The policy's own explanation stands when the planner gave it what it
+    // asked for; otherwise the planner's (capacity, priority, cooldown...).
+    const bool got_wish =
+        planned.replicas != 0 && planned.replicas == planner_jobs[i - 1].max_replicas;
+    const bool policy_explains =
+        got_wish && (!p.input->planned_by_cluster ||
+                     p.input->wish.binding == BindingConstraint::kInsufficientData ||
+                     p.input->wish.binding == BindingConstraint::kMinReplicas);
+    rec.reason = policy_explains ? p.input->wish.reason : std::move(planned.reason);
+    // The planner sized a job without data or prior by the default prior's
+    // curve; say so, since nothing of the job's own went into it.
+    const Fitted& fitted = *p.input->fitted;
+    if (!policy_explains && p.input->planned_by_cluster && fitted.model.empty() &&
+        planned.replicas > 0) {
+      rec.reason +=
+          "; no measurements or prior yet: sized by the default prior (the median "
+          "scaling of six measured models)";
+    }
+    rec.binding_constraint = policy_explains ? p.input->wish.binding : planned.binding;
+    rec.current_samples_per_second = fitted.SamplesPerSecond(RunningReplicas(entry.status));
+    rec.predicted_samples_per_second = fitted.SamplesPerSecond(planned.replicas);
+    rec.queue_position = planned.queue_position;
+    rec.decided_at = now;
+    rec.policy = std::string(p.input->policy);
+    rec.gpus = planned.replicas * p.spec->gpus_per_replica;
+    if (p.input->planned_by_cluster && planned.replicas > 0) {
+      if (planned.replicas < planner_jobs[i - 1].max_replicas)
+        rec.value_one_more = planned.value_one_more;
+      if (planned.replicas > p.spec->min_replicas) rec.value_one_fewer = planned.value_one_fewer;
+    }
+    recs.push_back(std::move(rec));
+    result.registrations.push_back(entry.registration);
+  }
+  result.recs = std::move(recs);
+  return result;
+}
+
+}  // namespace rescale::engine

@@ -1,0 +1,152 @@
+// PlanPipeline: the plans' own copies of the jobs (PlanSlot), their fits and
+// planner inputs, and the three steps of a plan: sync the jobs changed since
+// the last plan from the registry, compute (fits, policies, the cluster
+// planner) on the copies without any lock of the registry's, and commit the
+// result through the registry, which records the new generations durably
+// before the board shows them. Also the measurements' checkpoint and what
+// the last plan did (PlanSummary, for GetCluster).
+//
+// One plan runs at a time: plan_mu_ is the plan gate, taken by Replan for
+// the whole plan and by nothing on a call's path (mutations and reads never
+// wait for it). A plan holds it while its generations are written (by the
+// StateWriter's thread), so the next plan assigns generations after this
+// one's; it is the only wait on I/O under a lock in the engine, and it
+// blocks only the next plan.
+#ifndef RESCALE_SRC_ENGINE_PLAN_PIPELINE_H_
+#define RESCALE_SRC_ENGINE_PLAN_PIPELINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/time/time.h"
+#include "rescale/clock.h"
+#include "rescale/cluster_planner.h"
+#include "rescale/decision_engine.h"
+#include "rescale/metrics_store.h"
+#include "rescale/mutex.h"
+#include "rescale/policy.h"
+#include "src/engine/job_entry.h"
+#include "src/engine/job_registry.h"
+#include "src/engine/job_views.h"
+#include "src/engine/state_writer.h"
+
+namespace rescale::engine {
+
+// What the last plan did, for GetCluster.
+struct PlanSummary {
+  absl::Time planned_at = absl::InfinitePast();
+  double utility = 0;
+  double upper_bound = 0;
+  double gap = 0;
+  bool exact = true;
+  uint64_t plans_run = 0;
+  // When a checkpoint last wrote every job it meant to.
+  absl::Time checkpointed_at = absl::InfinitePast();
+};
+
+class PlanPipeline {
+ public:
+  // All references outlive the pipeline; `writer` null = no state store.
+  PlanPipeline(const EngineOptions& options, Clock& clock, MetricsStore& store,
+               JobRegistry& registry, const JobViews& views, StateWriter* writer);
+
+  // Plans every job now and publishes the decisions, unless the engine does
+  // not lead (`leading` false).
+  void Replan(const std::atomic<bool>& leading);
+  // Forgets what earlier plans kept (slots, policy memory, checkpoint
+  // marks): the next plan starts from the registry's entries alone.
+  void Reset();
+  PlanSummary Summary() const;
+
+ private:
+  // What a plan derives from one slot that stays put while the entry's
+  // version, its fit and whether the capacity is known do: its policy's
+  // wish and its planner input, less the fields that move with time
+  // (cooldown, waiting). Kept only for `planner` jobs, whose policy reads no
+  // clock (the per-job policies' windows and cooldowns do).
+  struct PlanInput {
+    uint64_t version = 0;
+    std::shared_ptr<const Fitted> fitted;
+    bool capacity_known = false;
+    std::string_view policy;  // the spec's, or the default (static storage)
+    bool planned_by_cluster = false;
+    PolicyDecision wish;
+    absl::Duration cooldown;  // the job's, before any backoff
+    PlannerJob job;           // in_cooldown and waiting_seconds unset
+  };
+  // A plan's copy of one job, kept from plan to plan and brought up to date
+  // only for the jobs changed since, with what plans keep between them.
+  struct PlanSlot {
+    // The job's entry as of the last sync, with the plan's policy memory
+    // (exploration_stopped, recommendations) in entry.memory beside the
+    // cluster's (previous_replicas, scale_events, from the registry).
+    JobEntry entry;
+    // The curve fitted to the store's statistics at `stats_revision` with
+    // the spec of `fitted_spec_version`, refitted only when either moved on.
+    std::shared_ptr<const Fitted> fitted;
+    std::shared_ptr<const PlanInput> plan_input;
+    MetricsStore::StatsRevision stats_revision;
+    uint64_t fitted_spec_version = 0;
+    // Bumped by every refit; the checkpoint writes the jobs whose fit
+    // moved on since the last (checkpointed_fit).
+    uint64_t fit_serial = 0;
+    uint64_t checkpointed_fit = 0;
+    // The plan-written policy memory as last checkpointed.
+    bool checkpointed_exploration_stopped = false;
+    std::vector<std::pair<absl::Time, uint32_t>> checkpointed_recommendations;
+  };
+  using SlotMap = absl::btree_map<std::string, PlanSlot>;
+  struct PlanResult {
+    std::vector<Recommendation> recs;
+    std::vector<uint64_t> registrations;  // the registration each rec is for
+    double utility = 0;
+    double upper_bound = 0;
+    double gap = 0;
+    bool exact = true;
+  };
+
+  // Brings the slots up to date with the registry's changes; the capacity.
+  CapacityState SyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(plan_mu_);
+  PlanResult ComputeLocked(std::optional<uint32_t> capacity_gpus, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(plan_mu_);
+  // The slot's fit, refitted when its statistics or spec moved on.
+  void FitInto(PlanSlot& slot, absl::Time now, bool& refitted) const;
+  // The slot's PlanInput: its kept one while it stands, else a new one
+  // (see the .cc); `job` gets its planner input.
+  std::shared_ptr<const PlanInput> PlanInputOf(PlanSlot& slot, bool refitted, bool capacity_known,
+                                               absl::Time now, PlannerJob& job,
+                                               std::shared_ptr<const PlanInput>& source) const;
+  // Writes the measurements of the jobs refitted since the last checkpoint
+  // (once a plan_interval).
+  void CheckpointLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(plan_mu_);
+
+  const EngineOptions& options_;
+  Clock& clock_;
+  MetricsStore& store_;
+  JobRegistry& registry_;
+  const JobViews& views_;
+  StateWriter* const writer_;
+
+  Mutex plan_mu_;
+  SlotMap slots_ ABSL_GUARDED_BY(plan_mu_);
+  std::vector<ReplicaSlots> capacity_slots_ ABSL_GUARDED_BY(plan_mu_);
+  // The planner's input of the last plan, one per slot in the slots'
+  // order, and the kept PlanInput each was copied from (null: none): the
+  // next plan copies only the jobs whose input changed or moved.
+  std::vector<PlannerJob> planner_jobs_ ABSL_GUARDED_BY(plan_mu_);
+  std::vector<std::shared_ptr<const PlanInput>> planner_job_sources_ ABSL_GUARDED_BY(plan_mu_);
+  absl::Time last_checkpoint_at_ ABSL_GUARDED_BY(plan_mu_) = absl::InfinitePast();
+
+  mutable Mutex summary_mu_;
+  PlanSummary summary_ ABSL_GUARDED_BY(summary_mu_);
+};
+
+}  // namespace rescale::engine
+
+#endif  // RESCALE_SRC_ENGINE_PLAN_PIPELINE_H_
