@@ -20,6 +20,10 @@
 //   accepted N in T s: R samples/s; decode D samples/s; ratio X; lost L
 // and the exit status is non-zero if any sample sent was not accepted.
 //
+// Writers mode, --writers N (bench/load_writers.h): N clients registering
+// jobs concurrently (durable writes) while one reads GetJob:
+//   rescale-load --writers 8 --seconds 5
+//
 // Control-plane mode, --jobs N (bench/load_control_plane.cc says what it
 // does and reports): an adapter registering N jobs one by one while the
 // jobs' agents report samples, reads while plans of all N run, and with
@@ -48,6 +52,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "bench/load_control_plane.h"
+#include "bench/load_writers.h"
 #include "client/common/credentials.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
@@ -75,6 +80,9 @@ ABSL_FLAG(double, read_seconds, 5,
 ABSL_FLAG(double, read_rate, 500, "control-plane mode: GetJob calls per second");
 ABSL_FLAG(int, agents, 2,
           "control-plane mode: agents reporting the jobs' samples in parallel (even, >= 2)");
+ABSL_FLAG(int, writers, 0,
+          "writers mode: this many clients register new jobs concurrently for --seconds while "
+          "one reads GetJob at --read_rate (0 = not this mode)");
 ABSL_FLAG(int, watchers, 0,
           "control-plane mode: WatchRecommendations streams timed converging on a plan that "
           "changes every job (0 = none)");
@@ -234,6 +242,12 @@ int main(int argc, char** argv) {
       "rescaled and reports samples/s accepted against the protobuf decode ceiling");
   absl::ParseCommandLine(argc, argv);
   const std::string server = absl::GetFlag(FLAGS_server);
+  if (absl::GetFlag(FLAGS_writers) > 0) {
+    return rescale::load::RunWriters({.server = server,
+                                      .writers = absl::GetFlag(FLAGS_writers),
+                                      .seconds = absl::GetFlag(FLAGS_seconds),
+                                      .read_rate = absl::GetFlag(FLAGS_read_rate)});
+  }
   if (absl::GetFlag(FLAGS_jobs) > 0) {
     return rescale::load::RunControlPlane({.server = server,
                                            .jobs = absl::GetFlag(FLAGS_jobs),
