@@ -92,8 +92,7 @@ void IngestResult::MergeRetried(const IngestResult& retried,
 }
 
 std::string_view JobNamespace(std::string_view job_id) {
-  size_t slash = job_id.find('/');
-  return slash == std::string_view::npos ? std::string_view() : job_id.substr(0, slash);
+  return job_id.substr(0, job_id.find('/'));
 }
 
 }  // namespace rescale

@@ -44,7 +44,10 @@ TEST_CASE("namespace filters match the part before the slash, empty matches all"
   CHECK(InNamespace("team-a/bert", "team-a"));
   CHECK_FALSE(InNamespace("team-a/bert", "team-b"));
   CHECK_FALSE(InNamespace("team-ab/bert", "team-a"));  // whole segment, not a prefix
-  CHECK_FALSE(InNamespace("no-namespace", "no-namespace"));
+  // An id without '/' is its own namespace (JobNamespace), as authorisation
+  // sees it: only a filter of that name, or none, shows it.
+  CHECK(InNamespace("no-namespace", "no-namespace"));
+  CHECK_FALSE(InNamespace("no-namespace", "team-a"));
 }
 
 TEST_CASE("observed samples/s is replicas x local batch / step time, 0 without a step", "[rules]") {

@@ -10,7 +10,9 @@ namespace {
 
 TEST_CASE("JobNamespace is the part of a job_id before its slash") {
   CHECK(JobNamespace("team-a/bert") == "team-a");
-  CHECK(JobNamespace("no-slash") == "");
+  // Never "" (every namespace, to a list or Authorize) for a malformed id.
+  CHECK(JobNamespace("no-slash") == "no-slash");
+  CHECK(JobNamespace("") == "");
 }
 
 }  // namespace

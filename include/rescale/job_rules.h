@@ -23,7 +23,8 @@ bool IsRunning(const JobStatus& status);
 uint32_t RunningReplicas(const JobStatus& status);
 
 // True when `job_id` ("namespace/name") is in `namespace_filter`; an empty
-// filter matches every job. Job ids without a namespace are in "".
+// filter matches every job. The namespace is JobNamespace's (rescale/types.h):
+// an id without '/' is its own namespace, never "".
 bool InNamespace(std::string_view job_id, std::string_view namespace_filter);
 
 // Whole-job samples/s measured at `replicas` workers that each process

@@ -281,7 +281,16 @@ struct ClusterView {
   absl::Time last_checkpoint_at = absl::InfinitePast();
 };
 
-// "namespace" part of a job_id ("" when malformed).
+// The namespace of a job_id "namespace/name": the part before the first '/'.
+// The one rule for the namespace filters of lists and watches (InNamespace,
+// rescale/job_rules.h) and for authorisation (server/auth.h). Valid ids
+// (ValidateJobId, rescale/validation.h) always have exactly one '/' and a
+// non-empty namespace, so the rule matters only for an id that never passed
+// validation (a request naming a job that cannot exist): such an id without
+// '/' is its own namespace, never "". "" means "no namespace named, every one
+// the caller may see" to a list, a watch and Authorize, so an id that is
+// malformed must not map to it; as its own namespace it reaches only callers
+// allowed that namespace, and then fails as unknown or invalid.
 std::string_view JobNamespace(std::string_view job_id);
 
 }  // namespace rescale
