@@ -375,10 +375,6 @@ absl::Status Authorize(const Identity& identity, Access access, absl::string_vie
   return absl::OkStatus();
 }
 
-absl::string_view NamespaceOfJobId(absl::string_view job_id) {
-  return job_id.substr(0, job_id.find('/'));
-}
-
 std::shared_ptr<const Identity> AnonymousIdentity() {
   static const auto* const kAnonymous = new std::shared_ptr<const Identity>([] {
     auto identity = std::make_shared<Identity>();

@@ -29,12 +29,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rescale/types.h"
 
 namespace rescale::server {
 
@@ -164,10 +166,13 @@ class Authenticator {
 absl::Status Authorize(const Identity& identity, Access access, absl::string_view method,
                        absl::string_view ns);
 
-// The namespace part of "namespace/name" for authorisation: the whole id
-// when it has no '/', so a malformed id never passes as "no namespace"
-// (which a list or a watch uses for "every namespace I may see").
-absl::string_view NamespaceOfJobId(absl::string_view job_id);
+// JobNamespace (rescale/types.h, the one rule, which says why an id without
+// '/' is its own namespace) as the absl::string_view the checks here take:
+// Debian's Abseil has its own string_view type.
+inline absl::string_view NamespaceOfJobId(absl::string_view job_id) {
+  const std::string_view ns = JobNamespace(std::string_view(job_id.data(), job_id.size()));
+  return absl::string_view(ns.data(), ns.size());
+}
 
 // The identity of every caller when authentication is off.
 std::shared_ptr<const Identity> AnonymousIdentity();

@@ -106,7 +106,7 @@ IngestResult IngestPermitted(DecisionEngine& engine, const CallSecurity& securit
   if (all_permitted) return engine.Ingest(samples);
   std::vector<StepSample> permitted;
   std::vector<uint32_t> original_index;
-  std::vector<std::pair<uint32_t, std::string>> refused;
+  IngestResult refused;
   permitted.reserve(samples.size());
   original_index.reserve(samples.size());
   for (uint32_t i = 0; i < samples.size(); ++i) {
@@ -116,34 +116,24 @@ IngestResult IngestPermitted(DecisionEngine& engine, const CallSecurity& securit
       permitted.push_back(samples[i]);
       original_index.push_back(i);
     } else {
-      refused.emplace_back(i, absl::StrCat("permission denied: ", allowed.message()));
+      refused.RejectForPermission(i, absl::StrCat("permission denied: ", allowed.message()));
     }
   }
   IngestResult result = engine.Ingest(permitted);
-  if (refused.empty()) return result;
+  if (refused.rejected == 0) return result;
   for (SampleRejection& rejection : result.rejections) {
     rejection.index = original_index[rejection.index];
   }
-  result.rejected += refused.size();
-  result.rejected_for_permission += refused.size();
-  // The store reported its first rejections among the permitted samples;
-  // with the refused ones, the first by index of both are the batch's.
-  for (auto& [index, reason] : refused) {
-    if (result.rejections.size() >= 2 * IngestResult::kMaxReportedRejections) break;
-    result.rejections.push_back({index, std::move(reason)});
-  }
-  std::sort(result.rejections.begin(), result.rejections.end(),
-            [](const SampleRejection& a, const SampleRejection& b) { return a.index < b.index; });
-  if (result.rejections.size() > IngestResult::kMaxReportedRejections) {
-    result.rejections.resize(IngestResult::kMaxReportedRejections);
-  }
+  // Both sides index the whole batch: the merge keeps its first rejections.
+  result.Merge(refused, 0);
   // A stream is audited for its first such batch only: an agent sending
   // another namespace's job id in every batch must not flood the log.
   if (security.audit != nullptr && (stream_audited == nullptr || !*stream_audited)) {
     if (stream_audited != nullptr) *stream_audited = true;
-    security.audit->Record(caller, method, "", absl::PermissionDeniedError(refused.front().second),
+    security.audit->Record(caller, method, "",
+                           absl::PermissionDeniedError(refused.rejections.front().reason),
                            absl::StrFormat("%d of %d samples refused for their namespace",
-                                           refused.size(), samples.size()));
+                                           refused.rejected, samples.size()));
   }
   return result;
 }

@@ -16,6 +16,30 @@ bool InNamespace(std::string_view job_id, std::string_view namespace_filter) {
   return namespace_filter.empty() || JobNamespace(job_id) == namespace_filter;
 }
 
+JobState JobStateOf(const JobStatus& status, std::optional<uint32_t> recommended_replicas) {
+  if (!recommended_replicas.has_value()) return JobState::kPending;
+  if (*recommended_replicas > 0) {
+    return RunningReplicas(status) > 0 ? JobState::kRunning : JobState::kStarting;
+  }
+  return status.suspended ? JobState::kSuspended : JobState::kWaiting;
+}
+
+std::string_view JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kPending:
+      return "Pending";
+    case JobState::kStarting:
+      return "Starting";
+    case JobState::kRunning:
+      return "Running";
+    case JobState::kSuspended:
+      return "Suspended";
+    case JobState::kWaiting:
+      return "Waiting";
+  }
+  return "Unknown";
+}
+
 double ObservedSamplesPerSecond(uint32_t replicas, double mean_local_batch, double step_seconds) {
   return step_seconds > 0 ? replicas * mean_local_batch / step_seconds : 0;
 }

@@ -3,6 +3,8 @@
 #include "rescale/types.h"
 
 #include <algorithm>
+#include <iterator>
+#include <vector>
 
 namespace rescale {
 
@@ -60,10 +62,29 @@ void IngestResult::Merge(const IngestResult& other, uint32_t index_offset) {
   rejected_unknown_job += other.rejected_unknown_job;
   rejected_for_permission += other.rejected_for_permission;
   if (limit_reason.empty()) limit_reason = other.limit_reason;
+  std::vector<SampleRejection> theirs;
+  theirs.reserve(std::min(other.rejections.size(), kMaxReportedRejections));
   for (const SampleRejection& r : other.rejections) {
-    if (rejections.size() >= kMaxReportedRejections) break;
-    rejections.push_back({r.index + index_offset, r.reason});
+    if (theirs.size() >= kMaxReportedRejections) break;
+    theirs.push_back({r.index + index_offset, r.reason});
   }
+  if (theirs.empty()) return;
+  if (rejections.empty() || rejections.back().index <= theirs.front().index) {
+    // The usual case (the next batch): theirs all come after ours.
+    for (SampleRejection& r : theirs) {
+      if (rejections.size() >= kMaxReportedRejections) break;
+      rejections.push_back(std::move(r));
+    }
+    return;
+  }
+  std::vector<SampleRejection> merged;
+  merged.reserve(rejections.size() + theirs.size());
+  std::merge(std::make_move_iterator(rejections.begin()), std::make_move_iterator(rejections.end()),
+             std::make_move_iterator(theirs.begin()), std::make_move_iterator(theirs.end()),
+             std::back_inserter(merged),
+             [](const SampleRejection& a, const SampleRejection& b) { return a.index < b.index; });
+  if (merged.size() > kMaxReportedRejections) merged.resize(kMaxReportedRejections);
+  rejections = std::move(merged);
 }
 
 void IngestResult::MergeRetried(const IngestResult& retried,
@@ -92,8 +113,7 @@ void IngestResult::MergeRetried(const IngestResult& retried,
 }
 
 std::string_view JobNamespace(std::string_view job_id) {
-  size_t slash = job_id.find('/');
-  return slash == std::string_view::npos ? std::string_view() : job_id.substr(0, slash);
+  return job_id.substr(0, job_id.find('/'));
 }
 
 }  // namespace rescale

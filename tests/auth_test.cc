@@ -311,6 +311,47 @@ TEST_CASE("a reporter reports for its namespace only and cannot deregister", "[a
   CHECK_THAT(metrics, Catch::Contains("rescale_samples_accepted_total 2\n"));
 }
 
+TEST_CASE("a job id without '/' is its own namespace, never every namespace", "[auth]") {
+  using rescale::server::Access;
+  using rescale::server::Authorize;
+  using rescale::server::NamespaceOfJobId;
+  // The rule is the core's one (rescale/types.h); auth only converts types.
+  CHECK(NamespaceOfJobId("no-slash") == "no-slash");
+  CHECK(rescale::JobNamespace("no-slash") == "no-slash");
+  CHECK(NamespaceOfJobId("team-a/bert") == "team-a");
+  rescale::server::Identity viewer;
+  viewer.user = "dashboard";
+  viewer.role = rescale::server::Role::kViewer;
+  viewer.all_namespaces = false;
+  viewer.namespaces = {"team-a"};
+  // As "" it would pass, as a call naming no namespace does.
+  REQUIRE(Authorize(viewer, Access::kRead, "m", "").ok());
+  absl::Status refused = Authorize(viewer, Access::kRead, "m", NamespaceOfJobId("no-slash"));
+  CHECK(refused.code() == absl::StatusCode::kPermissionDenied);
+  CHECK_THAT(std::string(refused.message()), Catch::Contains("namespace \"no-slash\""));
+
+  // Through rescaled: a namespaced caller is refused for the malformed id;
+  // one with every namespace learns it is malformed.
+  AuthServer t;
+  Client admin = t.As(kAdminToken);
+  REQUIRE(admin.Register("team-a/bert").ok());
+  Client team = t.As(kViewerToken);
+  grpc::Status get = team.Get("no-slash");
+  CHECK(get.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  CHECK_THAT(get.error_message(), Catch::Contains("namespace \"no-slash\""));
+  CHECK(admin.Get("no-slash").error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  // A reporter's sample for it is refused for its namespace, beside an
+  // accepted one, and the two results merge into one summary.
+  Client reporter = t.As(kReporterToken);
+  v1::IngestSummary summary;
+  REQUIRE(reporter.Report({"no-slash", "team-a/bert"}, &summary).error_message() == "");
+  CHECK(summary.accepted() == 1);
+  CHECK(summary.rejected() == 1);
+  REQUIRE(summary.rejections_size() == 1);
+  CHECK(summary.rejections(0).index() == 0);
+  CHECK_THAT(summary.rejections(0).reason(), Catch::Contains("namespace \"no-slash\""));
+}
+
 TEST_CASE("a viewer reads its namespaces and cannot write", "[auth]") {
   AuthServer t;
   Client admin = t.As(kAdminToken);

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 namespace rescale {
 namespace {
@@ -44,7 +45,30 @@ TEST_CASE("namespace filters match the part before the slash, empty matches all"
   CHECK(InNamespace("team-a/bert", "team-a"));
   CHECK_FALSE(InNamespace("team-a/bert", "team-b"));
   CHECK_FALSE(InNamespace("team-ab/bert", "team-a"));  // whole segment, not a prefix
-  CHECK_FALSE(InNamespace("no-namespace", "no-namespace"));
+  // An id without '/' is its own namespace (JobNamespace), as authorisation
+  // sees it: only a filter of that name, or none, shows it.
+  CHECK(InNamespace("no-namespace", "no-namespace"));
+  CHECK_FALSE(InNamespace("no-namespace", "team-a"));
+}
+
+TEST_CASE("a job's state follows from its recommendation and its applied status", "[rules]") {
+  const auto state = [](uint32_t current, bool suspended, std::optional<uint32_t> recommended) {
+    return JobStateOf(Status(current, suspended), recommended);
+  };
+  CHECK(state(0, false, std::nullopt) == JobState::kPending);
+  CHECK(state(4, true, std::nullopt) == JobState::kPending);  // not planned since restored
+  CHECK(state(4, false, 4) == JobState::kRunning);
+  CHECK(state(2, false, 4) == JobState::kRunning);  // resizing, but running
+  CHECK(state(0, false, 4) == JobState::kStarting);
+  CHECK(state(4, true, 4) == JobState::kStarting);  // resuming: a suspended job runs nothing
+  CHECK(state(4, true, 0) == JobState::kSuspended);
+  CHECK(state(0, false, 0) == JobState::kWaiting);
+  CHECK(state(4, false, 0) == JobState::kWaiting);  // told to stop, not stopped yet
+  CHECK(JobStateName(JobState::kPending) == "Pending");
+  CHECK(JobStateName(JobState::kStarting) == "Starting");
+  CHECK(JobStateName(JobState::kRunning) == "Running");
+  CHECK(JobStateName(JobState::kSuspended) == "Suspended");
+  CHECK(JobStateName(JobState::kWaiting) == "Waiting");
 }
 
 TEST_CASE("observed samples/s is replicas x local batch / step time, 0 without a step", "[rules]") {

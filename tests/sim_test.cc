@@ -36,6 +36,7 @@
 #include "bench/sim/sweep.h"
 #include "bench/sim/workload.h"
 #include "rescale/decision_engine.h"
+#include "rescale/read_file.h"
 
 namespace rescale::sim {
 namespace {
@@ -475,6 +476,15 @@ TEST_CASE("a JSONL workload carries the cluster's capacity and its changes") {
   CHECK(w.capacity_changes[0] == CapacityChange{3600, 48});
 }
 
+TEST_CASE("a workload file that cannot be read is NOT_FOUND naming it as the workload") {
+  const std::string path = std::filesystem::temp_directory_path() / "rescale-sim-no-such.jsonl";
+  absl::StatusOr<Workload> workload = LoadWorkload(path);
+  REQUIRE_FALSE(workload.ok());
+  CHECK(workload.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(workload.status().message()),
+             Catch::Matchers::Contains("cannot read workload \"" + path + "\""));
+}
+
 TEST_CASE("the report directory holds the CSVs, the plots and report.md") {
   const Workload workload = SmallPolluxWorkload();
   std::vector<SimulationResult> results;
@@ -493,7 +503,7 @@ TEST_CASE("the report directory holds the CSVs, the plots and report.md") {
   run.capacity_gpus = 16;
   run.baseline = "planner";
   REQUIRE(WriteRunReport(dir, run, results).ok());
-  absl::StatusOr<std::string> summary = ReadFile(dir + "/summary.csv");
+  absl::StatusOr<std::string> summary = rescale::ReadFileToString(dir + "/summary.csv", "summary");
   REQUIRE(summary.ok());
   for (const char* column : {"policy", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s",
                              "avg_queue_s", "utilization", "rescales", "suspensions"}) {
@@ -505,7 +515,7 @@ TEST_CASE("the report directory holds the CSVs, the plots and report.md") {
     INFO(file);
     CHECK(std::filesystem::file_size(dir + "/" + file) > 100);
   }
-  absl::StatusOr<std::string> report = ReadFile(dir + "/report.md");
+  absl::StatusOr<std::string> report = rescale::ReadFileToString(dir + "/report.md", "report");
   REQUIRE(report.ok());
   CHECK_THAT(*report, Catch::Matchers::Contains("jct_cdf.svg"));
   CHECK_THAT(*report, Catch::Matchers::Contains("| planner *"));

@@ -2,7 +2,6 @@
 #include "bench/sim/csv.h"
 
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
 
@@ -157,14 +156,6 @@ std::string CsvField(std::string_view field) {
   }
   out += '"';
   return out;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrFormat("cannot open %s", path));
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 absl::Status WriteFile(const std::string& path, std::string_view contents) {

@@ -43,8 +43,8 @@ absl::StatusOr<CsvTable> ParseCsv(std::string_view text);
 // (a comment line otherwise) or has leading or trailing blanks.
 std::string CsvField(std::string_view field);
 
-// Reads a whole file; NOT_FOUND when it cannot be opened.
-absl::StatusOr<std::string> ReadFile(const std::string& path);
+// Files are read with rescale/read_file.h's ReadFileToString, the one rule
+// for every program.
 // Writes a whole file; INTERNAL when it cannot be written.
 absl::Status WriteFile(const std::string& path, std::string_view contents);
 

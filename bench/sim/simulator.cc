@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <map>
 #include <optional>
 #include <random>
@@ -11,10 +10,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "bench/sim/baselines.h"
-#include "bench/sim/nodes.h"
+#include "bench/sim/node_model.h"
+#include "bench/sim/sim_job.h"
 #include "rescale/apply_order.h"
 #include "rescale/clock.h"
 #include "rescale/decision_engine.h"
@@ -31,127 +30,6 @@ namespace {
 constexpr int kMaxApplyRounds = 4;
 // Where virtual time 0 sits on the engine's clock.
 const absl::Time kOrigin = absl::FromUnixSeconds(1'700'000'000);
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
-enum class Phase { kNotArrived, kWaiting, kRunning, kSuspended, kDone };
-
-// Time a job spent stepping at one size inside the current plan interval.
-struct Segment {
-  uint32_t replicas = 0;
-  double from = 0;
-  double to = 0;
-  double step_seconds = 0;  // true step time at that size
-  // The job's global step count at `from`, and seconds per step in the
-  // segment (noise included): what numbers the steps of its samples.
-  double first_step = 0;
-  double step_period = 0;
-};
-
-struct SimJob {
-  const JobDescription* desc = nullptr;
-  std::string engine_id;
-  std::string label;
-  JobCurve curve;
-  Phase phase = Phase::kNotArrived;
-  uint32_t replicas = 0;  // running replicas (0 unless kRunning)
-  // fifo and tiresias run the job at this size (requested_replicas, capped
-  // by the largest capacity so a job cannot block a FIFO queue forever).
-  uint32_t requested = 0;
-  // JobSpec.total_samples: the work, times the --size-noise factor.
-  uint64_t total_samples = 0;
-  // Steps taken over the job's whole life (a trainer resuming from its
-  // checkpoint continues the count), and the last step number sent.
-  double steps = 0;
-  std::optional<uint64_t> last_step_sent;
-  double restart_until = -kInfinity;
-  double done = 0;
-  // Step-time multiplier for the current interval (mean of its steps' noise).
-  double interval_noise = 1;
-  // Samples/s now (0 unless running); refreshed on every change.
-  double rate = 0;
-  std::vector<Segment> segments;
-  // A deque: samples hold views of these names until ingested, and growing
-  // a deque never moves its elements (a vector would, with short strings
-  // stored inline).
-  std::deque<std::string> pod_names;
-  uint64_t next_pod = 0;
-  // Node model: the node of each running replica (kPending = none yet), and
-  // whether the gang was broken (a replica Pending) after the last event.
-  std::vector<int32_t> replica_node;
-  bool stalled = false;
-  JobOutcome outcome;
-
-  static constexpr int32_t kPending = -1;
-  uint32_t gpus() const { return replicas * desc->gpus_per_replica; }
-  bool running() const { return phase == Phase::kRunning; }
-  uint32_t PendingReplicas() const {
-    return static_cast<uint32_t>(std::count(replica_node.begin(), replica_node.end(), kPending));
-  }
-  // When the job would finish at its current rate (infinity if it would not:
-  // a job with a Pending pod does not train).
-  double CompletionTime(double now) const {
-    if (!running() || rate <= 0 || PendingReplicas() > 0) return kInfinity;
-    const double start = std::max(now, restart_until);
-    return start + std::max(0.0, desc->work_samples - done) / rate;
-  }
-};
-
-}  // namespace
-
-EngineOptions EngineOptionsFor(const SimulationOptions& options, uint32_t jobs,
-                               uint32_t largest_max_replicas) {
-  EngineOptions engine;
-  engine.default_policy = EnginePolicyFor(options.policy);
-  engine.max_jobs = static_cast<int>(jobs) + 16;
-  // Cluster-native schedulers have no planner: with the capacity unknown
-  // the planner is separable and hands every job its per-job wish.
-  if (KindOf(options.policy) != PolicyKind::kClusterNative)
-    engine.capacity_gpus = options.capacity_gpus;
-  engine.plan_interval = absl::Seconds(options.plan_interval_seconds);
-  engine.policy.cooldown = absl::Seconds(options.cooldown_seconds);
-  engine.policy.horizon = absl::Seconds(options.horizon_seconds);
-  engine.model.gpus_per_node = options.gpus_per_node;
-  engine.planner.objective = options.objective;
-  // Samples are ingested once per interval, stamped inside it: the store
-  // must accept samples an interval old, and keep a cell for every size a
-  // job may try.
-  engine.store.max_sample_age =
-      std::max(engine.store.max_sample_age, absl::Seconds(3 * options.plan_interval_seconds));
-  engine.store.window =
-      std::max(engine.store.window, absl::Seconds(6 * options.plan_interval_seconds));
-  engine.store.max_sizes_per_job = std::max(
-      engine.store.max_sizes_per_job, static_cast<int>(std::min(largest_max_replicas, 4096u)));
-  return engine;
-}
-
-absl::Status ValidateSimulationOptions(const SimulationOptions& options) {
-  if (!IsSimulatorPolicy(options.policy)) {
-    return absl::InvalidArgumentError(absl::StrFormat("unknown policy \"%s\" (known: %s)",
-                                                      options.policy,
-                                                      absl::StrJoin(SimulatorPolicies(), ", ")));
-  }
-  if (!(options.size_noise >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("size_noise must be >= 0, got %g", options.size_noise));
-  }
-  if (options.node_gpus == 0 && (options.foreign_load != 0 || options.node_aware)) {
-    return absl::InvalidArgumentError(
-        "--foreign-load and --node-aware need the node model: pass --node-gpus GPUS");
-  }
-  if (!(options.foreign_load >= 0 && options.foreign_load < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--foreign-load must be in [0, 1), got %g", options.foreign_load));
-  }
-  if (!(options.foreign_interval_seconds > 0) || std::isinf(options.foreign_interval_seconds)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--foreign-interval must be a positive number of seconds, got %g",
-        options.foreign_interval_seconds));
-  }
-  return DecisionEngine::ValidateOptions(EngineOptionsFor(options, 0, 1));
-}
-
-namespace {
-
 class Simulation {
  public:
   Simulation(const Workload& workload, const SimulationOptions& options)
@@ -181,20 +59,20 @@ class Simulation {
   void DrawIntervalNoise(SimJob& job);
   void RecordTimeline();
   absl::Status CheckCapacity() const;
-  // The node model (nodes.h); every one a no-op while it is off.
+  // The node model (node_model.h); every one a no-op while it is off.
   bool nodes_modeled() const { return nodes_.has_value(); }
-  // Grows (Pending pods) or shrinks (Pending pods first, then the highest
-  // numbered) the job's replica placement to its running replicas.
-  void ResizePlacement(SimJob& job);
-  void Unplace(SimJob& job, size_t replica);
-  // Evicts replicas from over-committed nodes (latest-arrived jobs first) and
-  // from lost ones.
-  void Evict();
+  size_t IndexOf(const SimJob& job) const { return static_cast<size_t>(&job - jobs_.data()); }
+  // Replicas of the job without a node (0 without the node model).
+  uint32_t PendingReplicas(const SimJob& job) const {
+    return nodes_modeled() ? nodes_->PendingReplicas(IndexOf(job)) : 0;
+  }
+  // The job's placement follows its running replicas.
+  void ResizePlacement(SimJob& job) {
+    if (nodes_modeled()) nodes_->Resize(IndexOf(job), job.replicas);
+  }
   // Places every Pending replica that fits (jobs in arrival order, best
   // fit); a job whose gang is whole again after it trained pays a restart.
   void PlacePending();
-  // The foreign-load changes due by now_.
-  void ApplyForeignChanges();
   // Node-aware engine policies: SetCapacity(report) when it changed.
   absl::Status ReportNodes();
   absl::Status CheckNodes() const;
@@ -216,8 +94,7 @@ class Simulation {
   size_t in_system_ = 0;  // arrived and not done
   PolicyKind kind_ = PolicyKind::kPlanner;
   TiresiasScheduler tiresias_;
-  std::optional<NodePool> nodes_;
-  std::optional<ForeignLoad> foreign_;
+  std::optional<NodeModel> nodes_;
   std::optional<CapacityReport> reported_;  // last node report sent
   SimulationResult result_;
 };
@@ -317,28 +194,13 @@ absl::Status Simulation::Prepare() {
   result_.policy = options_.policy;
   result_.first_arrival_seconds = jobs_.empty() ? 0 : jobs_.front().desc->arrival_seconds;
   if (options_.node_gpus > 0) {
-    const uint32_t n = options_.node_gpus;
     std::vector<uint32_t> capacities = {options_.capacity_gpus};
     for (const CapacityChange& c : options_.capacity_changes) capacities.push_back(c.gpus);
-    for (uint32_t gpus : capacities) {
-      if (gpus % n != 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "capacity %d GPUs is not a whole number of nodes of --node-gpus %d", gpus, n));
-      }
-    }
-    for (const SimJob& job : jobs_) {
-      if (job.desc->gpus_per_replica > n) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "job \"%s\" has %d GPUs per replica, more than a node of --node-gpus %d holds",
-            job.desc->id, job.desc->gpus_per_replica, n));
-      }
-    }
-    nodes_.emplace(n, largest_capacity / n);
-    nodes_->SetActiveNodes(capacity_ / n);
-    foreign_.emplace(options_.seed, largest_capacity / n, n, options_.foreign_load,
-                     options_.foreign_interval_seconds);
-    for (uint32_t node = 0; node < nodes_->node_count(); ++node)
-      nodes_->SetForeign(node, foreign_->initial()[node]);
+    absl::StatusOr<NodeModel> nodes =
+        NodeModel::Create(options_.node_gpus, capacities, workload_.jobs, options_.seed,
+                          options_.foreign_load, options_.foreign_interval_seconds);
+    if (!nodes.ok()) return nodes.status();
+    nodes_.emplace(*std::move(nodes));
     result_.nodes_modeled = true;
     if (absl::Status s = ReportNodes(); !s.ok()) return s;
   }
@@ -358,7 +220,7 @@ void Simulation::Advance(double t) {
   for (SimJob& job : jobs_) {
     if (!job.running()) continue;
     // Pending pods hold no GPU, and a job with one does not train.
-    const uint32_t pending = job.PendingReplicas() * job.desc->gpus_per_replica;
+    const uint32_t pending = PendingReplicas(job) * job.desc->gpus_per_replica;
     const double gpus = job.gpus() - pending;
     job.outcome.gpu_seconds += gpus * span;
     if (pending > 0) {
@@ -617,7 +479,7 @@ void Simulation::RecordTimeline() {
   p.capacity_gpus = capacity_;
   for (const SimJob& job : jobs_) {
     if (job.running()) {
-      const uint32_t pending = job.PendingReplicas() * job.desc->gpus_per_replica;
+      const uint32_t pending = PendingReplicas(job) * job.desc->gpus_per_replica;
       p.allocated_gpus += job.gpus() - pending;
       p.pending_gpus += pending;
       if (job.restart_until <= now_ && pending == 0) p.effective_gpus += job.gpus();
@@ -639,73 +501,14 @@ void Simulation::RecordTimeline() {
   result_.timeline.push_back(p);
 }
 
-void Simulation::Unplace(SimJob& job, size_t replica) {
-  int32_t& node = job.replica_node[replica];
-  if (node == SimJob::kPending) return;
-  nodes_->Release(static_cast<uint32_t>(node), job.desc->gpus_per_replica);
-  node = SimJob::kPending;
-}
-
-void Simulation::ResizePlacement(SimJob& job) {
-  if (!nodes_modeled()) return;
-  std::vector<int32_t>& placement = job.replica_node;
-  // Pending pods go first, as a ReplicaSet deletes unscheduled pods first;
-  // the placed ones keep their order, so the highest-numbered go next.
-  while (placement.size() > job.replicas) {
-    auto pending = std::find(placement.begin(), placement.end(), SimJob::kPending);
-    if (pending == placement.end()) {
-      Unplace(job, placement.size() - 1);
-      pending = placement.end() - 1;
-    }
-    placement.erase(pending);
-  }
-  placement.resize(job.replicas, SimJob::kPending);
-}
-
-void Simulation::Evict() {
-  for (uint32_t node = 0; node < nodes_->node_count(); ++node) {
-    const bool lost = node >= nodes_->active_nodes();
-    if (nodes_->managed(node) == 0) continue;
-    // Latest arrivals first: their pods are the youngest on the node.
-    for (size_t i = jobs_.size(); i-- > 0;) {
-      if (!lost && nodes_->Overcommit(node) == 0) break;
-      SimJob& job = jobs_[i];
-      for (size_t r = job.replica_node.size(); r-- > 0;) {
-        if (job.replica_node[r] != static_cast<int32_t>(node)) continue;
-        if (!lost && nodes_->Overcommit(node) == 0) break;
-        Unplace(job, r);
-        job.stalled = true;  // the gang broke: it restarts when whole again
-      }
-    }
-  }
-}
-
 void Simulation::PlacePending() {
   if (!nodes_modeled()) return;
   for (SimJob& job : jobs_) {
     if (!job.running()) continue;
-    for (int32_t& node : job.replica_node) {
-      if (node != SimJob::kPending) continue;
-      if (std::optional<uint32_t> fit = nodes_->BestFit(job.desc->gpus_per_replica)) {
-        nodes_->Take(*fit, job.desc->gpus_per_replica);
-        node = static_cast<int32_t>(*fit);
-      }
-    }
-    const bool whole = job.PendingReplicas() == 0;
     // The workers restart from the checkpoint once the world is whole
     // again; a job that never trained starts for free.
-    if (whole && job.stalled && job.steps > 0)
+    if (nodes_->Place(IndexOf(job)) && job.steps > 0)
       job.restart_until = std::max(job.restart_until, now_ + job.desc->restart_cost_seconds);
-    job.stalled = !whole;
-  }
-}
-
-void Simulation::ApplyForeignChanges() {
-  if (!nodes_modeled()) return;
-  while (std::optional<ForeignChange> change = foreign_->Peek()) {
-    if (change->at_seconds > now_) break;
-    nodes_->SetForeign(change->node, change->gpus);
-    foreign_->Pop();
   }
 }
 
@@ -731,14 +534,7 @@ absl::Status Simulation::ReportNodes() {
 
 absl::Status Simulation::CheckNodes() const {
   if (!nodes_modeled()) return absl::OkStatus();
-  for (uint32_t node = 0; node < nodes_->node_count(); ++node) {
-    if (nodes_->Overcommit(node) > 0 ||
-        (node >= nodes_->active_nodes() && nodes_->managed(node) > 0)) {
-      return absl::InternalError(absl::StrFormat(
-          "policy %s: node %d holds %d foreign and %d placed GPUs of %d at t=%.3f s", options_.policy,
-          node, nodes_->foreign(node), nodes_->managed(node), nodes_->node_gpus(), now_));
-    }
-  }
+  RETURN_IF_ERROR(nodes_->Check(options_.policy, now_));
   if (!reported_) return absl::OkStatus();
   // What the planner promised: never more than the free GPUs, nor more
   // replicas of a class than fit on the nodes.
@@ -779,14 +575,13 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
     if (next_capacity < changes.size()) t = std::min(t, changes[next_capacity].at_seconds);
     if (in_system_ > 0) t = std::min(t, next_tick_);
     if (nodes_modeled()) {
-      if (std::optional<ForeignChange> change = foreign_->Peek())
-        t = std::min(t, change->at_seconds);
+      if (std::optional<double> change = nodes_->NextForeignChange()) t = std::min(t, *change);
     }
     std::vector<double> completion(jobs_.size(), kInfinity);
     for (size_t i = 0; i < jobs_.size(); ++i) {
       SimJob& job = jobs_[i];
       if (!job.running()) continue;
-      completion[i] = job.CompletionTime(now_);
+      completion[i] = job.CompletionTime(now_, PendingReplicas(job));
       t = std::min(t, completion[i]);
       if (job.restart_until > now_) t = std::min(t, job.restart_until);
     }
@@ -804,15 +599,17 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
     }
     while (next_capacity < changes.size() && changes[next_capacity].at_seconds <= now_) {
       capacity_ = changes[next_capacity++].gpus;
-      if (nodes_modeled()) nodes_->SetActiveNodes(capacity_ / options_.node_gpus);
+      if (nodes_modeled()) nodes_->SetCapacity(capacity_);
       // A cluster-native scheduler's engine never learns the capacity; a
       // node-aware one learns it from the node report below.
       if (kind_ != PolicyKind::kClusterNative && !reported_) {
         if (absl::Status s = engine_->SetCapacity(capacity_).status(); !s.ok()) return s;
       }
     }
-    ApplyForeignChanges();
-    if (nodes_modeled()) Evict();
+    if (nodes_modeled()) {
+      nodes_->ApplyForeignChanges(now_);
+      nodes_->Evict();
+    }
     while (next_arrival < jobs_.size() && jobs_[next_arrival].desc->arrival_seconds <= now_) {
       if (in_system_ == 0) {
         // Ticks pause while the cluster is empty; resume on the grid.

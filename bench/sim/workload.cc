@@ -21,6 +21,8 @@
 #include "absl/strings/str_split.h"
 #include "bench/sim/csv.h"
 #include "nlohmann/json.hpp"
+#include "rescale/read_file.h"
+#include "rescale/status_macros.h"
 #include "rescale/types.h"
 
 namespace rescale::sim {
@@ -103,12 +105,6 @@ absl::Status ReadBool(const Fields& f, std::string_view where, std::string_view 
   return absl::OkStatus();
 }
 
-#define SIM_RETURN_IF_ERROR(expr)      \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (0)
-
 // One job from its fields; `where` prefixes errors ("FILE line N").
 absl::StatusOr<JobDescription> ParseJob(const Fields& f, std::string_view where) {
   for (const auto& [key, value] : f) {
@@ -122,7 +118,7 @@ absl::StatusOr<JobDescription> ParseJob(const Fields& f, std::string_view where)
   if (!id) return FieldError(where, "id", "is required");
   job.id = std::string(*id);
   if (!Get(f, "arrival_seconds")) return FieldError(where, "arrival_seconds", "is required");
-  SIM_RETURN_IF_ERROR(ReadDouble(f, where, "arrival_seconds", 0, job.arrival_seconds));
+  RETURN_IF_ERROR(ReadDouble(f, where, "arrival_seconds", 0, job.arrival_seconds));
   auto profile_text = Get(f, "profile");
   if (!profile_text) return FieldError(where, "profile", "is required");
   absl::StatusOr<ProfileSpec> profile = ParseProfile(*profile_text);
@@ -138,11 +134,11 @@ absl::StatusOr<JobDescription> ParseJob(const Fields& f, std::string_view where)
     return FieldError(where, "samples/epochs", "exactly one of samples or epochs is required");
   }
   if (has_samples) {
-    SIM_RETURN_IF_ERROR(ReadDouble(f, where, "samples", 0, job.work_samples));
+    RETURN_IF_ERROR(ReadDouble(f, where, "samples", 0, job.work_samples));
   } else {
-    SIM_RETURN_IF_ERROR(ReadDouble(f, where, "epochs", 0, job.epochs));
+    RETURN_IF_ERROR(ReadDouble(f, where, "epochs", 0, job.epochs));
     double dataset = builtin != nullptr ? builtin->dataset_samples : 0;
-    SIM_RETURN_IF_ERROR(ReadDouble(f, where, "dataset_samples", 1, dataset));
+    RETURN_IF_ERROR(ReadDouble(f, where, "dataset_samples", 1, dataset));
     if (dataset <= 0) {
       return FieldError(
           where, "epochs",
@@ -153,9 +149,9 @@ absl::StatusOr<JobDescription> ParseJob(const Fields& f, std::string_view where)
   if (!(job.work_samples > 0))
     return FieldError(where, "samples/epochs", "must give positive work");
 
-  SIM_RETURN_IF_ERROR(ReadInt(f, where, "min_replicas", 1, 100'000, job.min_replicas));
+  RETURN_IF_ERROR(ReadInt(f, where, "min_replicas", 1, 100'000, job.min_replicas));
   if (!Get(f, "max_replicas")) return FieldError(where, "max_replicas", "is required");
-  SIM_RETURN_IF_ERROR(ReadInt(f, where, "max_replicas", 1, 100'000, job.max_replicas));
+  RETURN_IF_ERROR(ReadInt(f, where, "max_replicas", 1, 100'000, job.max_replicas));
   if (job.max_replicas < job.min_replicas) {
     return FieldError(
         where, "max_replicas",
@@ -164,16 +160,16 @@ absl::StatusOr<JobDescription> ParseJob(const Fields& f, std::string_view where)
   // The size a non-elastic scheduler runs the job at; clamped rather than
   // refused, as a cluster would round a request to the job's own range.
   job.requested_replicas = job.min_replicas;
-  SIM_RETURN_IF_ERROR(ReadInt(f, where, "requested_replicas", 1, 100'000, job.requested_replicas));
+  RETURN_IF_ERROR(ReadInt(f, where, "requested_replicas", 1, 100'000, job.requested_replicas));
   job.requested_replicas = std::clamp(job.requested_replicas, job.min_replicas, job.max_replicas);
-  SIM_RETURN_IF_ERROR(ReadInt(f, where, "gpus_per_replica", 1, 64, job.gpus_per_replica));
-  SIM_RETURN_IF_ERROR(ReadInt(f, where, "priority", -1'000'000, 1'000'000, job.priority));
-  SIM_RETURN_IF_ERROR(ReadBool(f, where, "preemptible", job.preemptible));
+  RETURN_IF_ERROR(ReadInt(f, where, "gpus_per_replica", 1, 64, job.gpus_per_replica));
+  RETURN_IF_ERROR(ReadInt(f, where, "priority", -1'000'000, 1'000'000, job.priority));
+  RETURN_IF_ERROR(ReadBool(f, where, "preemptible", job.preemptible));
   job.restart_cost_seconds =
       builtin != nullptr ? builtin->restart_cost_seconds : kDefaultRestartCostSeconds;
-  SIM_RETURN_IF_ERROR(ReadDouble(f, where, "restart_cost_seconds", 0, job.restart_cost_seconds));
+  RETURN_IF_ERROR(ReadDouble(f, where, "restart_cost_seconds", 0, job.restart_cost_seconds));
   job.local_batch_size = builtin != nullptr ? builtin->default_local_batch : 32;
-  SIM_RETURN_IF_ERROR(ReadInt(f, where, "local_batch_size", 1, 1 << 24, job.local_batch_size));
+  RETURN_IF_ERROR(ReadInt(f, where, "local_batch_size", 1, 1 << 24, job.local_batch_size));
   return job;
 }
 
@@ -289,7 +285,7 @@ absl::StatusOr<Workload> ParsePollux(const CsvTable& table, const PolluxMapping&
     if (!job.ok()) return job.status();
     workload.jobs.push_back(*std::move(job));
   }
-  SIM_RETURN_IF_ERROR(CheckAndSort(workload));
+  RETURN_IF_ERROR(CheckAndSort(workload));
   return workload;
 }
 
@@ -303,7 +299,7 @@ absl::StatusOr<Workload> ParseRescaleCsv(const CsvTable& table) {
     if (!job.ok()) return job.status();
     workload.jobs.push_back(*std::move(job));
   }
-  SIM_RETURN_IF_ERROR(CheckAndSort(workload));
+  RETURN_IF_ERROR(CheckAndSort(workload));
   return workload;
 }
 
@@ -359,7 +355,7 @@ absl::StatusOr<Workload> ParseJsonl(std::string_view text) {
     if (!job.ok()) return job.status();
     workload.jobs.push_back(*std::move(job));
   }
-  SIM_RETURN_IF_ERROR(CheckAndSort(workload));
+  RETURN_IF_ERROR(CheckAndSort(workload));
   return workload;
 }
 
@@ -416,7 +412,7 @@ absl::StatusOr<Workload> ParseWorkload(std::string_view text, std::string_view f
 }
 
 absl::StatusOr<Workload> LoadWorkload(const std::string& path, const PolluxMapping& pollux) {
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = ReadFileToString(path, "workload");
   if (!text.ok()) return text.status();
   const std::string format =
       absl::EndsWith(path, ".jsonl") || absl::EndsWith(path, ".json") ? "jsonl" : "csv";
@@ -623,7 +619,7 @@ absl::StatusOr<Workload> GenerateWorkload(const GenerateOptions& options) {
   if (workload.jobs.empty()) {
     return absl::InvalidArgumentError("no job arrived: raise the rate or the duration");
   }
-  SIM_RETURN_IF_ERROR(CheckAndSort(workload));
+  RETURN_IF_ERROR(CheckAndSort(workload));
   return workload;
 }
 

@@ -87,14 +87,10 @@ class Table {
 std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                             absl::Time now);
 
-// A job's STATE from its recommendation and applied status, where
-// "recommended" counts 0 when the recommendation suspends and "current"
-// counts 0 when the status is suspended:
-//   no recommendation yet                  → "Pending"
-//   recommended > 0, current > 0           → "Running"
-//   recommended > 0, current 0             → "Starting"
-//   recommended 0, status suspended        → "Suspended"
-//   recommended 0, status not suspended    → "Waiting" (queued for capacity)
+// A job's STATE from its recommendation and applied status: the name of
+// rescale::JobStateOf (rescale/job_rules.h, the one rule, shared with the
+// server's rescale_jobs gauge), with "recommended" 0 when the
+// recommendation suspends: Pending, Starting, Running, Suspended, Waiting.
 std::string JobState(const v1::Job& job);
 
 // The line get jobs prints after its table, e.g.

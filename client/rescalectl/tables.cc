@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -19,6 +20,8 @@
 #include "absl/strings/str_split.h"
 #include "client/rescalectl/output.h"
 #include "client/rescalectl/output_internal.h"
+#include "rescale/job_rules.h"
+#include "rescale/types.h"
 
 namespace rescale::cli {
 
@@ -94,11 +97,12 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
 }
 
 std::string JobState(const v1::Job& job) {
-  if (!job.has_recommendation()) return "Pending";
-  const uint32_t recommended = RecommendedReplicas(job);
-  const uint32_t current = CurrentReplicas(job);
-  if (recommended > 0) return current > 0 ? "Running" : "Starting";
-  return job.status().suspended() ? "Suspended" : "Waiting";
+  JobStatus status;
+  status.current_replicas = job.status().current_replicas();
+  status.suspended = job.status().suspended();
+  std::optional<uint32_t> recommended;
+  if (job.has_recommendation()) recommended = RecommendedReplicas(job);
+  return std::string(JobStateName(JobStateOf(status, recommended)));
 }
 
 std::string FormatClusterSummary(const v1::Cluster& cluster) {

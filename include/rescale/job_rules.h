@@ -9,6 +9,7 @@
 #define RESCALE_JOB_RULES_H_
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "absl/time/time.h"
@@ -23,8 +24,28 @@ bool IsRunning(const JobStatus& status);
 uint32_t RunningReplicas(const JobStatus& status);
 
 // True when `job_id` ("namespace/name") is in `namespace_filter`; an empty
-// filter matches every job. Job ids without a namespace are in "".
+// filter matches every job. The namespace is JobNamespace's (rescale/types.h):
+// an id without '/' is its own namespace, never "".
 bool InNamespace(std::string_view job_id, std::string_view namespace_filter);
+
+// What a job is doing, from its current recommendation and the status the
+// cluster last applied (the one rule for rescalectl's STATE column and the
+// rescale_jobs gauge):
+//   kPending    no recommendation yet (never planned)
+//   kStarting   the plan gives it replicas; none run yet (or it is suspended)
+//   kRunning    the plan gives it replicas and some run
+//   kSuspended  the plan gives it none and the cluster suspended it
+//   kWaiting    the plan gives it none and it is not suspended (queued, or
+//               still running until the cluster applies the stop)
+// The gauge's three states group these: running = kStarting + kRunning
+// (the plan gives it GPUs), suspended = kSuspended, waiting = kPending +
+// kWaiting.
+enum class JobState { kPending, kStarting, kRunning, kSuspended, kWaiting };
+// `recommended_replicas`: what the job's recommendation gives it, 0 when it
+// suspends it or gives it nothing; nullopt when the job has none.
+JobState JobStateOf(const JobStatus& status, std::optional<uint32_t> recommended_replicas);
+// "Pending", "Starting", "Running", "Suspended", "Waiting".
+std::string_view JobStateName(JobState state);
 
 // Whole-job samples/s measured at `replicas` workers that each process
 // `mean_local_batch` samples per step of `step_seconds`. 0 when the step time

@@ -199,12 +199,23 @@ struct IngestResult {
     if (limit_reason.empty()) limit_reason = reason;
     Reject(index, std::move(reason));
   }
+  // Refused by the server before the store saw it (rejected_for_permission).
+  void RejectForPermission(uint32_t index, std::string reason) {
+    ++rejected_for_permission;
+    Reject(index, std::move(reason));
+  }
   void Reject(uint32_t index, std::string reason) {
     ++rejected;
     if (rejections.size() < kMaxReportedRejections) {
       rejections.push_back({index, std::move(reason)});
     }
   }
+  // The one way two results become one: every count added, the first limit
+  // reason kept, and the reported rejections the first kMaxReportedRejections
+  // by index of both (each side's in index order), `other`'s indices shifted
+  // by `index_offset`. Offset: `other` covers the samples after ours (the
+  // next batch of a stream); 0: both cover one batch, split between them
+  // (the store's samples and those the server refused).
   void Merge(const IngestResult& other, uint32_t index_offset);
   // Folds in the result of ingesting again some of this batch's samples
   // (those at `original_index`, ascending, all rejected here for an unknown
@@ -281,7 +292,16 @@ struct ClusterView {
   absl::Time last_checkpoint_at = absl::InfinitePast();
 };
 
-// "namespace" part of a job_id ("" when malformed).
+// The namespace of a job_id "namespace/name": the part before the first '/'.
+// The one rule for the namespace filters of lists and watches (InNamespace,
+// rescale/job_rules.h) and for authorisation (server/auth.h). Valid ids
+// (ValidateJobId, rescale/validation.h) always have exactly one '/' and a
+// non-empty namespace, so the rule matters only for an id that never passed
+// validation (a request naming a job that cannot exist): such an id without
+// '/' is its own namespace, never "". "" means "no namespace named, every one
+// the caller may see" to a list, a watch and Authorize, so an id that is
+// malformed must not map to it; as its own namespace it reaches only callers
+// allowed that namespace, and then fails as unknown or invalid.
 std::string_view JobNamespace(std::string_view job_id);
 
 }  // namespace rescale
