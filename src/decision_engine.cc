@@ -293,12 +293,18 @@ JobStateCounts DecisionEngine::CountJobStates() const {
   // two reads is counted as its entry says.
   registry_->ForEachPublished([&](const engine::JobEntry& entry) {
     const std::optional<Recommendation> rec = board_.Get(entry.spec.job_id);
-    if (rec.has_value() && rec->replicas > 0) {
-      ++counts.running;
-    } else if (entry.started_at != absl::InfinitePast()) {
-      ++counts.suspended;
-    } else {
-      ++counts.waiting;
+    const JobState state =
+        JobStateOf(entry.status, rec ? std::optional<uint32_t>(rec->replicas) : std::nullopt);
+    switch (GaugeStateOf(state, entry.started_at != absl::InfinitePast())) {
+      case JobGaugeState::kRunning:
+        ++counts.running;
+        break;
+      case JobGaugeState::kSuspended:
+        ++counts.suspended;
+        break;
+      case JobGaugeState::kWaiting:
+        ++counts.waiting;
+        break;
     }
   });
   return counts;

@@ -24,6 +24,11 @@ JobState JobStateOf(const JobStatus& status, std::optional<uint32_t> recommended
   return status.suspended ? JobState::kSuspended : JobState::kWaiting;
 }
 
+JobGaugeState GaugeStateOf(JobState state, bool ran_before) {
+  if (state == JobState::kStarting || state == JobState::kRunning) return JobGaugeState::kRunning;
+  return ran_before ? JobGaugeState::kSuspended : JobGaugeState::kWaiting;
+}
+
 std::string_view JobStateName(JobState state) {
   switch (state) {
     case JobState::kPending:

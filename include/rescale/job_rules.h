@@ -37,15 +37,21 @@ bool InNamespace(std::string_view job_id, std::string_view namespace_filter);
 //   kSuspended  the plan gives it none and the cluster suspended it
 //   kWaiting    the plan gives it none and it is not suspended (queued, or
 //               still running until the cluster applies the stop)
-// The gauge's three states group these: running = kStarting + kRunning
-// (the plan gives it GPUs), suspended = kSuspended, waiting = kPending +
-// kWaiting.
+// The rescale_jobs gauge groups these with GaugeStateOf.
 enum class JobState { kPending, kStarting, kRunning, kSuspended, kWaiting };
 // `recommended_replicas`: what the job's recommendation gives it, 0 when it
 // suspends it or gives it nothing; nullopt when the job has none.
 JobState JobStateOf(const JobStatus& status, std::optional<uint32_t> recommended_replicas);
 // "Pending", "Starting", "Running", "Suspended", "Waiting".
 std::string_view JobStateName(JobState state);
+
+// The rescale_jobs gauge's states: running = kStarting + kRunning (the plan
+// gives it GPUs); otherwise suspended when it ran before (preempted or
+// suspended since, whether or not the cluster applied the stop yet), and
+// waiting when it never ran (queued, or not planned yet). `ran_before` is
+// what only the engine knows (it started running at some point).
+enum class JobGaugeState { kRunning, kWaiting, kSuspended };
+JobGaugeState GaugeStateOf(JobState state, bool ran_before);
 
 // Whole-job samples/s measured at `replicas` workers that each process
 // `mean_local_batch` samples per step of `step_seconds`. 0 when the step time

@@ -60,8 +60,6 @@ struct Fitted {
   // model.SamplesPerSecond(n) at index n - 1, n up to the spec's
   // max_replicas (at most kCachedSizes): what every plan asks of it.
   std::vector<double> samples_per_second;
-  // The store's progress of the job with these statistics.
-  uint64_t samples_processed = 0;
   // The statistics it was fitted on (with the restored ones), kept only
   // with a state store: what a checkpoint writes.
   std::vector<SizeStats> stats;

@@ -57,7 +57,6 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
   model_options.gpus_per_replica = std::max<uint32_t>(spec.gpus_per_replica, 1);
   if (spec.local_batch_size > 0) model_options.default_local_batch = spec.local_batch_size;
   fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
-  for (const SizeStats& s : stats) fitted.samples_processed += s.samples_processed;
   if (options_.keep_stats) fitted.stats.assign(stats.begin(), stats.end());
   if (!fitted.model.empty()) {
     const uint32_t sizes = std::min(spec.max_replicas, Fitted::kCachedSizes);
@@ -124,14 +123,18 @@ std::vector<CurvePoint> JobViews::CurveOf(const JobSpec& spec, const Fitted& fit
   return curve;
 }
 
+uint64_t JobViews::SamplesProcessed(const JobEntry& entry) const {
+  uint64_t processed = store_.SamplesProcessed(entry.spec.job_id);
+  if (entry.restored != nullptr) {
+    for (const SizeStats& kept : *entry.restored) processed += kept.samples_processed;
+  }
+  return processed;
+}
+
 JobStatus JobViews::StatusOf(const JobEntry& entry, const ThroughputModel* model) const {
   JobStatus status = entry.status;
   status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
-  status.samples_processed = store_.SamplesProcessed(entry.spec.job_id);
-  if (entry.restored != nullptr) {
-    for (const SizeStats& kept : *entry.restored)
-      status.samples_processed += kept.samples_processed;
-  }
+  status.samples_processed = SamplesProcessed(entry);
   // At the size it runs now: the estimate answers "when does it finish if
   // nothing changes", and a job that does not run does not finish. Only then
   // is a curve needed; a caller without one (ReportApplied) pays for a fit

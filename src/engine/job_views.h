@@ -44,6 +44,10 @@ class JobViews {
   std::vector<SizeStats> WithRestored(std::vector<SizeStats> live, const JobEntry& entry) const;
   // The model's curve for n in [1, max_replicas] (at most 256 points).
   static std::vector<CurvePoint> CurveOf(const JobSpec& spec, const Fitted& fitted);
+  // The job's progress, the one rule for it (status, estimates, the jct
+  // objective): the samples the store counted since this server started,
+  // plus those processed before the restart (restored).
+  uint64_t SamplesProcessed(const JobEntry& entry) const;
   // The entry's status with the store's counts and the job's progress:
   // samples processed (restored ones included) and the time the rest takes
   // at the running size, from `model` (null: fitted here, and only when the

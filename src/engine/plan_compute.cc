@@ -95,7 +95,7 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
   // job without a fitted curve has no rate to do that with: it counts as
   // having had no service (least attained service puts new jobs first).
   if (!fit.model.empty()) {
-    const uint64_t processed = fit.samples_processed;
+    const uint64_t processed = views_.SamplesProcessed(entry);
     job.samples_per_second_at_min = fit.SamplesPerSecond(job.min_replicas);
     job.attained_samples = static_cast<double>(processed);
     if (spec.total_samples.has_value()) {
