@@ -166,7 +166,7 @@ absl::StatusOr<JobEntry> JobRegistry::Register(JobSpec spec) {
     ASSIGN_OR_RETURN(JobEntry entry, PrepareRegistrationLocked(std::move(spec)));
     ticket = SubmitRegistrationLocked(std::move(entry), out);
   }
-  if (ticket != nullptr) RETURN_IF_ERROR(ticket->Wait());
+  if (ticket != nullptr) RETURN_IF_ERROR(writer_->Wait(ticket));
   return std::move(*out);
 }
 
@@ -189,7 +189,7 @@ std::vector<std::string> JobRegistry::RegisterAll(std::vector<JobSpec> specs) {
     }
   }
   for (auto& [id, ticket] : submitted) {
-    if (ticket->Wait().ok()) registered.push_back(std::move(id));
+    if (writer_->Wait(ticket).ok()) registered.push_back(std::move(id));
   }
   return registered;
 }
@@ -234,7 +234,7 @@ absl::StatusOr<JobEntry> JobRegistry::Update(JobSpec spec) {
       idle_cv_.SignalAll();
     });
   }
-  RETURN_IF_ERROR(ticket->Wait());
+  RETURN_IF_ERROR(writer_->Wait(ticket));
   return std::move(*out);
 }
 
@@ -266,7 +266,7 @@ absl::Status JobRegistry::Deregister(const std::string& job_id) {
                                idle_cv_.SignalAll();
                              });
   }
-  return ticket->Wait();
+  return writer_->Wait(ticket);
 }
 
 absl::StatusOr<JobEntry> JobRegistry::Apply(const std::string& job_id, uint32_t replicas,
@@ -338,7 +338,7 @@ absl::StatusOr<JobEntry> JobRegistry::Apply(const std::string& job_id, uint32_t 
       idle_cv_.SignalAll();
     });
   }
-  RETURN_IF_ERROR(ticket->Wait());
+  RETURN_IF_ERROR(writer_->Wait(ticket));
   return std::move(*out);
 }
 
@@ -364,7 +364,7 @@ absl::Status JobRegistry::SetCapacity(const CapacityReport& report) {
                                idle_cv_.SignalAll();
                              });
   }
-  return ticket->Wait();
+  return writer_->Wait(ticket);
 }
 
 CapacityState JobRegistry::Capacity() const {
@@ -391,14 +391,18 @@ RegistryChanges JobRegistry::TakeChanges() {
   return changes;
 }
 
-void JobRegistry::StagePlanLocked(std::vector<Recommendation> recs,
-                                  std::array<uint64_t, kActionCount>* changes_by_action) {
-  board_.Stage(std::move(recs), changes_by_action);
-}
-
 std::shared_ptr<WriteTicket> JobRegistry::CommitPlan(
     std::vector<Recommendation> recs, const std::vector<uint64_t>& registrations,
     std::array<uint64_t, kActionCount>* changes_by_action, std::function<void(bool)> done) {
+  // Generations go to the state store before anyone can see them, so a
+  // restart never hands out a generation again for another target. They are
+  // computed before the lock: only a deregistration or registration can
+  // change the board meanwhile, and the filter below drops those jobs.
+  std::vector<size_t> changed;
+  if (writer_ != nullptr) changed = board_.AssignGenerations(recs);
+  std::vector<bool> changed_at(recs.size(), false);
+  for (size_t i : changed) changed_at[i] = true;
+
   const DeliverOnExit deliver(board_);  // after the lock below is released
   MutexLock lock(mu_);
   // The jobs changed since the sync are in dirty_ again. A deregistered
@@ -406,45 +410,65 @@ std::shared_ptr<WriteTicket> JobRegistry::CommitPlan(
   // flight (its last generation is being recorded); one registered again
   // is planned anew by the next plan; one with a new spec or applied state
   // keeps this recommendation unless its spec now rules it out (its own
-  // plan is due).
-  if (!dirty_.empty() || !in_flight_.empty()) {
-    std::vector<Recommendation> kept_recs;
-    kept_recs.reserve(recs.size());
-    for (size_t i = 0; i < recs.size(); ++i) {
-      Recommendation& rec = recs[i];
-      auto flight = in_flight_.find(rec.job_id);
-      if (flight != in_flight_.end() && flight->second == InFlight::kDelete) continue;
-      if (dirty_.contains(rec.job_id)) {
-        auto live = jobs_.find(rec.job_id);
-        if (live == jobs_.end() || live->second.registration != registrations[i]) continue;
-        const JobSpec& spec = live->second.spec;
-        if (rec.replicas > spec.max_replicas ||
-            (rec.replicas != 0 && rec.replicas < spec.min_replicas))
-          continue;
-      }
-      kept_recs.push_back(std::move(rec));
+  // plan is due). The plan's recommendations are in job id order (the
+  // slots'), so each such job is found by a binary search: the time under
+  // the lock grows with the jobs that moved, not with all of them.
+  std::vector<bool> dropped(recs.size(), false);
+  bool any_dropped = false;
+  const auto find = [&](const std::string& id) -> std::optional<size_t> {
+    auto it = std::lower_bound(
+        recs.begin(), recs.end(), id,
+        [](const Recommendation& r, const std::string& key) { return r.job_id < key; });
+    if (it == recs.end() || it->job_id != id) return std::nullopt;
+    return static_cast<size_t>(it - recs.begin());
+  };
+  for (const std::string& id : dirty_) {
+    const std::optional<size_t> i = find(id);
+    if (!i.has_value()) continue;
+    auto live = jobs_.find(id);
+    const Recommendation& rec = recs[*i];
+    bool drop = live == jobs_.end() || live->second.registration != registrations[*i];
+    if (!drop) {
+      const JobSpec& spec = live->second.spec;
+      drop = rec.replicas > spec.max_replicas ||
+             (rec.replicas != 0 && rec.replicas < spec.min_replicas);
     }
-    recs = std::move(kept_recs);
+    if (drop) dropped[*i] = any_dropped = true;
   }
-  // Generations go to the state store before anyone can see them, so a
-  // restart never hands out a generation again for another target.
-  const std::vector<size_t> changed =
-      writer_ != nullptr ? board_.AssignGenerations(recs) : std::vector<size_t>();
-  if (changed.empty()) {
-    StagePlanLocked(std::move(recs), changes_by_action);
+  for (const auto& [id, flight] : in_flight_) {
+    if (flight != InFlight::kDelete) continue;
+    if (const std::optional<size_t> i = find(id); i.has_value()) dropped[*i] = any_dropped = true;
+  }
+  std::vector<Recommendation> to_record;
+  if (any_dropped || !changed.empty()) {
+    std::vector<Recommendation> kept;
+    kept.reserve(recs.size());
+    for (size_t i = 0; i < recs.size(); ++i) {
+      if (dropped[i]) continue;
+      if (changed_at[i]) to_record.push_back(recs[i]);
+      kept.push_back(std::move(recs[i]));
+    }
+    recs = std::move(kept);
+  }
+  if (to_record.empty()) {
+    // Staged here, under mu_: a deregistration cannot come between the
+    // filter and the board (its removal is made under mu_ too).
+    board_.Stage(std::move(recs), changes_by_action);
     done(true);
     return nullptr;
   }
-  std::vector<Recommendation> to_record;
-  to_record.reserve(changed.size());
-  for (size_t i : changed) to_record.push_back(recs[i]);
   std::vector<Recommendation> spent = to_record;
+  // Submitted under mu_, so that a deregistration decided after this point
+  // is written after these generations, and one decided before was left out.
+  // Once they are durable, the group's writer stages them: every change of
+  // the board (this plan, a deregistration's removal) is made in a
+  // completion, one group at a time and in the queue's order, so staging
+  // needs no lock of the registry's.
   return writer_->Submit(
       std::move(to_record),
       [this, recs = std::move(recs), spent = std::move(spent), changes_by_action,
        done = std::move(done)](const absl::Status& written) mutable {
         const DeliverOnExit deliver(board_);
-        MutexLock lock(mu_);
         if (!written.ok()) {
           spdlog::error("plan not published: its {} new generations could not be recorded: {}",
                         spent.size(), written.ToString());
@@ -454,7 +478,7 @@ std::shared_ptr<WriteTicket> JobRegistry::CommitPlan(
           done(false);
           return;
         }
-        StagePlanLocked(std::move(recs), changes_by_action);
+        board_.Stage(std::move(recs), changes_by_action);
         done(true);
       });
 }

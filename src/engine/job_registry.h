@@ -5,8 +5,9 @@
 // Durability without I/O under the lock: a mutation checks and prepares its
 // change under mu_, hands it to the StateWriter before releasing mu_, and
 // waits for it without any lock. The change enters memory only once it is
-// durable, on the writer's thread (in the writer's order, which is the order
-// the registry decided them in); a write that fails leaves memory as it
+// durable, in the change's completion, which the writing caller runs (one
+// group at a time, in the queue's order, which is the order the registry
+// decided them in; see StateWriter); a write that fails leaves memory as it
 // was, and the call fails with the store's error (UNAVAILABLE). While a
 // job's change is in flight, the next change of the same job waits for it
 // (each is decided on the state the one before left), and the capacity
@@ -134,11 +135,6 @@ class JobRegistry {
   void ReplaceLocked(JobEntry& entry, bool spec_changed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RestoreMeasurementsLocked(StoredMeasurements& measured) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stages a plan's recommendations on the board and calls `done`.
-  void StagePlanLocked(std::vector<Recommendation> recs,
-                       std::array<uint64_t, kActionCount>* changes_by_action)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
   const int max_jobs_;
   Clock& clock_;
   MetricsStore& store_;

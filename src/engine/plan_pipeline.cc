@@ -56,7 +56,7 @@ void PlanPipeline::Replan(const std::atomic<bool>& leading) {
                            });
   // The plan gate stays held until its generations are recorded: see the
   // header.
-  if (recorded != nullptr) recorded->Wait().IgnoreError();
+  if (recorded != nullptr) writer_->Wait(recorded).IgnoreError();
   if (options_.plan_observer) {
     stats.duration = absl::FromChrono(std::chrono::steady_clock::now() - started);
     options_.plan_observer(stats);
@@ -117,7 +117,7 @@ void PlanPipeline::CheckpointLocked(absl::Time now) {
   auto flush = [&]() -> bool {
     if (batch.empty()) return true;
     const size_t jobs = batch.size();
-    if (absl::Status kept = writer_->Submit(std::move(batch))->Wait(); !kept.ok()) {
+    if (absl::Status kept = writer_->Wait(writer_->Submit(std::move(batch))); !kept.ok()) {
       // Tried again at the next checkpoint; nothing is lost but this window.
       spdlog::error("measurements of {} jobs not checkpointed: {}", jobs, kept.ToString());
       return false;

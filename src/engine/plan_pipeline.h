@@ -8,10 +8,10 @@
 //
 // One plan runs at a time: plan_mu_ is the plan gate, taken by Replan for
 // the whole plan and by nothing on a call's path (mutations and reads never
-// wait for it). A plan holds it while its generations are written (by the
-// StateWriter's thread), so the next plan assigns generations after this
-// one's; it is the only wait on I/O under a lock in the engine, and it
-// blocks only the next plan.
+// wait for it). A plan holds it while its generations are written (see
+// StateWriter), so the next plan assigns generations after this one's: the
+// only wait on I/O under a lock in the engine, and it blocks only the next
+// plan.
 #ifndef RESCALE_SRC_ENGINE_PLAN_PIPELINE_H_
 #define RESCALE_SRC_ENGINE_PLAN_PIPELINE_H_
 

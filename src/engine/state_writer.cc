@@ -6,40 +6,78 @@
 
 namespace rescale::engine {
 
-absl::Status WriteTicket::Wait() {
+bool WriteTicket::finished() const {
   MutexLock lock(mu_);
-  cv_.Wait(mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return finished_; });
+  return finished_;
+}
+
+absl::Status WriteTicket::status() const {
+  MutexLock lock(mu_);
   return status_;
 }
 
 void WriteTicket::Finish(absl::Status status) {
-  {
-    MutexLock lock(mu_);
-    finished_ = true;
-    status_ = std::move(status);
-  }
-  cv_.SignalAll();
+  MutexLock lock(mu_);
+  finished_ = true;
+  status_ = std::move(status);
 }
 
-StateWriter::StateWriter(StateStore& store) : store_(store), thread_([this] { Run(); }) {}
-
 StateWriter::~StateWriter() {
+  std::deque<Pending> rest;
   {
     MutexLock lock(mu_);
-    stop_ = true;
+    rest.swap(queue_);
   }
-  cv_.SignalAll();
-  thread_.join();
+  if (!rest.empty()) WriteGroup(std::move(rest));
 }
 
 std::shared_ptr<WriteTicket> StateWriter::Submit(StateChange change, Done done) {
   auto ticket = std::make_shared<WriteTicket>();
-  {
-    MutexLock lock(mu_);
-    queue_.push_back({std::move(change), std::move(done), ticket});
-  }
-  cv_.Signal();
+  MutexLock lock(mu_);
+  queue_.push_back({std::move(change), std::move(done), ticket});
   return ticket;
+}
+
+absl::Status StateWriter::Wait(const std::shared_ptr<WriteTicket>& ticket) {
+  while (true) {
+    std::deque<Pending> group;
+    {
+      MutexLock lock(mu_);
+      // Someone else writing may be writing this change: wait for their
+      // group before deciding.
+      while (writing_ && !ticket->finished()) written_.Wait(mu_);
+      if (ticket->finished()) break;
+      // Nobody writes and this change is still queued: write it, and every
+      // change queued before and after it, up to kMaxGroup.
+      writing_ = true;
+      while (!queue_.empty() && group.size() < kMaxGroup) {
+        group.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      ++groups_;
+      changes_ += group.size();
+    }
+    WriteGroup(std::move(group));
+    {
+      MutexLock lock(mu_);
+      writing_ = false;
+    }
+    written_.SignalAll();
+  }
+  return ticket->status();
+}
+
+void StateWriter::WriteGroup(std::deque<Pending> group) {
+  std::vector<StateChange> changes;
+  changes.reserve(group.size());
+  for (Pending& p : group) changes.push_back(std::move(p.change));
+  // The write, with no lock held: new changes queue meanwhile and form the
+  // next group.
+  const absl::Status written = store_.Write(changes);
+  for (Pending& p : group) {
+    if (p.done) p.done(written);
+    p.ticket->Finish(written);
+  }
 }
 
 uint64_t StateWriter::groups_written() const {
@@ -50,37 +88,6 @@ uint64_t StateWriter::groups_written() const {
 uint64_t StateWriter::changes_written() const {
   MutexLock lock(mu_);
   return changes_;
-}
-
-void StateWriter::Run() {
-  std::vector<Pending> group;
-  std::vector<StateChange> changes;
-  while (true) {
-    {
-      MutexLock lock(mu_);
-      cv_.Wait(mu_,
-               [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); });
-      // Stops only once the queue is empty: every accepted change is
-      // written (or fails) before the writer goes.
-      if (queue_.empty()) return;
-      while (!queue_.empty() && group.size() < kMaxGroup) {
-        group.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      ++groups_;
-      changes_ += group.size();
-    }
-    // The write, without the queue's lock: new changes queue meanwhile and
-    // form the next group.
-    changes.clear();
-    for (Pending& p : group) changes.push_back(std::move(p.change));
-    const absl::Status written = store_.Write(changes);
-    for (Pending& p : group) {
-      if (p.done) p.done(written);
-      p.ticket->Finish(written);
-    }
-    group.clear();
-  }
 }
 
 }  // namespace rescale::engine

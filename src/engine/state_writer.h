@@ -5,17 +5,24 @@
 // writes while it holds a lock of its own: a mutation checks and prepares
 // its change under the registry's lock, hands it to Submit (cheap, in
 // memory) before releasing that lock, so the queue's order is the order in
-// which the engine decided the changes, and waits for it without any lock.
-// One thread writes: it takes every change waiting, writes them with one
-// StateStore::Write (one SQLite transaction, one fsync; one etcd Txn), and
-// then runs each change's `done` in queue order. Concurrent writers thus
-// share one commit: durable throughput grows with concurrency instead of
-// queueing behind each other's fsync.
+// which the engine decided the changes, and then calls Wait without any
+// lock.
+//
+// Group commit as LevelDB's writers do it: there is no writer thread. A
+// caller in Wait whose change is not written yet and finds nobody writing
+// becomes the writer: it takes every change waiting (up to kMaxGroup),
+// writes them with one StateStore::Write (one SQLite transaction, one
+// fsync; one etcd Txn), runs each change's `done` in queue order, and wakes
+// the callers of the group. Callers that arrive meanwhile queue up and form
+// the next group, written by one of them. One caller alone writes its own
+// change on its own thread, with no hand-off; concurrent callers share one
+// commit, so durable throughput grows with concurrency instead of queueing
+// behind each other's fsync.
 //
 // `done` is where a change enters memory (or, on error, is dropped): it runs
-// on the writer's thread with no lock of the writer's held, after the whole
-// group is durable (or failed: then every change of the group fails with
-// the store's error, and nothing of it is applied).
+// on the writing caller's thread with no lock of the writer's held, after
+// the whole group is durable (or failed: then every change of the group
+// fails with the store's error, and nothing of it is applied).
 #ifndef RESCALE_SRC_ENGINE_STATE_WRITER_H_
 #define RESCALE_SRC_ENGINE_STATE_WRITER_H_
 
@@ -23,7 +30,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "rescale/mutex.h"
@@ -31,15 +37,19 @@
 
 namespace rescale::engine {
 
-// What a Submit returns: Wait blocks until the change's `done` ran.
+class StateWriter;
+
+// What Submit returns, for StateWriter::Wait.
 class WriteTicket {
  public:
-  absl::Status Wait();
-  void Finish(absl::Status status);
+  bool finished() const;
+  absl::Status status() const;
 
  private:
-  Mutex mu_;
-  CondVar cv_;
+  friend class StateWriter;
+  void Finish(absl::Status status);
+
+  mutable Mutex mu_;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
@@ -51,16 +61,21 @@ class StateWriter {
   // behind a group that was already being written.
   static constexpr size_t kMaxGroup = 256;
 
-  // `store` must outlive the writer. Starts the writer's thread.
-  explicit StateWriter(StateStore& store);
-  // Writes what is queued, then stops.
+  // `store` must outlive the writer.
+  explicit StateWriter(StateStore& store) : store_(store) {}
+  // Writes what is still queued (nothing, when every Submit was waited
+  // for).
   ~StateWriter();
   StateWriter(const StateWriter&) = delete;
   StateWriter& operator=(const StateWriter&) = delete;
 
   // Queues `change`; `done` (may be empty) runs once it is durable or
-  // failed, before the ticket's Wait returns.
+  // failed, before Wait on its ticket returns.
   std::shared_ptr<WriteTicket> Submit(StateChange change, Done done = nullptr);
+  // Returns once the ticket's change is written (or failed), writing it
+  // (and whatever else waits) itself when nobody else is. Call with no lock
+  // held: the `done` of other callers' changes may run here.
+  absl::Status Wait(const std::shared_ptr<WriteTicket>& ticket);
 
   // Writes (StateStore::Write calls) and changes written so far: their
   // ratio is the mean group size.
@@ -73,16 +88,16 @@ class StateWriter {
     Done done;
     std::shared_ptr<WriteTicket> ticket;
   };
-  void Run();
+  // Writes one group taken from the queue (the caller is the writer).
+  void WriteGroup(std::deque<Pending> group);
 
   StateStore& store_;
   mutable Mutex mu_;
-  CondVar cv_;
+  CondVar written_;  // a group was written: its callers may be done
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t groups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread thread_;
 };
 
 }  // namespace rescale::engine
