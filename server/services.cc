@@ -284,13 +284,20 @@ grpc::ServerUnaryReactor* JobServiceImpl::RegisterJob(grpc::CallbackServerContex
     return FinishRefused(context,
                          AuditedRefusal(security_, **caller, kRegisterJob, job_id, *refused));
   }
-  absl::StatusOr<JobView> job = engine_.RegisterJob(FromProto(request->spec()));
-  if (job.ok()) {
-    ToProto(*job, response);
-    spdlog::info("registered job {} (replicas {}..{}, priority {})", job->spec.job_id,
-                 job->spec.min_replicas, job->spec.max_replicas, job->spec.priority);
-  }
-  return FinishUnary(context, Audited(security_, **caller, kRegisterJob, job_id, job.status()));
+  // Finished once the registration is durable, from the engine's thread:
+  // no gRPC thread waits for the state store.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  engine_.RegisterJobAsync(FromProto(request->spec()), [this, reactor, response, identity = *caller,
+                                                        job_id](absl::StatusOr<JobView> job) {
+    if (job.ok()) {
+      ToProto(*job, response);
+      spdlog::info("registered job {} (replicas {}..{}, priority {})", job->spec.job_id,
+                   job->spec.min_replicas, job->spec.max_replicas, job->spec.priority);
+    }
+    reactor->Finish(
+        ToGrpcStatus(Audited(security_, *identity, kRegisterJob, job_id, job.status())));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext* context,
@@ -304,12 +311,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::UpdateJob(grpc::CallbackServerContext*
     return FinishRefused(context,
                          AuditedRefusal(security_, **caller, kUpdateJob, job_id, *refused));
   }
-  absl::StatusOr<JobView> job = engine_.UpdateJob(FromProto(request->spec()));
-  if (job.ok()) {
-    ToProto(*job, response);
-    spdlog::info("updated job {}", job->spec.job_id);
-  }
-  return FinishUnary(context, Audited(security_, **caller, kUpdateJob, job_id, job.status()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  engine_.UpdateJobAsync(FromProto(request->spec()), [this, reactor, response, identity = *caller,
+                                                      job_id](absl::StatusOr<JobView> job) {
+    if (job.ok()) {
+      ToProto(*job, response);
+      spdlog::info("updated job {}", job->spec.job_id);
+    }
+    reactor->Finish(ToGrpcStatus(Audited(security_, *identity, kUpdateJob, job_id, job.status())));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
@@ -348,9 +359,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeregisterJob(grpc::CallbackServerCont
     return FinishRefused(context,
                          AuditedRefusal(security_, **caller, kDeregisterJob, job_id, *refused));
   }
-  absl::Status status = engine_.DeregisterJob(job_id);
-  if (status.ok()) spdlog::info("deregistered job {}", job_id);
-  return FinishUnary(context, Audited(security_, **caller, kDeregisterJob, job_id, status));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  engine_.DeregisterJobAsync(job_id, [this, reactor, identity = *caller,
+                                      job_id](absl::Status status) {
+    if (status.ok()) spdlog::info("deregistered job {}", job_id);
+    reactor->Finish(ToGrpcStatus(Audited(security_, *identity, kDeregisterJob, job_id, status)));
+  });
+  return reactor;
 }
 
 // ---- RecommendationService ------------------------------------------------------
@@ -425,11 +440,15 @@ grpc::ServerUnaryReactor* RecommendationServiceImpl::ReportApplied(
     return FinishRefused(context,
                          AuditedRefusal(security_, **caller, kReportApplied, job_id, *refused));
   }
-  absl::StatusOr<JobStatus> status = engine_.ReportApplied(
-      job_id, request->replicas(), request->suspended(), request->generation());
-  if (status.ok()) ToProto(*status, response->mutable_status());
-  return FinishUnary(context,
-                     Audited(security_, **caller, kReportApplied, job_id, status.status()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  engine_.ReportAppliedAsync(
+      job_id, request->replicas(), request->suspended(), request->generation(),
+      [this, reactor, response, identity = *caller, job_id](absl::StatusOr<JobStatus> status) {
+        if (status.ok()) ToProto(*status, response->mutable_status());
+        reactor->Finish(
+            ToGrpcStatus(Audited(security_, *identity, kReportApplied, job_id, status.status())));
+      });
+  return reactor;
 }
 
 // ---- ClusterService -----------------------------------------------------------------
@@ -466,17 +485,23 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::SetCapacity(grpc::CallbackServerCo
   report.allocatable_gpus = request->allocatable_gpus();
   // The engine checks the slots and the allocatable GPUs (INVALID_ARGUMENT
   // naming slots[i] or allocatable_gpus).
-  absl::StatusOr<ClusterView> view = engine_.SetCapacity(report);
-  if (view.ok()) {
-    ClusterToProto(*std::move(view), **caller, response);
-    std::string detail;
-    if (report.allocatable_gpus > 0) {
-      absl::StrAppend(&detail, " (of ", report.allocatable_gpus, " allocatable)");
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  engine_.SetCapacityAsync(report, [this, reactor, response, identity = *caller,
+                                    report](absl::StatusOr<ClusterView> view) {
+    if (view.ok()) {
+      ClusterToProto(*std::move(view), *identity, response);
+      std::string detail;
+      if (report.allocatable_gpus > 0) {
+        absl::StrAppend(&detail, " (of ", report.allocatable_gpus, " allocatable)");
+      }
+      if (!report.slots.empty()) {
+        absl::StrAppend(&detail, ", ", report.slots.size(), " slot classes");
+      }
+      spdlog::info("capacity set to {} GPUs{}", report.total_gpus, detail);
     }
-    if (!report.slots.empty()) absl::StrAppend(&detail, ", ", report.slots.size(), " slot classes");
-    spdlog::info("capacity set to {} GPUs{}", request->total_gpus(), detail);
-  }
-  return FinishUnary(context, Audited(security_, **caller, kSetCapacity, "", view.status()));
+    reactor->Finish(ToGrpcStatus(Audited(security_, *identity, kSetCapacity, "", view.status())));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ClusterServiceImpl::GetCluster(grpc::CallbackServerContext* context,

@@ -1,9 +1,12 @@
 // The rescale.v1 gRPC services, on gRPC's callback API.
 //
 // Handlers are thin and stateless: convert the request, call the
-// DecisionEngine, convert the reply, map errors with ToGrpcStatus. Unary
-// handlers finish inline (the engine never blocks on I/O); the two streaming
-// calls each have one small reactor class in services.cc.
+// DecisionEngine, convert the reply, map errors with ToGrpcStatus. Reads
+// finish inline (they take no lock of the engine's). Calls that change state
+// use the engine's *Async forms and finish from the engine's completion, once
+// the change is durable: no gRPC thread ever waits for the state store (or
+// for a plan). The two streaming calls each have one small reactor class in
+// services.cc.
 #ifndef RESCALE_SERVER_SERVICES_H_
 #define RESCALE_SERVER_SERVICES_H_
 

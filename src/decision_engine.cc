@@ -3,6 +3,7 @@
 #include "rescale/decision_engine.h"
 
 #include <algorithm>
+#include <variant>
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -145,6 +146,86 @@ bool DecisionEngine::PlanAfterChange(absl::Duration window) {
   if (window > absl::ZeroDuration()) return true;
   scheduler_->WaitFor(*request);
   return false;
+}
+
+void DecisionEngine::PlanAfterChangeAsync(absl::Duration window, std::function<void(bool)> then) {
+  const std::optional<uint64_t> request = scheduler_->Request(window);
+  if (!request.has_value()) {
+    Replan();  // no timer (tests, the simulator): the caller's thread plans
+    then(false);
+    return;
+  }
+  if (window > absl::ZeroDuration()) {
+    then(true);
+    return;
+  }
+  scheduler_->WhenCovered(*request, [then = std::move(then)] { then(false); });
+}
+
+void DecisionEngine::RegisterJobAsync(JobSpec spec, Done<JobView> done) {
+  absl::StatusOr<JobSpec> normalized = Normalize(std::move(spec));
+  if (!normalized.ok()) return done(normalized.status());
+  registry_->RegisterAsync(*std::move(normalized), [this, done = std::move(done)](
+                                                       absl::StatusOr<engine::JobEntry> e) {
+    if (!e.ok()) return done(e.status());
+    PlanAfterChangeAsync(options_.plan_coalesce, [this, entry = *std::move(e), done](bool pending) {
+      JobView view = views_->ViewOf(entry);
+      view.plan_pending = pending;
+      done(std::move(view));
+    });
+  });
+}
+
+void DecisionEngine::UpdateJobAsync(JobSpec spec, Done<JobView> done) {
+  absl::StatusOr<JobSpec> normalized = Normalize(std::move(spec));
+  if (!normalized.ok()) return done(normalized.status());
+  registry_->UpdateAsync(*std::move(normalized), [this, done = std::move(done)](
+                                                     absl::StatusOr<engine::JobEntry> e) {
+    if (!e.ok()) return done(e.status());
+    PlanAfterChangeAsync(options_.plan_coalesce, [this, entry = *std::move(e), done](bool pending) {
+      JobView view = views_->ViewOf(entry);
+      view.plan_pending = pending;
+      done(std::move(view));
+    });
+  });
+}
+
+void DecisionEngine::DeregisterJobAsync(const std::string& job_id,
+                                        std::function<void(absl::Status)> done) {
+  if (absl::Status valid = ValidateJobId(job_id); !valid.ok()) return done(valid);
+  registry_->DeregisterAsync(
+      job_id, [this, done = std::move(done)](absl::StatusOr<std::monostate> removed) {
+        if (!removed.ok()) return done(removed.status());
+        PlanAfterChangeAsync(options_.plan_coalesce, [done](bool) { done(absl::OkStatus()); });
+      });
+}
+
+void DecisionEngine::ReportAppliedAsync(const std::string& job_id, uint32_t replicas,
+                                        bool suspended, uint64_t generation, Done<JobStatus> done) {
+  if (absl::Status valid = ValidateJobId(job_id); !valid.ok()) return done(valid);
+  registry_->ApplyAsync(job_id, replicas, suspended, generation,
+                        [this, done = std::move(done)](absl::StatusOr<engine::JobEntry> e) {
+                          if (!e.ok()) return done(e.status());
+                          PlanAfterChangeAsync(options_.applied_debounce,
+                                               [this, entry = *std::move(e), done](bool) {
+                                                 done(views_->StatusOf(entry, /*model=*/nullptr));
+                                               });
+                        });
+}
+
+void DecisionEngine::SetCapacityAsync(const CapacityReport& report, Done<ClusterView> done) {
+  if (absl::Status valid = ValidateCapacityReport(report, options_.spec_limits); !valid.ok()) {
+    return done(valid);
+  }
+  registry_->SetCapacityAsync(
+      report, [this, done = std::move(done)](absl::StatusOr<std::monostate> set) {
+        if (!set.ok()) return done(set.status());
+        PlanAfterChangeAsync(options_.plan_coalesce, [this, done](bool pending) {
+          ClusterView view = ClusterViewNow();
+          view.plan_pending = pending;
+          done(std::move(view));
+        });
+      });
 }
 
 absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {

@@ -249,6 +249,22 @@ class DecisionEngine {
   // Ends every watch and refuses new ones (shutdown).
   void CloseWatches();
 
+  // The mutations above for callers that must not block, such as gRPC's
+  // callback handlers: each returns at once, and `done` gets the same
+  // answer the waiting form would have returned, once the change is durable
+  // and in memory (and, with plan_coalesce 0, planned). `done` runs on the
+  // caller's thread when the answer needs no write (a refusal, or no state
+  // store), else on a thread of the engine's; never under a lock of the
+  // engine's. It must be quick and must not block.
+  template <typename T>
+  using Done = std::function<void(absl::StatusOr<T>)>;
+  void RegisterJobAsync(JobSpec spec, Done<JobView> done);
+  void UpdateJobAsync(JobSpec spec, Done<JobView> done);
+  void DeregisterJobAsync(const std::string& job_id, std::function<void(absl::Status)> done);
+  void ReportAppliedAsync(const std::string& job_id, uint32_t replicas, bool suspended,
+                          uint64_t generation, Done<JobStatus> done);
+  void SetCapacityAsync(const CapacityReport& report, Done<ClusterView> done);
+
   // Plans every job now and publishes the decisions. Does nothing while the
   // engine is not leading.
   void Replan();
@@ -287,6 +303,9 @@ class DecisionEngine {
   // here when no timer runs, waits for it when the window is 0, and returns
   // whether it is still pending (the reply's plan_pending).
   bool PlanAfterChange(absl::Duration window);
+  // As PlanAfterChange, without waiting: `then(plan_pending)` runs once the
+  // plan it would wait for is published (at once when it waits for none).
+  void PlanAfterChangeAsync(absl::Duration window, std::function<void(bool)> then);
   // Registers the unknown jobs of `samples`, ingests their samples again and
   // asks for one plan for all of them.
   void AutoRegister(std::span<const StepSample> samples, IngestResult& result);

@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/container/btree_map.h"
@@ -63,6 +64,12 @@ struct RegistryChanges {
 class JobRegistry {
  public:
   using Normalizer = std::function<absl::StatusOr<JobSpec>(JobSpec)>;
+  // An asynchronous mutation's continuation: runs once the change is
+  // durable and in memory (or refused), never under a lock of the
+  // registry's or the writer's; on the caller's thread when the answer
+  // needs no write (a refusal, or no state store).
+  template <typename T>
+  using Then = std::function<void(absl::StatusOr<T>)>;
   // `writer` null: no state store. `normalize` validates a kept spec.
   JobRegistry(int max_jobs, Clock& clock, MetricsStore& store, RecommendationBoard& board,
               StateWriter* writer, Normalizer normalize, std::optional<uint32_t> capacity_gpus);
@@ -78,6 +85,13 @@ class JobRegistry {
   absl::StatusOr<JobEntry> Apply(const std::string& job_id, uint32_t replicas, bool suspended,
                                  uint64_t generation);
   absl::Status SetCapacity(const CapacityReport& report);
+  // The same, for callers that must not block (see Then).
+  void RegisterAsync(JobSpec spec, Then<JobEntry> then);
+  void UpdateAsync(JobSpec spec, Then<JobEntry> then);
+  void DeregisterAsync(const std::string& job_id, Then<std::monostate> then);
+  void ApplyAsync(const std::string& job_id, uint32_t replicas, bool suspended, uint64_t generation,
+                  Then<JobEntry> then);
+  void SetCapacityAsync(const CapacityReport& report, Then<std::monostate> then);
   CapacityState Capacity() const;
   bool Contains(const std::string& job_id) const;
 
@@ -122,14 +136,38 @@ class JobRegistry {
   void UnpublishLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (releasing mu_) until no change of `job_id` is in flight.
   void AwaitIdleLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checks a registration and prepares its entry (and the metrics store's
-  // job); the entry is not in jobs_ yet.
-  absl::StatusOr<JobEntry> PrepareRegistrationLocked(JobSpec spec)
+  // A mutation as decided under mu_: its answer when it needs no write
+  // (`immediate`: a refusal, or applied at once without a state store), else
+  // the change to write and `apply`, which enters it into memory under mu_
+  // once written (or undoes what the decision reserved, when the write
+  // failed) and gives the call's answer.
+  template <typename T>
+  using Applier = std::function<absl::StatusOr<T>(const absl::Status& written)>;
+  template <typename T>
+  struct Decision {
+    std::optional<absl::StatusOr<T>> immediate;
+    StateChange change;
+    Applier<T> apply;
+  };
+  Decision<JobEntry> DecideRegisterLocked(JobSpec spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Decision<JobEntry> DecideUpdateLocked(JobSpec spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Decision<std::monostate> DecideDeregisterLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Submits `entry`'s registration: in memory at once without a writer.
-  std::shared_ptr<WriteTicket> SubmitRegistrationLocked(JobEntry entry,
-                                                        std::shared_ptr<JobEntry> out)
+  Decision<JobEntry> DecideApplyLocked(const std::string& job_id, uint32_t replicas, bool suspended,
+                                       uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Decision<std::monostate> DecideCapacityLocked(const CapacityReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The completion of a decided change: `apply` under mu_, into `result`.
+  template <typename T>
+  std::function<void(const absl::Status&)> Completion(
+      Applier<T> apply, std::shared_ptr<std::optional<absl::StatusOr<T>>> result);
+  // Decides under mu_ (`decide` runs with it held), submits, and waits for
+  // the change (writing its group when nobody else does).
+  template <typename T>
+  absl::StatusOr<T> Execute(const std::function<Decision<T>()>& decide);
+  // As Execute, but hands the write to the writer's thread and returns.
+  template <typename T>
+  void ExecuteAsync(const std::function<Decision<T>()>& decide, Then<T> then);
   void InsertLocked(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Replaces a registered job's entry with `entry`, a new version.
   void ReplaceLocked(JobEntry& entry, bool spec_changed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

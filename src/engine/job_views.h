@@ -24,7 +24,7 @@ struct JobViewsOptions {
   ModelOptions model;
   // Samples a size needs before its own measurements replace restored ones
   // and the model fits on them (PolicyOptions::min_samples).
-  uint32_t min_samples = 0;
+  uint64_t min_samples = 0;
   // Whether fits keep their statistics (a state store checkpoints them).
   bool keep_stats = false;
 };

@@ -66,6 +66,17 @@ void PlanScheduler::WaitFor(uint64_t request) {
   done_.Wait(mu_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return covered_ >= request; });
 }
 
+void PlanScheduler::WhenCovered(uint64_t request, std::function<void()> then) {
+  {
+    MutexLock lock(mu_);
+    if (covered_ < request) {
+      waiting_.emplace_back(request, std::move(then));
+      return;
+    }
+  }
+  then();
+}
+
 void PlanScheduler::PlanNow() {
   // This plan covers every request made so far; later ones start anew.
   const uint64_t covering = last_request_;
@@ -79,6 +90,16 @@ void PlanScheduler::PlanNow() {
   last_plan_took_ = ended - started;
   covered_ = std::max(covered_, covering);
   done_.SignalAll();
+  std::vector<std::function<void()>> ready;
+  std::erase_if(waiting_, [&](auto& w) {
+    if (w.first > covered_) return false;
+    ready.push_back(std::move(w.second));
+    return true;
+  });
+  if (ready.empty()) return;
+  mu_.Unlock();
+  for (auto& then : ready) then();
+  mu_.Lock();
 }
 
 void PlanScheduler::Run(absl::Time next_tick) {

@@ -14,6 +14,8 @@
 #include <functional>
 #include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "rescale/clock.h"
@@ -43,6 +45,10 @@ class PlanScheduler {
   std::optional<uint64_t> Request(absl::Duration window);
   // Waits until a plan that covers request `request` has ended.
   void WaitFor(uint64_t request);
+  // Runs `then` once a plan that covers `request` has ended: at once when
+  // one has, else on the timer's thread after that plan (never under a
+  // lock). For callers that must not block.
+  void WhenCovered(uint64_t request, std::function<void()> then);
 
  private:
   void Run(absl::Time next_tick);
@@ -66,6 +72,8 @@ class PlanScheduler {
   uint64_t last_request_ ABSL_GUARDED_BY(mu_) = 0;
   // The newest request a finished plan covered.
   uint64_t covered_ ABSL_GUARDED_BY(mu_) = 0;
+  // WhenCovered's continuations not run yet, with their request.
+  std::vector<std::pair<uint64_t, std::function<void()>>> waiting_ ABSL_GUARDED_BY(mu_);
   absl::Time last_plan_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Duration last_plan_took_ ABSL_GUARDED_BY(mu_);
   // Wakes the timer thread when a ManualClock jumps; held while it runs.

@@ -19,10 +19,17 @@
 // commit, so durable throughput grows with concurrency instead of queueing
 // behind each other's fsync.
 //
+// Callers that must not block (gRPC's callback handlers, through the
+// engine's *Async methods) use SubmitAsync instead: the writer's own
+// thread writes their changes when no caller is writing, and runs their
+// `after` once the group is done.
+//
 // `done` is where a change enters memory (or, on error, is dropped): it runs
-// on the writing caller's thread with no lock of the writer's held, after
-// the whole group is durable (or failed: then every change of the group
-// fails with the store's error, and nothing of it is applied).
+// on the writing thread with no lock of the writer's held, after the whole
+// group is durable (or failed: then every change of the group fails with
+// the store's error, and nothing of it is applied). `after` (SubmitAsync)
+// runs once the group is over and its writer no longer writes, so it may
+// submit and wait on further changes (an engine continuation may plan).
 #ifndef RESCALE_SRC_ENGINE_STATE_WRITER_H_
 #define RESCALE_SRC_ENGINE_STATE_WRITER_H_
 
@@ -30,6 +37,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "rescale/mutex.h"
@@ -61,10 +69,9 @@ class StateWriter {
   // behind a group that was already being written.
   static constexpr size_t kMaxGroup = 256;
 
-  // `store` must outlive the writer.
-  explicit StateWriter(StateStore& store) : store_(store) {}
-  // Writes what is still queued (nothing, when every Submit was waited
-  // for).
+  // `store` must outlive the writer. Starts the writer's thread.
+  explicit StateWriter(StateStore& store);
+  // Writes what is still queued, then stops the thread.
   ~StateWriter();
   StateWriter(const StateWriter&) = delete;
   StateWriter& operator=(const StateWriter&) = delete;
@@ -72,6 +79,9 @@ class StateWriter {
   // Queues `change`; `done` (may be empty) runs once it is durable or
   // failed, before Wait on its ticket returns.
   std::shared_ptr<WriteTicket> Submit(StateChange change, Done done = nullptr);
+  // Queues `change` for the writer's thread: `done` runs as for Submit,
+  // then `after` once its group is over. Never blocks.
+  void SubmitAsync(StateChange change, Done done, std::function<void()> after);
   // Returns once the ticket's change is written (or failed), writing it
   // (and whatever else waits) itself when nobody else is. Call with no lock
   // held: the `done` of other callers' changes may run here.
@@ -86,18 +96,28 @@ class StateWriter {
   struct Pending {
     StateChange change;
     Done done;
-    std::shared_ptr<WriteTicket> ticket;
+    std::shared_ptr<WriteTicket> ticket;  // null: SubmitAsync's
+    std::function<void()> after;
   };
-  // Writes one group taken from the queue (the caller is the writer).
-  void WriteGroup(std::deque<Pending> group);
+  // Takes a group from the queue and writes it, releasing mu_ for the write
+  // and the callbacks; nobody else may be writing.
+  void WriteGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The writer's thread: writes the asynchronous changes nobody else does.
+  void Run();
 
   StateStore& store_;
   mutable Mutex mu_;
   CondVar written_;  // a group was written: its callers may be done
+  CondVar work_;     // asynchronous changes wait, or stop
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  // SubmitAsync's changes in queue_, which the writer's thread must write
+  // if no caller does.
+  size_t async_queued_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t groups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
 };
 
 }  // namespace rescale::engine
