@@ -11,6 +11,8 @@ packages=(
   build-essential
   cmake
   pkg-config
+  # scripts/check-doc-links.py (the doc_links test)
+  python3
   protobuf-compiler
   protobuf-compiler-grpc
   libprotobuf-dev

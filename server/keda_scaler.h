@@ -8,7 +8,7 @@
 // `metricName`), with target 1 and value = the recommended replicas (0 when
 // suspended), in both the integer and the float fields: KEDA creates an HPA
 // with an AverageValue target, so desired = ceil(value / target) = the
-// recommendation exactly (up to the HPA's tolerance; see the README). The
+// recommendation exactly (up to the HPA's tolerance; see docs/kubernetes.md). The
 // job is active when the recommendation runs it (replicas > 0, not
 // suspended); StreamIsActive (trigger type external-push) sends the
 // activity at once, then again each time it changes.

@@ -154,7 +154,7 @@ struct EngineOptions {
   PolicyOptions policy;
   // The cluster planner: its objective (rescaled's --objective; jct, the
   // objective with the lowest average completion time in the simulator, see
-  // the README) and fairness; its horizon is policy.horizon.
+  // docs/policies.md) and fairness; its horizon is policy.horizon.
   ClusterPlannerOptions planner = {.objective = PlanObjectiveKind::kJct};
   ModelOptions model;
   // Where the jobs, their applied state, the capacity and the generations
