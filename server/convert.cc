@@ -240,8 +240,14 @@ void ToProto(const RecommendationEvent& event, v1::RecommendationEvent* proto) {
       break;
     case RecommendationEvent::Type::kSynced:
       proto->set_type(v1::RecommendationEvent::SYNCED);
+      proto->set_plan_id(event.plan_id);
+      return;
+    case RecommendationEvent::Type::kPlanEnd:
+      proto->set_type(v1::RecommendationEvent::PLAN_END);
+      proto->set_plan_id(event.plan_id);
       return;
   }
+  proto->set_plan_id(event.plan_id);
   ToProto(event.recommendation, proto->mutable_recommendation());
 }
 

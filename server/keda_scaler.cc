@@ -114,7 +114,10 @@ grpc::ServerWriteReactor<externalscaler::IsActiveResponse>* ExternalScalerImpl::
       [job = *job, sent = std::optional<bool>()](const RecommendationEvent& event,
                                                   externalscaler::IsActiveResponse* out,
                                                   grpc::Status* end) mutable {
+        // SYNCED and PLAN_END carry no job: KEDA follows one job's
+        // activity, not plans.
         if (event.type == RecommendationEvent::Type::kSynced ||
+            event.type == RecommendationEvent::Type::kPlanEnd ||
             event.recommendation.job_id != job) {
           return StreamStep::kSkip;
         }

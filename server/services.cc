@@ -420,7 +420,8 @@ grpc::ServerWriteReactor<v1::RecommendationEvent>* RecommendationServiceImpl::Wa
   }
   absl::StatusOr<std::shared_ptr<Subscription>> sub = engine_.Watch(ns);
   if (!sub.ok()) return RejectedWatch(sub.status());
-  // Initial ADDED events, SYNCED, then every change, each as it is.
+  // Initial ADDED events, SYNCED, then every change, each as it is, and
+  // each plan's PLAN_END.
   return new SubscriptionStreamReactor<v1::RecommendationEvent>(
       engine_, *std::move(sub),
       [](const RecommendationEvent& event, v1::RecommendationEvent* out, grpc::Status*) {

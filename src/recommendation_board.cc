@@ -13,12 +13,22 @@ namespace rescale {
 // ---- Subscription -----------------------------------------------------------
 
 Subscription::Poll Subscription::Next(RecommendationEvent* event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
+  if (!initial_.empty()) {
+    *event = *initial_.front();
+    initial_.pop_front();
+    return Poll::kEvent;
+  }
   if (!order_.empty()) {
     auto first = order_.begin();
-    auto it = pending_.find(first->second);
-    *event = *it->second.event;
-    pending_.erase(it);
+    *event = *first->second;
+    if (event->type == RecommendationEvent::Type::kPlanEnd) {
+      plan_ends_.erase(first->first);
+      read_since_plan_end_ = false;
+    } else {
+      pending_.erase(event->recommendation.job_id);
+      read_since_plan_end_ = true;
+    }
     order_.erase(first);
     return Poll::kEvent;
   }
@@ -28,60 +38,101 @@ Subscription::Poll Subscription::Next(RecommendationEvent* event) {
 }
 
 size_t Subscription::queued() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return order_.size();
+  MutexLock lock(mu_);
+  return initial_.size() + order_.size();
 }
 
 void Subscription::SetReadyCallback(std::function<void()> callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ready_callback_ = std::move(callback);
 }
 
-std::function<void()> Subscription::Push(std::shared_ptr<const RecommendationEvent> event) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return nullptr;
-  const std::string& key = event->type == RecommendationEvent::Type::kSynced
-                               ? std::string()
-                               : event->recommendation.job_id;
-  auto it = pending_.find(key);
-  if (it == pending_.end()) {
-    const uint64_t sequence = next_sequence_++;
-    order_.emplace(sequence, key);
-    pending_.emplace(key, Pending{std::move(event), sequence});
-  } else if (it->second.event->type == RecommendationEvent::Type::kAdded &&
-             event->type == RecommendationEvent::Type::kDeleted) {
-    // The reader never saw the job: it needs neither event, and its place
-    // in the delivery order goes too, so a job added and deleted again and
-    // again while the reader stalls costs nothing.
-    order_.erase(it->second.sequence);
-    pending_.erase(it);
-    return nullptr;
-  } else if (it->second.event->type == RecommendationEvent::Type::kAdded &&
-             event->type == RecommendationEvent::Type::kModified) {
-    // Coalesce: the reader has not seen the older event, so it only needs
-    // the newest state, delivered at the older event's place. An ADDED it
-    // never saw stays ADDED (a copy: the event is shared with other readers).
-    auto added = std::make_shared<RecommendationEvent>(*event);
-    added->type = RecommendationEvent::Type::kAdded;
-    it->second.event = std::move(added);
-  } else {
-    it->second.event = std::move(event);
-  }
+void Subscription::PushInitial(std::vector<std::shared_ptr<const RecommendationEvent>> events) {
+  MutexLock lock(mu_);
+  for (auto& event : events) initial_.push_back(std::move(event));
+}
+
+std::function<void()> Subscription::ReadyCallbackLocked() {
   if (!reader_waiting_) return nullptr;
   reader_waiting_ = false;
   return ready_callback_;
 }
 
+void Subscription::MergePlansAfterLocked(uint64_t sequence) {
+  for (auto it = plan_ends_.upper_bound(sequence); it != plan_ends_.end();) {
+    order_.erase(*it);
+    it = plan_ends_.erase(it);
+  }
+}
+
+std::function<void()> Subscription::Push(std::shared_ptr<const RecommendationEvent> event) {
+  MutexLock lock(mu_);
+  if (closed_) return nullptr;
+  if (event->type == RecommendationEvent::Type::kPlanEnd) {
+    if (!order_.empty() && order_.rbegin()->second->type == RecommendationEvent::Type::kPlanEnd) {
+      // Nothing of this plan is queued after the previous PLAN_END (its
+      // changes cancelled queued ones): the newest id closes both.
+      plan_ends_.erase(order_.rbegin()->first);
+      order_.erase(std::prev(order_.end()));
+    } else if (order_.empty() && !read_since_plan_end_) {
+      return nullptr;  // the reader has nothing of this plan to close
+    }
+    const uint64_t sequence = next_sequence_++;
+    order_.emplace(sequence, std::move(event));
+    plan_ends_.insert(sequence);
+    return ReadyCallbackLocked();
+  }
+  const std::string& job_id = event->recommendation.job_id;
+  auto it = pending_.find(job_id);
+  if (it == pending_.end()) {
+    const uint64_t sequence = next_sequence_++;
+    pending_.emplace(job_id, sequence);
+    order_.emplace(sequence, std::move(event));
+    return ReadyCallbackLocked();
+  }
+  // A change of this job is still queued: the reader gets only the newest
+  // state, at the older change's place, so the plans after that place merge
+  // into this one.
+  const uint64_t sequence = it->second;
+  MergePlansAfterLocked(sequence);
+  std::shared_ptr<const RecommendationEvent>& queued = order_.at(sequence);
+  if (queued->type == RecommendationEvent::Type::kAdded &&
+      event->type == RecommendationEvent::Type::kDeleted) {
+    // The reader never saw the job: it needs neither event, and its place
+    // in the delivery order goes too, so a job added and deleted again and
+    // again while the reader stalls costs nothing.
+    order_.erase(sequence);
+    pending_.erase(it);
+    return nullptr;
+  }
+  if (queued->type == RecommendationEvent::Type::kAdded &&
+      event->type == RecommendationEvent::Type::kModified) {
+    // An ADDED it never saw stays ADDED (a copy: the event is shared with
+    // other readers).
+    auto added = std::make_shared<RecommendationEvent>(*event);
+    added->type = RecommendationEvent::Type::kAdded;
+    queued = std::move(added);
+  } else if (queued->type == RecommendationEvent::Type::kDeleted &&
+             event->type == RecommendationEvent::Type::kAdded) {
+    // Deleted and added again unread: the reader still holds the job, so to
+    // it this is a change (MODIFIED), and a later DELETED must reach it
+    // rather than cancel an ADDED it "never saw".
+    auto modified = std::make_shared<RecommendationEvent>(*event);
+    modified->type = RecommendationEvent::Type::kModified;
+    queued = std::move(modified);
+  } else {
+    queued = std::move(event);
+  }
+  return ReadyCallbackLocked();
+}
+
 void Subscription::Close() {
   std::function<void()> notify;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (closed_) return;
     closed_ = true;
-    if (reader_waiting_) {
-      reader_waiting_ = false;
-      notify = ready_callback_;
-    }
+    notify = ReadyCallbackLocked();
   }
   if (notify) notify();
 }
@@ -130,11 +181,11 @@ void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
     for (const Recommendation& rec : decisions) ids.push_back(rec.job_id);
   }
   std::vector<std::pair<size_t, RecommendationEvent>> events;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (int shard_index = 0; shard_index < kShards; ++shard_index) {
     if (by_shard[shard_index].empty()) continue;
     Shard& shard = shards_[shard_index];
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(shard.mu);
     for (size_t i : by_shard[shard_index]) {
       Recommendation& rec = decisions[i];
       auto it = shard.current.find(rec.job_id);
@@ -171,7 +222,7 @@ void RecommendationBoard::StageInto(std::vector<Recommendation> decisions,
   stored->reserve(ids.size());
   for (const std::string& id : ids) {
     const Shard& shard = ShardOf(id);
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(shard.mu);
     stored->push_back(*shard.current.at(id));
   }
 }
@@ -180,11 +231,11 @@ std::vector<size_t> RecommendationBoard::AssignGenerations(
     std::vector<Recommendation>& decisions) const {
   // The same rule as StageInto.
   std::vector<size_t> changed;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (size_t i = 0; i < decisions.size(); ++i) {
     Recommendation& rec = decisions[i];
     const Shard& shard = ShardOf(rec.job_id);
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(shard.mu);
     if (auto it = shard.current.find(rec.job_id); it != shard.current.end()) {
       const Recommendation& old = *it->second;
       rec.generation =
@@ -217,10 +268,10 @@ uint64_t RecommendationBoard::NextGeneration(const Shard& shard, const Recommend
 }
 
 void RecommendationBoard::ReserveGenerations(const std::vector<Recommendation>& decisions) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const Recommendation& rec : decisions) {
     Shard& shard = ShardOf(rec.job_id);
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(shard.mu);
     auto [it, inserted] = shard.reserved.try_emplace(rec.job_id, rec);
     if (!inserted && rec.generation > it->second.generation) it->second = rec;
   }
@@ -229,15 +280,15 @@ void RecommendationBoard::ReserveGenerations(const std::vector<Recommendation>& 
 void RecommendationBoard::Restore(
     std::vector<Recommendation> recommendations,
     std::vector<std::pair<std::string, uint64_t>> retired_generations) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [job_id, generation] : retired_generations) {
     Shard& shard = ShardOf(job_id);
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(shard.mu);
     shard.retired_generations[job_id] = generation;
   }
   for (Recommendation& rec : recommendations) {
     Shard& shard = ShardOf(rec.job_id);
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(shard.mu);
     shard.retired_generations.erase(rec.job_id);
     std::string id = rec.job_id;
     shard.current[std::move(id)] = std::make_shared<const Recommendation>(std::move(rec));
@@ -247,15 +298,15 @@ void RecommendationBoard::Restore(
 void RecommendationBoard::StageReplicated(
     std::vector<Recommendation> recommendations,
     std::vector<std::pair<std::string, uint64_t>> retired_generations) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& [job_id, generation] : retired_generations) {
     Shard& shard = ShardOf(job_id);
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(shard.mu);
     if (!shard.current.contains(job_id)) shard.retired_generations[job_id] = generation;
   }
   for (Recommendation& rec : recommendations) {
     Shard& shard = ShardOf(rec.job_id);
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(shard.mu);
     shard.retired_generations.erase(rec.job_id);
     auto it = shard.current.find(rec.job_id);
     if (it == shard.current.end()) {
@@ -272,9 +323,9 @@ void RecommendationBoard::StageReplicated(
 }
 
 void RecommendationBoard::StageRemove(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Shard& shard = ShardOf(job_id);
-  std::lock_guard<std::mutex> shard_lock(shard.mu);
+  MutexLock shard_lock(shard.mu);
   auto it = shard.current.find(job_id);
   if (it == shard.current.end()) return;
   shard.retired_generations[job_id] = it->second->generation;
@@ -283,17 +334,30 @@ void RecommendationBoard::StageRemove(const std::string& job_id) {
 }
 
 void RecommendationBoard::StageEventLocked(RecommendationEvent event) {
+  event.plan_id = last_plan_id_ + 1;
   staged_.push_back(std::make_shared<const RecommendationEvent>(std::move(event)));
+}
+
+std::vector<std::shared_ptr<const RecommendationEvent>> RecommendationBoard::TakePlanLocked() {
+  std::vector<std::shared_ptr<const RecommendationEvent>> events;
+  events.swap(staged_);
+  if (events.empty()) return events;
+  ++last_plan_id_;
+  RecommendationEvent end;
+  end.type = RecommendationEvent::Type::kPlanEnd;
+  end.plan_id = last_plan_id_;
+  events.push_back(std::make_shared<const RecommendationEvent>(std::move(end)));
+  return events;
 }
 
 void RecommendationBoard::Deliver() {
   std::vector<std::function<void()>> ready;
   {
-    std::lock_guard<std::mutex> fanout(fanout_mu_);
+    MutexLock fanout(fanout_mu_);
     std::vector<std::shared_ptr<const RecommendationEvent>> events;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      events.swap(staged_);
+      MutexLock lock(mu_);
+      events = TakePlanLocked();
     }
     if (events.empty()) return;
     FanOutLocked(events, ready);
@@ -301,12 +365,25 @@ void RecommendationBoard::Deliver() {
   for (const auto& callback : ready) callback();
 }
 
+uint64_t RecommendationBoard::last_plan_id() const {
+  MutexLock lock(mu_);
+  return last_plan_id_;
+}
+
 void RecommendationBoard::FanOutLocked(
     const std::vector<std::shared_ptr<const RecommendationEvent>>& events,
     std::vector<std::function<void()>>& ready) {
   for (const auto& sub : subscriptions_) {
+    bool changed = false;  // the plan has a change in this reader's namespace
     for (const auto& event : events) {
-      if (!InNamespace(event->recommendation.job_id, sub->namespace_filter())) continue;
+      if (event->type == RecommendationEvent::Type::kPlanEnd) {
+        // Only a plan this reader got a change of ends for it.
+        if (!changed) continue;
+      } else if (!InNamespace(event->recommendation.job_id, sub->namespace_filter())) {
+        continue;
+      } else {
+        changed = true;
+      }
       if (std::function<void()> callback = sub->Push(event)) ready.push_back(std::move(callback));
     }
   }
@@ -314,7 +391,7 @@ void RecommendationBoard::FanOutLocked(
 
 std::optional<Recommendation> RecommendationBoard::Get(const std::string& job_id) const {
   const Shard& shard = ShardOf(job_id);
-  std::lock_guard<std::mutex> lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.current.find(job_id);
   if (it == shard.current.end()) return std::nullopt;
   return *it->second;
@@ -324,7 +401,7 @@ std::vector<std::shared_ptr<const Recommendation>> RecommendationBoard::CopyLock
     std::string_view namespace_filter) const {
   std::vector<std::shared_ptr<const Recommendation>> out;
   for (const Shard& shard : shards_) {
-    std::lock_guard<std::mutex> shard_lock(shard.mu);
+    MutexLock shard_lock(shard.mu);
     for (const auto& [id, rec] : shard.current) {
       if (InNamespace(id, namespace_filter)) out.push_back(rec);
     }
@@ -337,7 +414,7 @@ std::vector<std::shared_ptr<const Recommendation>> RecommendationBoard::Snapshot
   std::vector<std::shared_ptr<const Recommendation>> out;
   {
     // mu_ keeps stagings out: the list is one plan's, never half of two.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     out = CopyLocked(namespace_filter);
   }
   std::sort(out.begin(), out.end(),
@@ -356,31 +433,36 @@ absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
   std::shared_ptr<Subscription> sub(new Subscription(std::move(namespace_filter)));
   std::vector<std::function<void()>> ready;
   {
-    std::lock_guard<std::mutex> fanout(fanout_mu_);
+    MutexLock fanout(fanout_mu_);
     std::vector<std::shared_ptr<const RecommendationEvent>> events;
     std::vector<std::shared_ptr<const Recommendation>> initial;
+    uint64_t plan_id = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (closed_) return absl::UnavailableError("the server is shutting down");
       if (static_cast<int>(subscriptions_.size()) >= max_subscriptions_) {
         return absl::ResourceExhaustedError("too many concurrent watchers: the limit is " +
                                             std::to_string(max_subscriptions_) +
                                             " (--max_watchers)");
       }
-      // The staged events go to the existing watchers first; the new one
-      // starts from the state that already includes them.
-      events.swap(staged_);
+      // The staged events go to the existing watchers first, as a plan; the
+      // new one starts from the state that already includes them.
+      events = TakePlanLocked();
+      plan_id = last_plan_id_;
       initial = CopyLocked(sub->namespace_filter());
     }
     FanOutLocked(events, ready);
     std::sort(initial.begin(), initial.end(),
               [](const auto& a, const auto& b) { return a->job_id < b->job_id; });
+    std::vector<std::shared_ptr<const RecommendationEvent>> list;
+    list.reserve(initial.size() + 1);
     for (const auto& rec : initial) {
-      sub->Push(std::make_shared<const RecommendationEvent>(
-          RecommendationEvent{RecommendationEvent::Type::kAdded, *rec}));
+      list.push_back(std::make_shared<const RecommendationEvent>(
+          RecommendationEvent{RecommendationEvent::Type::kAdded, *rec, plan_id}));
     }
-    sub->Push(std::make_shared<const RecommendationEvent>(
-        RecommendationEvent{RecommendationEvent::Type::kSynced, {}}));
+    list.push_back(std::make_shared<const RecommendationEvent>(
+        RecommendationEvent{RecommendationEvent::Type::kSynced, {}, plan_id}));
+    sub->PushInitial(std::move(list));
     subscriptions_.push_back(sub);
   }
   for (const auto& callback : ready) callback();
@@ -389,7 +471,7 @@ absl::StatusOr<std::shared_ptr<Subscription>> RecommendationBoard::Subscribe(
 
 void RecommendationBoard::Unsubscribe(const std::shared_ptr<Subscription>& subscription) {
   {
-    std::lock_guard<std::mutex> fanout(fanout_mu_);
+    MutexLock fanout(fanout_mu_);
     subscriptions_.erase(std::remove(subscriptions_.begin(), subscriptions_.end(), subscription),
                          subscriptions_.end());
   }
@@ -399,9 +481,9 @@ void RecommendationBoard::Unsubscribe(const std::shared_ptr<Subscription>& subsc
 void RecommendationBoard::CloseAll() {
   std::vector<std::shared_ptr<Subscription>> subs;
   {
-    std::lock_guard<std::mutex> fanout(fanout_mu_);
+    MutexLock fanout(fanout_mu_);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       closed_ = true;
       staged_.clear();
     }
@@ -411,7 +493,7 @@ void RecommendationBoard::CloseAll() {
 }
 
 int RecommendationBoard::subscription_count() const {
-  std::lock_guard<std::mutex> lock(fanout_mu_);
+  MutexLock lock(fanout_mu_);
   return static_cast<int>(subscriptions_.size());
 }
 

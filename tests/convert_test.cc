@@ -122,6 +122,38 @@ TEST_CASE("recommendations carry enums and decision time, never is left unset") 
   CHECK_FALSE(status_proto.has_last_applied_at());
 }
 
+TEST_CASE("watch events carry their plan id; SYNCED and PLAN_END no recommendation") {
+  rescale::RecommendationEvent change;
+  change.type = rescale::RecommendationEvent::Type::kModified;
+  change.recommendation.job_id = "ns/a";
+  change.recommendation.replicas = 3;
+  change.plan_id = 7;
+  v1::RecommendationEvent proto;
+  ToProto(change, &proto);
+  CHECK(proto.type() == v1::RecommendationEvent::MODIFIED);
+  CHECK(proto.plan_id() == 7);
+  CHECK(proto.recommendation().job_id() == "ns/a");
+  CHECK(proto.recommendation().replicas() == 3);
+
+  rescale::RecommendationEvent end;
+  end.type = rescale::RecommendationEvent::Type::kPlanEnd;
+  end.plan_id = 7;
+  proto.Clear();
+  ToProto(end, &proto);
+  CHECK(proto.type() == v1::RecommendationEvent::PLAN_END);
+  CHECK(proto.plan_id() == 7);
+  CHECK_FALSE(proto.has_recommendation());
+
+  rescale::RecommendationEvent synced;
+  synced.type = rescale::RecommendationEvent::Type::kSynced;
+  synced.plan_id = 6;
+  proto.Clear();
+  ToProto(synced, &proto);
+  CHECK(proto.type() == v1::RecommendationEvent::SYNCED);
+  CHECK(proto.plan_id() == 6);
+  CHECK_FALSE(proto.has_recommendation());
+}
+
 TEST_CASE("the cluster view reports unknown capacity and free GPUs") {
   rescale::ClusterView view;
   view.allocated_gpus = 6;

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,13 +50,22 @@ std::shared_ptr<Subscription> MustSubscribe(RecommendationBoard& board, std::str
   return *sub;
 }
 
-// Reads every queued event until kEmpty (or kClosed).
-std::vector<RecommendationEvent> Drain(Subscription& sub, Poll* last = nullptr) {
+// Reads every queued event until kEmpty (or kClosed), PLAN_ENDs included.
+std::vector<RecommendationEvent> DrainAll(Subscription& sub, Poll* last = nullptr) {
   std::vector<RecommendationEvent> events;
   RecommendationEvent event;
   Poll poll;
   while ((poll = sub.Next(&event)) == Poll::kEvent) events.push_back(event);
   if (last != nullptr) *last = poll;
+  return events;
+}
+
+// As DrainAll, without the PLAN_ENDs (cases about the changes themselves).
+std::vector<RecommendationEvent> Drain(Subscription& sub, Poll* last = nullptr) {
+  std::vector<RecommendationEvent> events;
+  for (RecommendationEvent& event : DrainAll(sub, last)) {
+    if (event.type != Type::kPlanEnd) events.push_back(std::move(event));
+  }
   return events;
 }
 
@@ -277,7 +287,7 @@ TEST_CASE(
   // place in the order.
   CHECK(sub->queued() == 2);
   PublishOne(board, Rec("ns/flaps", 5));
-  CHECK(sub->queued() == 3);
+  CHECK(sub->queued() == 4);  // and its PLAN_END
   std::vector<RecommendationEvent> events = Drain(*sub);
   REQUIRE(events.size() == 3);
   CHECK(events[0].recommendation.job_id == "ns/stays");
@@ -472,6 +482,8 @@ TEST_CASE(
         case Type::kSynced:
           synced = true;
           break;
+        case Type::kPlanEnd:
+          break;
         case Type::kDeleted:
           seen.erase(event.recommendation.job_id);
           break;
@@ -519,6 +531,260 @@ TEST_CASE(
     CHECK(it->second.replicas == rec.replicas);
     CHECK(it->second.suspend == rec.suspend);
     CHECK(it->second.reason == rec.reason);
+  }
+}
+
+// ---- plans: plan_id and PLAN_END ---------------------------------------------
+
+// "EVENT job plan_id" for each event, PLAN_END as "END plan_id", for
+// comparing whole streams at once.
+std::vector<std::string> Describe(const std::vector<RecommendationEvent>& events) {
+  std::vector<std::string> out;
+  for (const RecommendationEvent& event : events) {
+    const std::string id = std::to_string(event.plan_id);
+    switch (event.type) {
+      case Type::kAdded:
+        out.push_back("ADDED " + event.recommendation.job_id + " " + id);
+        break;
+      case Type::kModified:
+        out.push_back("MODIFIED " + event.recommendation.job_id + " " + id);
+        break;
+      case Type::kDeleted:
+        out.push_back("DELETED " + event.recommendation.job_id + " " + id);
+        break;
+      case Type::kSynced:
+        out.push_back("SYNCED " + id);
+        break;
+      case Type::kPlanEnd:
+        out.push_back("END " + id);
+        break;
+    }
+  }
+  return out;
+}
+
+using Lines = std::vector<std::string>;
+
+TEST_CASE(
+    "each Deliver of a staged batch is one plan: its events carry its id, a PLAN_END ends it") {
+  RecommendationBoard board;
+  auto sub = MustSubscribe(board);
+  CHECK(Describe(DrainAll(*sub)) == Lines{"SYNCED 0"});
+  CHECK(board.last_plan_id() == 0);
+
+  // What the engine does: stage under its lock (several stagings may make
+  // one plan), deliver after.
+  board.Stage({Rec("ns/a", 1), Rec("ns/b", 2)});
+  board.Stage({Rec("ns/c", 1)});
+  CHECK(sub->queued() == 0);
+  board.Deliver();
+  CHECK(board.last_plan_id() == 1);
+  CHECK(Describe(DrainAll(*sub)) == Lines{"ADDED ns/a 1", "ADDED ns/b 1", "ADDED ns/c 1", "END 1"});
+
+  // Nothing staged (or nothing visible changed): no plan, no event.
+  board.Deliver();
+  board.Publish({Rec("ns/a", 1)});
+  CHECK(board.last_plan_id() == 1);
+  CHECK(DrainAll(*sub).empty());
+
+  board.Stage({Rec("ns/a", 3)});
+  board.StageRemove("ns/b");
+  board.Deliver();
+  CHECK(Describe(DrainAll(*sub)) == Lines{"MODIFIED ns/a 2", "DELETED ns/b 2", "END 2"});
+
+  // A new watcher's initial list carries the newest plan it includes, and
+  // SYNCED closes it: no PLAN_END.
+  auto late = MustSubscribe(board);
+  CHECK(Describe(DrainAll(*late)) == Lines{"ADDED ns/a 2", "ADDED ns/c 2", "SYNCED 2"});
+}
+
+TEST_CASE("a plan staged when a watcher subscribes is ended for the others, included for it") {
+  RecommendationBoard board;
+  auto sub = MustSubscribe(board);
+  DrainAll(*sub);
+  board.Stage({Rec("ns/a", 1)});
+  auto late = MustSubscribe(board);  // delivers the staged plan first
+  board.Deliver();                   // nothing left: no second plan
+  CHECK(Describe(DrainAll(*sub)) == Lines{"ADDED ns/a 1", "END 1"});
+  CHECK(Describe(DrainAll(*late)) == Lines{"ADDED ns/a 1", "SYNCED 1"});
+}
+
+TEST_CASE("plans a slow reader has not read keep their own PLAN_ENDs when they do not overlap") {
+  RecommendationBoard board;
+  auto sub = MustSubscribe(board);
+  DrainAll(*sub);
+  board.Publish({Rec("ns/a", 1)});
+  board.Publish({Rec("ns/b", 1), Rec("ns/c", 1)});
+  CHECK(Describe(DrainAll(*sub)) ==
+        Lines{"ADDED ns/a 1", "END 1", "ADDED ns/b 2", "ADDED ns/c 2", "END 2"});
+}
+
+TEST_CASE("coalescing merges plans: every change comes before the newest plan's PLAN_END") {
+  RecommendationBoard board;
+  board.Publish({Rec("ns/a", 1), Rec("ns/b", 1), Rec("ns/c", 1), Rec("ns/d", 1)});  // plan 1
+  auto sub = MustSubscribe(board);
+  DrainAll(*sub);
+  board.Publish({Rec("ns/a", 2), Rec("ns/b", 2)});  // plan 2
+  board.Publish({Rec("ns/c", 2)});                  // plan 3: no overlap with 2
+  // Plan 4 changes ns/b again: its newest state is delivered at the place
+  // of plan 2's change, so plans 2 to 4 become one, ended by plan 4's END.
+  // Were plan 2's END kept, a reader would apply ns/b's plan-4 state
+  // without ns/d's, half of plan 4.
+  board.Publish({Rec("ns/b", 4), Rec("ns/d", 4)});
+  CHECK(Describe(DrainAll(*sub)) ==
+        Lines{"MODIFIED ns/a 2", "MODIFIED ns/b 4", "MODIFIED ns/c 3", "MODIFIED ns/d 4", "END 4"});
+}
+
+TEST_CASE("a reader that took part of a plan gets the rest, merged, before the PLAN_END") {
+  RecommendationBoard board;
+  board.Publish({Rec("ns/a", 1), Rec("ns/b", 1), Rec("ns/c", 1)});  // plan 1
+  auto sub = MustSubscribe(board);
+  DrainAll(*sub);
+  board.Publish({Rec("ns/a", 2), Rec("ns/b", 2)});  // plan 2
+  RecommendationEvent event;
+  REQUIRE(sub->Next(&event) == Poll::kEvent);
+  CHECK(Describe({event}) == Lines{"MODIFIED ns/a 2"});
+  board.Publish({Rec("ns/b", 3), Rec("ns/c", 3)});  // plan 3 changes ns/b again
+  CHECK(Describe(DrainAll(*sub)) == Lines{"MODIFIED ns/b 3", "MODIFIED ns/c 3", "END 3"});
+  // The next plan is its own again.
+  board.Publish({Rec("ns/a", 4)});
+  CHECK(Describe(DrainAll(*sub)) == Lines{"MODIFIED ns/a 4", "END 4"});
+}
+
+TEST_CASE("a job added and deleted unseen merges the plans after it and leaves no empty plan") {
+  RecommendationBoard board;
+  auto sub = MustSubscribe(board);
+  DrainAll(*sub);
+  board.Publish({Rec("ns/x", 1)});  // plan 1
+  board.Publish({Rec("ns/a", 1)});  // plan 2
+  board.Remove("ns/x");             // plan 3 cancels plan 1's ADDED
+  CHECK(Describe(DrainAll(*sub)) == Lines{"ADDED ns/a 2", "END 3"});
+  board.Publish({Rec("ns/y", 1)});  // plan 4
+  board.Remove("ns/y");             // plan 5: nothing left for the reader
+  CHECK(DrainAll(*sub).empty());
+  CHECK(sub->queued() == 0);
+}
+
+TEST_CASE("the initial list is a snapshot: a later change of a listed job comes after SYNCED") {
+  RecommendationBoard board;
+  board.Publish({Rec("ns/a", 1), Rec("ns/b", 1)});  // plan 1
+  auto sub = MustSubscribe(board);                  // not read yet
+  board.Publish({Rec("ns/a", 2)});                  // plan 2
+  board.Remove("ns/b");                             // plan 3
+  // The initial list stays plan 1's whole state; plans 2 and 3 follow it.
+  CHECK(Describe(DrainAll(*sub)) == Lines{"ADDED ns/a 1", "ADDED ns/b 1", "SYNCED 1",
+                                          "MODIFIED ns/a 2", "END 2", "DELETED ns/b 3", "END 3"});
+}
+
+TEST_CASE("a job deleted, added and deleted again while the reader stalls reaches it DELETED") {
+  RecommendationBoard board;
+  board.Publish({Rec("ns/a", 1)});
+  auto sub = MustSubscribe(board);
+  DrainAll(*sub);  // the reader holds ns/a
+  board.Remove("ns/a");
+  board.Publish({Rec("ns/a", 2)});  // to the reader a change, not a job it never saw
+  board.Remove("ns/a");
+  CHECK(Describe(DrainAll(*sub)) == Lines{"DELETED ns/a 4", "END 4"});
+  board.Publish({Rec("ns/a", 3)});
+  board.Remove("ns/a");
+  board.Publish({Rec("ns/a", 4)});
+  std::vector<RecommendationEvent> events = DrainAll(*sub);
+  CHECK(Describe(events) == Lines{"ADDED ns/a 7", "END 7"});
+  CHECK(events[0].recommendation.replicas == 4);
+}
+
+TEST_CASE("a watcher gets a PLAN_END only for plans with a change in its namespace") {
+  RecommendationBoard board;
+  auto sub = MustSubscribe(board, "team-a");
+  DrainAll(*sub);
+  board.Publish({Rec("team-b/x", 1)});                      // plan 1: none of team-a's
+  board.Publish({Rec("team-a/x", 1), Rec("team-b/y", 1)});  // plan 2
+  board.Publish({Rec("team-b/x", 2)});                      // plan 3: none again
+  CHECK(Describe(DrainAll(*sub)) == Lines{"ADDED team-a/x 2", "END 2"});
+}
+
+TEST_CASE("a reader stopping at each PLAN_END sees exactly the board after that plan",
+          "[concurrency]") {
+  constexpr int kJobs = 12;
+  constexpr int kPlans = 1500;
+  RecommendationBoard board;
+  auto sub = MustSubscribe(board);
+  std::mutex ready_mu;
+  std::condition_variable ready_cv;
+  bool ready = false;
+  sub->SetReadyCallback([&] {
+    {
+      std::lock_guard<std::mutex> lock(ready_mu);
+      ready = true;
+    }
+    ready_cv.notify_one();
+  });
+
+  // The reader applies changes only at a boundary (SYNCED, PLAN_END), as a
+  // controller does, and records what it holds then.
+  std::map<uint64_t, std::map<std::string, uint32_t>> seen_at_end;
+  bool plan_ids_ok = true;  // a change's plan id is never above its PLAN_END's
+  std::thread reader([&] {
+    std::map<std::string, uint32_t> applied;
+    std::map<std::string, RecommendationEvent> buffered;
+    RecommendationEvent event;
+    while (true) {
+      const Poll poll = sub->Next(&event);
+      if (poll == Poll::kClosed) return;
+      if (poll == Poll::kEmpty) {
+        std::unique_lock<std::mutex> lock(ready_mu);
+        ready_cv.wait(lock, [&] { return ready; });
+        ready = false;
+        continue;
+      }
+      if (event.type != Type::kSynced && event.type != Type::kPlanEnd) {
+        buffered[event.recommendation.job_id] = event;
+        continue;
+      }
+      for (const auto& [id, change] : buffered) {
+        if (event.type == Type::kPlanEnd && change.plan_id > event.plan_id) plan_ids_ok = false;
+        if (change.type == Type::kDeleted) {
+          applied.erase(id);
+        } else {
+          applied[id] = change.recommendation.replicas;
+        }
+      }
+      buffered.clear();
+      seen_at_end[event.plan_id] = applied;
+    }
+  });
+
+  // One publisher, so the board after each Publish is exactly that plan's.
+  std::map<uint64_t, std::map<std::string, uint32_t>> board_after = {{0, {}}};
+  std::mt19937 random(7);
+  for (int plan = 0; plan < kPlans; ++plan) {
+    std::vector<Recommendation> decisions;
+    for (int job = 0; job < kJobs; ++job) {
+      if (random() % 3 == 0) {
+        decisions.push_back(Rec("ns/job-" + std::to_string(job), 1 + random() % 4));
+      }
+    }
+    if (random() % 10 == 0) {
+      board.Remove("ns/job-" + std::to_string(random() % kJobs));
+    } else {
+      board.Publish(std::move(decisions));
+    }
+    std::map<std::string, uint32_t>& state = board_after[board.last_plan_id()];
+    state.clear();
+    for (const Recommendation& rec : board.List()) state[rec.job_id] = rec.replicas;
+  }
+  board.CloseAll();
+  reader.join();
+
+  CHECK(plan_ids_ok);
+  REQUIRE(!seen_at_end.empty());
+  // The reader ends on the newest plan, and at every boundary it saw, it
+  // held the whole board of that plan: never half of one.
+  CHECK(seen_at_end.rbegin()->first == board.last_plan_id());
+  for (const auto& [plan_id, seen] : seen_at_end) {
+    CAPTURE(plan_id);
+    REQUIRE(board_after.count(plan_id) == 1);
+    CHECK(seen == board_after.at(plan_id));
   }
 }
 

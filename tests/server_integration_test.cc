@@ -590,7 +590,8 @@ TEST_CASE("SetCapacity with allocatable GPUs shows them in GetCluster beside the
   CHECK(get().allocatable_gpus() == 0);
 }
 
-TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change", "[concurrency]") {
+TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change, plan by plan",
+          "[concurrency]") {
   TestServer t;
   // Fixed-size jobs on a known capacity: each change below is one event.
   t.SetCapacity(2);
@@ -601,13 +602,24 @@ TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change",
   REQUIRE(reader->Read(&event));
   CHECK(event.type() == v1::RecommendationEvent::ADDED);
   CHECK(event.recommendation().job_id() == "ns/a");
+  const uint64_t listed_plan = event.plan_id();
+  CHECK(listed_plan > 0);  // ns/a's plan: the list is of whole plans
   REQUIRE(reader->Read(&event));
   CHECK(event.type() == v1::RecommendationEvent::SYNCED);
+  CHECK(event.plan_id() == listed_plan);  // no PLAN_END after the list
 
+  // Each change is a plan of its own: its events, then its PLAN_END, with
+  // ids increasing.
   t.Register("ns/b", 1, 1);
   REQUIRE(reader->Read(&event));
   CHECK(event.type() == v1::RecommendationEvent::ADDED);
   CHECK(event.recommendation().job_id() == "ns/b");
+  const uint64_t added_plan = event.plan_id();
+  CHECK(added_plan > listed_plan);
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::PLAN_END);
+  CHECK(event.plan_id() == added_plan);
+  CHECK_FALSE(event.has_recommendation());
 
   t.SetCapacity(1);
   REQUIRE(reader->Read(&event));
@@ -615,6 +627,11 @@ TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change",
   CHECK(event.recommendation().job_id() == "ns/b");
   CHECK(event.recommendation().replicas() == 0);
   CHECK(event.recommendation().generation() == 2);
+  const uint64_t suspend_plan = event.plan_id();
+  CHECK(suspend_plan > added_plan);
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::PLAN_END);
+  CHECK(event.plan_id() == suspend_plan);
 
   {
     grpc::ClientContext del_ctx;
@@ -626,11 +643,23 @@ TEST_CASE("WatchRecommendations sends current state, SYNCED, then every change",
   REQUIRE(reader->Read(&event));
   CHECK(event.type() == v1::RecommendationEvent::DELETED);
   CHECK(event.recommendation().job_id() == "ns/a");
-  // ns/b now fits and starts.
+  const uint64_t deleted_plan = event.plan_id();
+  CHECK(deleted_plan > suspend_plan);
+  // ns/b now fits and starts: in the deregistration's plan or the next
+  // (the engine decides), and a PLAN_END follows each.
   REQUIRE(reader->Read(&event));
+  if (event.type() == v1::RecommendationEvent::PLAN_END) {
+    CHECK(event.plan_id() == deleted_plan);
+    REQUIRE(reader->Read(&event));
+  }
   CHECK(event.type() == v1::RecommendationEvent::MODIFIED);
   CHECK(event.recommendation().job_id() == "ns/b");
   CHECK(event.recommendation().replicas() == 1);
+  const uint64_t start_plan = event.plan_id();
+  CHECK(start_plan >= deleted_plan);
+  REQUIRE(reader->Read(&event));
+  CHECK(event.type() == v1::RecommendationEvent::PLAN_END);
+  CHECK(event.plan_id() == start_plan);
 
   ctx.TryCancel();
   while (reader->Read(&event)) {
@@ -676,7 +705,10 @@ TEST_CASE("watch streams converge on the final state while writers race and a wa
       Watcher& watcher = *watchers[w];
       v1::RecommendationEvent event;
       while (watcher.reader->Read(&event)) {
-        if (event.type() == v1::RecommendationEvent::SYNCED) continue;
+        if (event.type() == v1::RecommendationEvent::SYNCED ||
+            event.type() == v1::RecommendationEvent::PLAN_END) {
+          continue;
+        }
         watcher.seen[event.recommendation().job_id()] = event.recommendation().replicas();
         if (event.recommendation().job_id() == "ns/zz-done") break;
         if (w == 0 && watcher.seen.size() > 2 &&
@@ -783,6 +815,7 @@ class FleetWatcher final : public grpc::ClientReadReactor<v1::RecommendationEven
       fleet_.cv.notify_all();
       return !stall_after_sync_;
     }
+    if (event_.type() == v1::RecommendationEvent::PLAN_END) return true;
     replicas_[event_.recommendation().job_id()] = event_.recommendation().replicas();
     const bool all_at_target =
         replicas_.size() == jobs_ &&

@@ -38,6 +38,7 @@ if(NOT RESCALE_SANITIZE STREQUAL "thread")
     tests/child_process.cc
     tests/etcd_cluster.cc
     tests/adapter_test.cc
+    tests/adapter_plan_test.cc
     tests/node_capacity_test.cc
     tests/client_common_test.cc
     tests/k8s_security_test.cc

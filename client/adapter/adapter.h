@@ -19,21 +19,24 @@
 //
 // Applying a plan in the safe order. rescaled's planner publishes a plan's
 // changes together, but the WatchRecommendations stream carries them one
-// job at a time, in job-id order, with no end-of-plan marker; applying each
+// job at a time, in job-id order, then the plan's PLAN_END; applying each
 // as it arrives could grow a job before the shrink that makes room for it
-// (pods Pending, gangs deadlocked). So the stream thread only records the
-// newest recommendation per job, and a separate applier thread applies in
-// batches: the initial snapshot (up to SYNCED) once every job API has been
-// listed, then whatever has arrived while it was busy or asleep. Each batch
-// is ordered by OrderForApply (rescale/apply_order.h) from the replicas the
-// job runs as last observed (0 when suspended) to the target (0 when the
-// recommendation suspends, else the clamped replicas): every release
-// (shrink, suspend) is written before any acquire (grow, resume, start),
-// the order the simulator assumes. When a release fails for good, the
-// batch's acquires wait for the next event instead of over-committing.
-// Changes split across two batches (the applier woke between two events of
-// one plan) are each ordered, not ordered together: the stream gives no
-// way to tell.
+// (pods Pending, gangs deadlocked). So the stream thread holds a plan's
+// changes until its PLAN_END and then records them together, as the newest
+// recommendation per job, and a separate applier thread applies in batches:
+// the initial snapshot (up to SYNCED) once every job API has been listed,
+// then every whole plan that has arrived while it was busy or asleep. Each
+// batch is ordered by OrderForApply (rescale/apply_order.h) from the
+// replicas the job runs as last observed (0 when suspended) to the target
+// (0 when the recommendation suspends, else the clamped replicas): every
+// release (shrink, suspend) is written before any acquire (grow, resume,
+// start), the order the simulator assumes. When a release fails for good,
+// the batch's acquires wait for the next event instead of over-committing.
+// A rescaled older than plan boundaries sends changes with plan_id 0 and no
+// PLAN_END: those are recorded as they arrive, as before, so a plan split
+// across two batches (the applier woke between two of its changes) is
+// ordered batch by batch, not as one; no idle timer guesses the boundary
+// (a guess would delay every change and still split a slow plan).
 //
 // Thread safety: Adapter's public methods may be called from any thread.
 // Stop() (and the destructor) joins every thread the adapter started.
@@ -91,6 +94,8 @@ struct AdapterEvent {
     kEventRecorded,     // a Kubernetes Event was created; detail = its reason
     kEventFailed,       // an Event's POST failed (the change stands); detail = error
     kEventRateLimited,  // an Event the job's rate limit (or a full queue) held back
+    kChangeReceived,    // a change read from the stream; value = its generation
+    kPlanReceived,      // a PLAN_END: the plan goes to the applier; value = plan_id
   };
   Kind kind;
   std::string job_id;
@@ -199,6 +204,8 @@ class Adapter {
     uint32_t running = 0;  // replicas the job runs as last observed; 0 = suspended
     uint32_t target = 0;   // replicas it will run; 0 = suspend
   };
+  // Records a change (ADDED, MODIFIED, DELETED) in latest_ for the applier.
+  void RecordLocked(const v1::RecommendationEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells the applier to look for work (a new recommendation, a job
   // discovered or changed, which may also retry a failed apply).
   void WakeApplier();

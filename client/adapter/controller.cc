@@ -540,6 +540,10 @@ void Adapter::RunRecommendations() {
       latest_.clear();  // generations are per rescaled process
       stream_synced_ = false;
     }
+    // The plan being received: its changes, newest per job, wait here for
+    // its PLAN_END, so the applier never sees part of a plan.
+    std::map<std::string, v1::RecommendationEvent> plan;
+    bool synced = false;
     v1::RecommendationEvent event;
     while (reader->Read(&event)) {
       if (event.type() == v1::RecommendationEvent::SYNCED) {
@@ -549,20 +553,34 @@ void Adapter::RunRecommendations() {
         backoff.Reset();
         ResyncAll();
         Emit({AdapterEvent::Kind::kRescaledSynced, "", 0, ""});
+        synced = true;
         absl::MutexLock lock(&mu_);
         stream_synced_ = true;
         apply_wanted_ = true;
         continue;
       }
-      // Only recorded here; the applier thread applies. What arrives while
-      // it is busy queues up in latest_ and is ordered as one batch.
-      absl::MutexLock lock(&mu_);
-      if (event.type() == v1::RecommendationEvent::DELETED) {
-        latest_.erase(event.recommendation().job_id());
-      } else {
-        latest_[event.recommendation().job_id()] = event.recommendation();
-        apply_wanted_ = true;
+      if (event.type() == v1::RecommendationEvent::PLAN_END) {
+        {
+          absl::MutexLock lock(&mu_);
+          for (const auto& [id, change] : plan) RecordLocked(change);
+        }
+        Emit({AdapterEvent::Kind::kPlanReceived, "", event.plan_id(),
+              absl::StrCat(plan.size(), " changes")});
+        plan.clear();
+        continue;
       }
+      const std::string& id = event.recommendation().job_id();
+      const uint64_t generation = event.recommendation().generation();
+      if (synced && event.plan_id() != 0) {
+        plan[id] = event;
+      } else {
+        // The initial list (applied once SYNCED opens the gate), or a
+        // rescaled that sends no plan boundaries (plan_id 0): recorded at
+        // once, applied in batches of what has arrived, as before.
+        absl::MutexLock lock(&mu_);
+        RecordLocked(event);
+      }
+      Emit({AdapterEvent::Kind::kChangeReceived, id, generation, ""});
     }
     grpc::Status status = reader->Finish();
     {
@@ -574,6 +592,17 @@ void Adapter::RunRecommendations() {
                  static_cast<int>(status.error_code()), status.error_message());
     if (!SleepFor(backoff.Next())) return;
   }
+}
+
+void Adapter::RecordLocked(const v1::RecommendationEvent& event) {
+  // Only recorded here; the applier thread applies. What arrives while it
+  // is busy queues up in latest_ and is ordered as one batch.
+  if (event.type() == v1::RecommendationEvent::DELETED) {
+    latest_.erase(event.recommendation().job_id());
+    return;
+  }
+  latest_[event.recommendation().job_id()] = event.recommendation();
+  apply_wanted_ = true;
 }
 
 void Adapter::WakeApplier() {

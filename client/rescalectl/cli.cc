@@ -556,9 +556,10 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
       &app, "watch", "Stream recommendation changes",
       [&](Session& s) { return Watch(s, watch_namespace, watch_count); },
       "Prints every job's current recommendation (ADDED), one SYNCED marker, then each\n"
-      "change (ADDED, MODIFIED, DELETED) until the server ends the stream or --count\n"
-      "events have been printed. -o json prints one object per line; -o yaml one\n"
-      "document per event.");
+      "change (ADDED, MODIFIED, DELETED), each plan's changes followed by a PLAN_END\n"
+      "marker, until the server ends the stream or --count events (markers included)\n"
+      "have been printed. -o json prints one object per line; -o yaml one document per\n"
+      "event.");
   watch->add_option("-n,--namespace", watch_namespace, "Only jobs in this namespace");
   watch->add_option("--count", watch_count, "Stop after this many events (0 = never)")
       ->check(CLI::NonNegativeNumber);

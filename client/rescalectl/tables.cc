@@ -273,8 +273,10 @@ void WatchTablePrinter::PrintEvent(const v1::RecommendationEvent& event) {
     PrintRow(headers);
     header_printed_ = true;
   }
-  if (event.type() == v1::RecommendationEvent::SYNCED) {
-    // The end-of-initial-list marker carries no recommendation.
+  if (event.type() == v1::RecommendationEvent::SYNCED ||
+      event.type() == v1::RecommendationEvent::PLAN_END) {
+    // The end-of-initial-list and end-of-plan markers carry no
+    // recommendation: a bare row, so the rows above it read as one plan.
     PrintRow({EventTypeName(event.type())});
     return;
   }

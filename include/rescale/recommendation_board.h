@@ -4,9 +4,24 @@
 // Generations: a job's generation increases only when its target (replicas,
 // suspend) changes, so a controller applies each generation exactly once.
 //
-// Watchers: each Subscription holds at most one pending event per job (newer
-// state replaces older), so a slow reader costs memory bounded by the number
-// of jobs and always converges on the newest state, never on a stale one.
+// Watchers: each Subscription holds at most one pending change per job
+// (newer state replaces older), so a slow reader costs memory bounded by the
+// number of jobs and always converges on the newest state, never on a stale
+// one.
+//
+// Plans: each Deliver of a non-empty staging is one plan, numbered by a
+// monotonic plan_id (per board, so per rescaled process): its events carry
+// the id, and a PLAN_END carrying it follows them, so a controller applies a
+// plan whole (shrinks before grows) instead of what happened to have
+// arrived. The engine stages a plan under its lock and delivers after
+// releasing it; stagings of two plans that meet before one Deliver become
+// one plan. Coalescing keeps the boundary honest: when a change replaces (or
+// cancels) one still pending before a PLAN_END, the plans in between merge
+// (those PLAN_ENDs are dropped, the newest plan's closes them all), so a
+// reader always sees every change of a plan before its PLAN_END, and never a
+// PLAN_END of a plan whose change it has yet to read. The initial list
+// (ADDED..., SYNCED) is a snapshot of whole plans: its events carry the id of
+// the newest plan it includes, SYNCED closes it, and no PLAN_END follows.
 //
 // Fan-out: Stage and StageRemove record decisions and queue their events
 // under the board's state lock only (the engine calls them under its own
@@ -16,7 +31,8 @@
 // a callback may start a gRPC write. Publish and Remove do both.
 //
 // Thread safety: all methods are thread-safe. Lock order: fanout_mu_ ->
-// mu_ -> a shard's lock, and fanout_mu_ -> subscription. A ready callback runs without any
+// mu_ -> a shard's lock, and fanout_mu_ -> subscription. A ready callback
+// runs without any
 // lock of the board's or the subscription's (so it may call Next); it must
 // not call Deliver, Subscribe or Unsubscribe while holding a lock that a
 // caller of those holds.
@@ -25,11 +41,12 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,14 +56,21 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "rescale/mutex.h"
 #include "rescale/types.h"
 
 namespace rescale {
 
 struct RecommendationEvent {
-  enum class Type { kAdded, kModified, kDeleted, kSynced };
+  // kPlanEnd closes plan `plan_id`: every change of it (and of the plans
+  // merged into it) came before. No recommendation.
+  enum class Type { kAdded, kModified, kDeleted, kSynced, kPlanEnd };
   Type type = Type::kAdded;
-  Recommendation recommendation;  // empty for kSynced
+  Recommendation recommendation;  // empty for kSynced and kPlanEnd
+  // The plan of the change (after coalescing, the newest plan that changed
+  // the job); in the initial list and on SYNCED, the newest plan the list
+  // includes (0 = none yet). Never 0 after SYNCED.
+  uint64_t plan_id = 0;
 };
 
 class Subscription {
@@ -64,7 +88,9 @@ class Subscription {
 
   const std::string& namespace_filter() const { return namespace_filter_; }
 
-  // Events waiting for the reader: at most one per job plus SYNCED.
+  // Events waiting for the reader: the unread part of the initial list and
+  // SYNCED, then at most one change per job and one PLAN_END per change plus
+  // one.
   size_t queued() const;
 
  private:
@@ -72,23 +98,34 @@ class Subscription {
   explicit Subscription(std::string namespace_filter)
       : namespace_filter_(std::move(namespace_filter)) {}
 
+  // Queues the initial list and SYNCED, read before any change; before any
+  // Push.
+  void PushInitial(std::vector<std::shared_ptr<const RecommendationEvent>> events);
   // Queues `event` (shared by every subscription it goes to); returns the
   // ready callback to run, without any lock, when the reader was waiting.
   std::function<void()> Push(std::shared_ptr<const RecommendationEvent> event);
   void Close();
 
-  struct Pending {
-    std::shared_ptr<const RecommendationEvent> event;
-    uint64_t sequence;  // its key in order_
-  };
+  // Drops the PLAN_ENDs queued after `sequence`: a change of a later plan
+  // replaced or cancelled the one there, so those plans merge.
+  void MergePlansAfterLocked(uint64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::function<void()> ReadyCallbackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string namespace_filter_;
-  mutable std::mutex mu_;
-  // Job ids in delivery order, keyed by arrival sequence; "" stands for the
-  // SYNCED marker. Exactly one entry per pending_ entry, so both stay
-  // bounded by the number of jobs.
-  std::map<uint64_t, std::string> order_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  mutable Mutex mu_;
+  // The initial list and SYNCED, as of subscribing: a snapshot, read first
+  // and never coalesced with the changes that follow (those belong to
+  // plans after it).
+  std::deque<std::shared_ptr<const RecommendationEvent>> initial_ ABSL_GUARDED_BY(mu_);
+  // Changes and PLAN_ENDs in delivery order, keyed by arrival sequence.
+  std::map<uint64_t, std::shared_ptr<const RecommendationEvent>> order_ ABSL_GUARDED_BY(mu_);
+  // Each job with a change in order_: its sequence there.
+  absl::flat_hash_map<std::string, uint64_t> pending_ ABSL_GUARDED_BY(mu_);
+  // The sequences of the PLAN_ENDs in order_. Never two in a row, so at
+  // most one more than the changes.
+  std::set<uint64_t> plan_ends_ ABSL_GUARDED_BY(mu_);
+  // The reader took a change whose PLAN_END it has not taken yet.
+  bool read_since_plan_end_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   bool reader_waiting_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -138,10 +175,13 @@ class RecommendationBoard {
   // deregistered jobs. The caller delivers.
   void StageReplicated(std::vector<Recommendation> recommendations,
                        std::vector<std::pair<std::string, uint64_t>> retired_generations);
-  // Hands every staged event to the subscriptions, in staging order, then
-  // runs the ready callbacks of the readers that were waiting, without any
-  // lock of the board's held.
+  // Hands every staged event to the subscriptions, in staging order, as
+  // one plan (a new plan_id) closed by its PLAN_END, then runs the ready
+  // callbacks of the readers that were waiting, without any lock of the
+  // board's held. Nothing staged: no plan, no event.
   void Deliver();
+  // The id of the newest plan delivered (0 = none yet).
+  uint64_t last_plan_id() const;
 
   std::optional<Recommendation> Get(const std::string& job_id) const;
   // Ordered by job_id; `namespace_filter` empty = all. One plan's whole,
@@ -166,7 +206,7 @@ class RecommendationBoard {
   // a staging, never for a whole plan.
   static constexpr int kShards = 16;
   struct Shard {
-    mutable std::mutex mu;
+    mutable Mutex mu;
     absl::flat_hash_map<std::string, std::shared_ptr<const Recommendation>> current
         ABSL_GUARDED_BY(mu);
     // Generation of deregistered jobs is kept so a re-registered job never
@@ -190,6 +230,10 @@ class RecommendationBoard {
   void StageInto(std::vector<Recommendation> decisions, std::vector<Recommendation>* stored,
                  std::array<uint64_t, kActionCount>* target_changes = nullptr);
   void StageEventLocked(RecommendationEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the staged events as one plan: stamps the next plan_id and
+  // appends its PLAN_END. Empty when nothing was staged.
+  std::vector<std::shared_ptr<const RecommendationEvent>> TakePlanLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every shard's decisions in `namespace_filter`, unordered.
   std::vector<std::shared_ptr<const Recommendation>> CopyLocked(
       std::string_view namespace_filter) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -201,13 +245,16 @@ class RecommendationBoard {
   const int max_subscriptions_;
   // Serialises fan-outs, so subscriptions get events in staging order, and
   // guards the list of subscriptions. Taken before mu_.
-  mutable std::mutex fanout_mu_;
+  mutable Mutex fanout_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::vector<std::shared_ptr<Subscription>> subscriptions_ ABSL_GUARDED_BY(fanout_mu_);
   // Serialises stagings (which take the shards' locks one at a time) and
   // whole-board reads (List, Subscribe); guards the events staged but not
   // yet delivered. Taken before any shard's lock.
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::shared_ptr<const RecommendationEvent>> staged_ ABSL_GUARDED_BY(mu_);
+  // The id of the newest plan taken for delivery; staged events belong to
+  // the next one.
+  uint64_t last_plan_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::array<Shard, kShards> shards_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
