@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -245,21 +246,21 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(AuthOptions
 
 Authenticator::~Authenticator() {
   {
-    std::lock_guard<std::mutex> lock(reload_mu_);
+    MutexLock lock(reload_mu_);
     stopping_ = true;
   }
-  reload_cv_.notify_all();
+  reload_cv_.SignalAll();
   if (reloader_.joinable()) reloader_.join();
 }
 
 std::shared_ptr<const TokenTable> Authenticator::Table() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return table_;
 }
 
 absl::Status Authenticator::ReloadIfChanged() {
   if (options_.token_file.empty()) return absl::OkStatus();
-  std::lock_guard<std::mutex> reading(reading_mu_);
+  MutexLock reading(reading_mu_);
   struct stat info {};
   if (stat(options_.token_file.c_str(), &info) != 0) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -270,7 +271,7 @@ absl::Status Authenticator::ReloadIfChanged() {
       .size = info.st_size,
       .inode = info.st_ino};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (table_ != nullptr && stamp == stamp_) return absl::OkStatus();
   }
   absl::StatusOr<std::string> text = ReadFileToString(options_.token_file, "--auth_token_file");
@@ -279,7 +280,7 @@ absl::Status Authenticator::ReloadIfChanged() {
       TokenTable::Parse(*text, absl::StrCat("--auth_token_file ", options_.token_file));
   if (!table.ok()) return table.status();
   auto parsed = std::make_shared<const TokenTable>(*std::move(table));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const bool first = table_ == nullptr;
   table_ = std::move(parsed);
   stamp_ = stamp;
@@ -291,16 +292,21 @@ absl::Status Authenticator::ReloadIfChanged() {
 void Authenticator::StartReloading() {
   if (options_.token_file.empty() || reloader_.joinable()) return;
   reloader_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(reload_mu_);
-    while (!reload_cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.reload_interval),
-                                [this] { return stopping_; })) {
-      lock.unlock();
+    reload_mu_.Lock();
+    while (true) {
+      const auto until = std::chrono::steady_clock::now() +
+                         absl::ToChronoNanoseconds(options_.reload_interval);
+      while (!stopping_ && reload_cv_.WaitUntil(reload_mu_, until)) {
+      }
+      if (stopping_) break;
+      reload_mu_.Unlock();
       if (absl::Status reloaded = ReloadIfChanged(); !reloaded.ok()) {
         spdlog::error("token file not reloaded, the previous one stays in force: {}",
                       std::string(reloaded.message()));
       }
-      lock.lock();
+      reload_mu_.Lock();
     }
+    reload_mu_.Unlock();
   });
 }
 

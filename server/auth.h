@@ -23,19 +23,19 @@
 #include <grpcpp/server_context.h>
 
 #include <array>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "rescale/mutex.h"
 #include "rescale/types.h"
 
 namespace rescale::server {
@@ -127,7 +127,7 @@ class Authenticator {
   // changed since the last read. A file that does not parse any more keeps
   // the last good table in force (locking everyone out for a typo would
   // stop every agent) and returns the error. OK when nothing changed.
-  absl::Status ReloadIfChanged();
+  absl::Status ReloadIfChanged() ABSL_LOCKS_EXCLUDED(mu_, reading_mu_);
   // A background thread calls ReloadIfChanged every reload_interval and
   // logs what it did; stopped by the destructor.
   void StartReloading();
@@ -141,20 +141,22 @@ class Authenticator {
   };
 
   explicit Authenticator(AuthOptions options) : options_(std::move(options)) {}
-  std::shared_ptr<const TokenTable> Table() const;
+  std::shared_ptr<const TokenTable> Table() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const AuthOptions options_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const TokenTable> table_;  // guarded by mu_; null without a token file
-  FileStamp stamp_;                          // guarded by mu_
+  mutable Mutex mu_;
+  // Null without a token file.
+  std::shared_ptr<const TokenTable> table_ ABSL_GUARDED_BY(mu_);
+  FileStamp stamp_ ABSL_GUARDED_BY(mu_);
 
   // Serialises ReloadIfChanged (the reload thread and SIGHUP): a slower
-  // reload of an older file must not install it over a newer one.
-  std::mutex reading_mu_;
+  // reload of an older file must not install it over a newer one. Guards
+  // no member: it orders whole reloads, file reads included.
+  Mutex reading_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
-  std::mutex reload_mu_;
-  std::condition_variable reload_cv_;
-  bool stopping_ = false;  // guarded by reload_mu_
+  Mutex reload_mu_;
+  CondVar reload_cv_;
+  bool stopping_ ABSL_GUARDED_BY(reload_mu_) = false;
   std::thread reloader_;
 };
 

@@ -11,7 +11,6 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -19,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "rescale/decision_engine.h"
+#include "rescale/mutex.h"
 #include "rescale/recommendation_board.h"
 #include "server/auth.h"
 #include "server/services.h"
@@ -77,11 +77,14 @@ class SubscriptionStreamReactor final : public grpc::ServerWriteReactor<Message>
         subscription_(std::move(subscription)),
         translate_(std::move(translate)),
         gate_(std::make_shared<Gate>()) {
-    std::lock_guard<std::mutex> lock(gate_->mu);
+    MutexLock lock(gate_->mu);
     gate_->reactor = this;
     subscription_->SetReadyCallback([gate = gate_] {
-      std::lock_guard<std::mutex> lock(gate->mu);
-      if (gate->reactor != nullptr) gate->reactor->PumpLocked();
+      MutexLock lock(gate->mu);
+      if (gate->reactor == nullptr) return;
+      // The reactor's gate_ is this gate: tell the analysis it is held.
+      gate->reactor->gate_->mu.AssertHeld();
+      gate->reactor->PumpLocked();
     });
     PumpLocked();
     ReactorHandedToGrpc(this);
@@ -89,7 +92,7 @@ class SubscriptionStreamReactor final : public grpc::ServerWriteReactor<Message>
 
   void OnWriteDone(bool ok) override {
     ReactorCallbackFromGrpc(this);
-    std::lock_guard<std::mutex> lock(gate_->mu);
+    MutexLock lock(gate_->mu);
     writing_ = false;
     if (!ok) {  // the client is gone or the call was cancelled
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
@@ -100,7 +103,7 @@ class SubscriptionStreamReactor final : public grpc::ServerWriteReactor<Message>
 
   void OnCancel() override {
     ReactorCallbackFromGrpc(this);
-    std::lock_guard<std::mutex> lock(gate_->mu);
+    MutexLock lock(gate_->mu);
     cancelled_ = true;
     // With a write in flight, OnWriteDone(false) follows and finishes.
     if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
@@ -109,7 +112,7 @@ class SubscriptionStreamReactor final : public grpc::ServerWriteReactor<Message>
   void OnDone() override {
     ReactorCallbackFromGrpc(this);
     {
-      std::lock_guard<std::mutex> lock(gate_->mu);
+      MutexLock lock(gate_->mu);
       gate_->reactor = nullptr;
     }
     // Outside the gate: the board may call the ready callback under its own
@@ -120,13 +123,14 @@ class SubscriptionStreamReactor final : public grpc::ServerWriteReactor<Message>
 
  private:
   struct Gate {
-    // std::mutex, as in the core: Debian's Abseil is not built with
-    // ThreadSanitizer, which would not see absl::Mutex's synchronisation.
-    std::mutex mu;
+    // rescale::Mutex (std::mutex), as in the core: Debian's Abseil is not
+    // built with ThreadSanitizer, which would not see absl::Mutex's
+    // synchronisation.
+    Mutex mu;
     SubscriptionStreamReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
   };
 
-  void PumpLocked() {
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_->mu) {
     while (!writing_ && !finished_) {
       if (cancelled_) {
         FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
@@ -160,7 +164,7 @@ class SubscriptionStreamReactor final : public grpc::ServerWriteReactor<Message>
     }
   }
 
-  void FinishLocked(const grpc::Status& status) {
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_->mu) {
     if (finished_) return;
     finished_ = true;
     this->Finish(status);
@@ -170,11 +174,10 @@ class SubscriptionStreamReactor final : public grpc::ServerWriteReactor<Message>
   const std::shared_ptr<Subscription> subscription_;
   const Translate translate_;
   const std::shared_ptr<Gate> gate_;
-  // Guarded by gate_->mu (not annotated: the lock lives in a shared object).
-  Message out_;
-  bool writing_ = false;
-  bool cancelled_ = false;
-  bool finished_ = false;
+  Message out_ ABSL_GUARDED_BY(gate_->mu);
+  bool writing_ ABSL_GUARDED_BY(gate_->mu) = false;
+  bool cancelled_ ABSL_GUARDED_BY(gate_->mu) = false;
+  bool finished_ ABSL_GUARDED_BY(gate_->mu) = false;
 };
 
 // Finishes a server-streaming call that could not start.

@@ -221,9 +221,9 @@ int main(int argc, char** argv) {
       std::cerr << "rescaled: --state: " << spec.status().message() << "\n";
       return 2;
     }
-    if (ttl < absl::Seconds(1)) {
-      std::cerr << "rescaled: --lease_ttl must be at least 1s, got " << absl::FormatDuration(ttl)
-                << "\n";
+    if (absl::Status valid = rescale::server::ValidateLeadershipOptions({.lease_ttl = ttl});
+        !valid.ok()) {
+      std::cerr << "rescaled: --" << valid.message() << "\n";
       return 2;
     }
     options.etcd_client = std::make_shared<rescale::server::EtcdClient>(spec->endpoints);

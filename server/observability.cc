@@ -18,12 +18,11 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
-#include <mutex>
-#include <shared_mutex>
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "rescale/mutex.h"
 
 namespace rescale::server {
 namespace {
@@ -121,11 +120,11 @@ class ServerMetrics::GrpcMetrics {
     {
       // Every call looks its method up: readers share the lock, so calls
       // on many threads do not queue here once each method was seen.
-      std::shared_lock<std::shared_mutex> lock(mu_);
+      ReaderMutexLock lock(mu_);
       auto it = methods_.find(path);
       if (it != methods_.end()) return it->second.get();
     }
-    std::unique_lock<std::shared_mutex> lock(mu_);
+    WriterMutexLock lock(mu_);
     auto it = methods_.find(path);
     if (it != methods_.end()) return it->second.get();
     auto [service, method] = Split(path);
@@ -169,7 +168,7 @@ class ServerMetrics::GrpcMetrics {
   prometheus::Family<prometheus::Counter>& started_;
   prometheus::Family<prometheus::Counter>& handled_;
   prometheus::Family<prometheus::Histogram>& handling_;
-  std::shared_mutex mu_;
+  SharedMutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Method>> methods_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -12,7 +12,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -20,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "rescale/address.h"
+#include "rescale/mutex.h"
 #include "rescale/read_file.h"
 #include "server/keda_scaler.h"
 #include "server/observability.h"
@@ -118,7 +118,7 @@ struct RescaleServer::Impl {
   std::unique_ptr<ExternalScalerImpl> keda;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<EtcdLeadership> leadership;
-  std::mutex shutdown_mu;
+  Mutex shutdown_mu;
   bool shut_down ABSL_GUARDED_BY(shutdown_mu) = false;
   absl::Notification stopped;
 };
@@ -190,15 +190,18 @@ absl::StatusOr<std::unique_ptr<RescaleServer>> RescaleServer::Start(ServerOption
     // Service whose readiness probe asks for one of them routes to the
     // leader only. The overall health ("") stays SERVING: a follower is
     // alive.
-    impl->leadership = std::make_unique<EtcdLeadership>(
+    absl::StatusOr<std::unique_ptr<EtcdLeadership>> leadership = EtcdLeadership::Create(
         options.leadership, options.etcd_client, options.etcd_state, *self->engine_,
         [impl = impl.get()](bool leader) {
-          std::lock_guard<std::mutex> lock(impl->shutdown_mu);
+          MutexLock lock(impl->shutdown_mu);
           if (impl->shut_down || impl->server == nullptr) return;
           for (const char* service : kRescaleServices) {
             impl->server->GetHealthCheckService()->SetServingStatus(service, leader);
           }
-        });
+        },
+        options.clock != nullptr ? options.clock : Clock::Real());
+    if (!leadership.ok()) return leadership.status();
+    impl->leadership = *std::move(leadership);
   }
   const Leadership* leadership = impl->leadership.get();
   impl->auth = *std::move(auth);
@@ -270,7 +273,7 @@ std::string RescaleServer::address() const {
 void RescaleServer::Shutdown(absl::Duration grace) {
   if (impl_ == nullptr) return;
   {
-    std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+    MutexLock lock(impl_->shutdown_mu);
     if (impl_->shut_down) return;
     impl_->shut_down = true;
   }

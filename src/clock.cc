@@ -24,14 +24,14 @@ absl::Duration ManualClock::RealTimeUntil(absl::Time) const { return absl::Infin
 Clock::Listener ManualClock::OnTimeChange(std::function<void()> on_change) {
   uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(listeners_mu_);
+    MutexLock lock(listeners_mu_);
     id = next_listener_id_++;
     listeners_.emplace_back(id, std::move(on_change));
   }
   // The deleter unregisters under listeners_mu_, so it waits for a
   // NotifyListeners in progress: once it returns, the callback never runs.
   return Listener(static_cast<void*>(this), [this, id](void*) {
-    std::lock_guard<std::mutex> lock(listeners_mu_);
+    MutexLock lock(listeners_mu_);
     listeners_.erase(std::remove_if(listeners_.begin(), listeners_.end(),
                                     [id](const auto& entry) { return entry.first == id; }),
                      listeners_.end());
@@ -39,12 +39,12 @@ Clock::Listener ManualClock::OnTimeChange(std::function<void()> on_change) {
 }
 
 size_t ManualClock::listener_count() const {
-  std::lock_guard<std::mutex> lock(listeners_mu_);
+  MutexLock lock(listeners_mu_);
   return listeners_.size();
 }
 
 void ManualClock::NotifyListeners() {
-  std::lock_guard<std::mutex> lock(listeners_mu_);
+  MutexLock lock(listeners_mu_);
   for (const auto& [id, on_change] : listeners_) on_change();
 }
 

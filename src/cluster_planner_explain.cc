@@ -35,7 +35,10 @@ std::string Fixed(double v, int precision, bool sign = false) {
   if (sign && !std::signbit(v)) *out++ = '+';
   const auto [end, error] =
       std::to_chars(out, buf + sizeof buf, v, std::chars_format::fixed, precision);
-  if (error != std::errc()) return absl::StrFormat(sign ? "%+.*f" : "%.*f", precision, v);
+  if (error != std::errc()) {
+    // Two calls: absl checks a format string at compile time (clang insists).
+    return sign ? absl::StrFormat("%+.*f", precision, v) : absl::StrFormat("%.*f", precision, v);
+  }
   return std::string(buf, end);
 }
 

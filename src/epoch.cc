@@ -67,7 +67,7 @@ EpochDomain::Guard::Guard(EpochDomain& domain) : domain_(domain) {
   if (slot_ >= 0) {
     domain.slots_[slot_].epoch.store(epoch, std::memory_order_seq_cst);
   } else {
-    std::lock_guard<std::mutex> lock(domain.overflow_mu_);
+    MutexLock lock(domain.overflow_mu_);
     // Re-read under the lock: IsSafe reads the list under the same lock, so
     // the announcement and the scan are ordered by it.
     overflow_epoch_ = domain.global_epoch_.load(std::memory_order_seq_cst);
@@ -82,7 +82,7 @@ EpochDomain::Guard::~Guard() {
   if (slot_ >= 0) {
     domain_.slots_[slot_].epoch.store(0, std::memory_order_release);
   } else {
-    std::lock_guard<std::mutex> lock(domain_.overflow_mu_);
+    MutexLock lock(domain_.overflow_mu_);
     auto it = domain_.overflow_epochs_.find(overflow_epoch_);
     if (--it->second == 0) domain_.overflow_epochs_.erase(it);
   }
@@ -97,7 +97,7 @@ bool EpochDomain::IsSafe(uint64_t r) {
     const uint64_t e = slot.epoch.load(std::memory_order_seq_cst);
     if (e != 0 && e < r) return false;
   }
-  std::lock_guard<std::mutex> lock(overflow_mu_);
+  MutexLock lock(overflow_mu_);
   return overflow_epochs_.empty() || overflow_epochs_.begin()->first >= r;
 }
 

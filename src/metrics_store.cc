@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <bit>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 
 #include "absl/hash/hash.h"
@@ -49,13 +47,13 @@ MetricsStore::~MetricsStore() {
     for (const auto& [id, job] : table->jobs) delete job;
     delete table;
   }
-  std::lock_guard<std::shared_mutex> lock(admin_mu_);
+  WriterMutexLock lock(admin_mu_);
   for (Retired& r : retired_) FreeRetired(r);
 }
 
 absl::Status MetricsStore::AddJob(std::string_view job_id, uint32_t max_replicas,
                                   uint32_t local_batch_size) {
-  std::lock_guard<std::shared_mutex> lock(admin_mu_);
+  WriterMutexLock lock(admin_mu_);
   const size_t shard = TableShardOf(job_id);
   const JobTable* current = jobs_[shard].load(std::memory_order_relaxed);  // only we replace it
   if (auto it = current->jobs.find(Key(job_id)); it != current->jobs.end()) {
@@ -86,7 +84,7 @@ absl::Status MetricsStore::AddJob(std::string_view job_id, uint32_t max_replicas
 }
 
 void MetricsStore::RemoveJob(std::string_view job_id) {
-  std::lock_guard<std::shared_mutex> lock(admin_mu_);
+  WriterMutexLock lock(admin_mu_);
   const size_t shard = TableShardOf(job_id);
   const JobTable* current = jobs_[shard].load(std::memory_order_relaxed);
   auto it = current->jobs.find(Key(job_id));

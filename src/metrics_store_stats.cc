@@ -8,8 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <mutex>
-#include <shared_mutex>
 #include <string_view>
 #include <vector>
 
@@ -129,7 +127,7 @@ void MetricsStore::Tick(absl::Time now) {
   // full pass has come. (An Ingest whose `now` ran slightly behind this
   // pass's is at most that much late.)
   {
-    std::lock_guard<std::shared_mutex> lock(admin_mu_);
+    WriterMutexLock lock(admin_mu_);
     if (now_ns < next_full_pass_ns_) {
       while (!pod_due_.empty() && pod_due_.begin()->first <= now_ns) {
         ExpirePodsLocked(*pod_due_.begin()->second, now_ns);  // files it later
@@ -155,7 +153,7 @@ void MetricsStore::Tick(absl::Time now) {
   // Tick or a change between shards only moves work from one pass to the
   // other.
   for (int shard = 0; shard < kTableShards; ++shard) {
-    std::lock_guard<std::shared_mutex> lock(admin_mu_);
+    WriterMutexLock lock(admin_mu_);
     bool rolled = false;
     for (const auto& [id, job] : jobs_[shard].load(std::memory_order_relaxed)->jobs) {
       for (int i = 0; i < job->max_sizes; ++i) {
@@ -174,7 +172,7 @@ void MetricsStore::Tick(absl::Time now) {
     // After this shard's snapshots (see StatsIfChanged's fast path).
     if (rolled) roll_generation_.fetch_add(1, std::memory_order_release);
   }
-  std::lock_guard<std::shared_mutex> lock(admin_mu_);
+  WriterMutexLock lock(admin_mu_);
   next_full_pass_ns_ = std::min(period_start + period_ns, now_ns + ttl_ns + 1);
   ReclaimLocked();
 }
@@ -262,7 +260,7 @@ std::optional<std::vector<SizeStats>> MetricsStore::StatsIfChanged(std::string_v
       !revision.counters->removed.load(std::memory_order_acquire)) {
     return std::nullopt;
   }
-  std::shared_lock<std::shared_mutex> lock(admin_mu_);
+  ReaderMutexLock lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) {
     if (revision.value == 0) return std::nullopt;
@@ -277,7 +275,7 @@ std::optional<std::vector<SizeStats>> MetricsStore::StatsIfChanged(std::string_v
 }
 
 std::vector<SizeStats> MetricsStore::Stats(std::string_view job_id, absl::Time now) const {
-  std::shared_lock<std::shared_mutex> lock(admin_mu_);
+  ReaderMutexLock lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) return {};
   return StatsLocked(*job, absl::ToUnixNanos(now - options_.window));
@@ -323,7 +321,7 @@ std::vector<SizeStats> MetricsStore::StatsLocked(const JobState& job, int64_t wi
 
 std::vector<PodStats> MetricsStore::Pods(std::string_view job_id) const {
   std::vector<PodStats> out;
-  std::shared_lock<std::shared_mutex> lock(admin_mu_);
+  ReaderMutexLock lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) return out;
   const PodTable* table = job->pods.load(std::memory_order_relaxed);
@@ -359,13 +357,13 @@ std::vector<PodStats> MetricsStore::Pods(std::string_view job_id) const {
 }
 
 uint64_t MetricsStore::SamplesAccepted(std::string_view job_id) const {
-  std::shared_lock<std::shared_mutex> lock(admin_mu_);
+  ReaderMutexLock lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   return job == nullptr ? 0 : job->counters->accepted.load(std::memory_order_relaxed);
 }
 
 uint64_t MetricsStore::SamplesProcessed(std::string_view job_id) const {
-  std::shared_lock<std::shared_mutex> lock(admin_mu_);
+  ReaderMutexLock lock(admin_mu_);
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) return 0;
   uint64_t total = 0;
@@ -378,7 +376,7 @@ uint64_t MetricsStore::SamplesProcessed(std::string_view job_id) const {
 }
 
 uint64_t MetricsStore::TotalAccepted() const {
-  std::shared_lock<std::shared_mutex> lock(admin_mu_);
+  ReaderMutexLock lock(admin_mu_);
   uint64_t total = removed_accepted_.load(std::memory_order_relaxed);
   for (const auto& shard : jobs_) {
     for (const auto& [id, job] : shard.load(std::memory_order_relaxed)->jobs) {
@@ -392,7 +390,7 @@ uint64_t MetricsStore::TotalAccepted() const {
 }
 
 int MetricsStore::job_count() const {
-  std::shared_lock<std::shared_mutex> lock(admin_mu_);
+  ReaderMutexLock lock(admin_mu_);
   return job_count_;
 }
 

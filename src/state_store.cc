@@ -7,11 +7,11 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <type_traits>
 
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
+#include "rescale/mutex.h"
 #include "state_store_internal.h"
 
 namespace rescale {
@@ -312,7 +312,7 @@ class MemoryStateStore : public StateStore {
   std::string Describe() const override { return "memory"; }
 
   absl::StatusOr<StoredState> Load() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     StoredState state;
     for (const auto& [id, measured] : measurements_) state.measurements.push_back(measured);
     for (const auto& [id, job] : jobs_) state.jobs.push_back(job);
@@ -326,13 +326,13 @@ class MemoryStateStore : public StateStore {
   }
 
   absl::Status PutJob(const StoredJob& job) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     jobs_[job.spec.job_id] = job;
     return absl::OkStatus();
   }
 
   absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const std::string id(job_id);
     jobs_.erase(id);
     recommendations_.erase(id);
@@ -342,7 +342,7 @@ class MemoryStateStore : public StateStore {
   }
 
   absl::Status PutCapacity(const CapacityReport& capacity) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     capacity_gpus_ = capacity.total_gpus;
     capacity_slots_ = capacity.slots;
     capacity_allocatable_gpus_ = capacity.allocatable_gpus;
@@ -350,7 +350,7 @@ class MemoryStateStore : public StateStore {
   }
 
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const Recommendation& rec : recs) {
       recommendations_[rec.job_id] = rec;
       retired_.erase(rec.job_id);
@@ -359,7 +359,7 @@ class MemoryStateStore : public StateStore {
   }
 
   absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const StoredMeasurements& job : jobs) {
       // As the SQLite backend: only for jobs still kept.
       if (jobs_.contains(job.job_id)) measurements_[job.job_id] = job;
@@ -368,14 +368,14 @@ class MemoryStateStore : public StateStore {
   }
 
  private:
-  std::mutex mu_;
-  std::map<std::string, StoredJob> jobs_;
-  std::optional<uint32_t> capacity_gpus_;
-  std::vector<ReplicaSlots> capacity_slots_;
-  uint32_t capacity_allocatable_gpus_ = 0;
-  std::map<std::string, Recommendation> recommendations_;
-  std::map<std::string, uint64_t> retired_;
-  std::map<std::string, StoredMeasurements> measurements_;
+  Mutex mu_;
+  std::map<std::string, StoredJob> jobs_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
+  std::vector<ReplicaSlots> capacity_slots_ ABSL_GUARDED_BY(mu_);
+  uint32_t capacity_allocatable_gpus_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, Recommendation> recommendations_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> retired_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, StoredMeasurements> measurements_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -16,7 +16,6 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -24,6 +23,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_format.h"
+#include "rescale/mutex.h"
 #include "rescale/status_macros.h"
 #include "state_store_internal.h"
 
@@ -79,13 +79,17 @@ class SqliteStateStore : public StateStore {
 
   // Checks the file and brings its schema up to date.
   absl::Status Init() {
+    MutexLock lock(mu_);  // not shared yet; taken so the connection is only ever used under it
     RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
     RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL"));
-    return InTransaction([&] { return CheckAndMigrate(); });
+    return InTransaction([&] {
+      mu_.AssertHeld();  // body() runs inside InTransaction, under the caller's lock
+      return CheckAndMigrate();
+    });
   }
 
   absl::StatusOr<StoredState> Load() override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     StoredState state;
     ASSIGN_OR_RETURN(Statement measured,
                      Prepare("SELECT job_id, record, policy_memory FROM measurements ORDER "
@@ -145,43 +149,56 @@ class SqliteStateStore : public StateStore {
   }
 
   absl::Status PutJob(const StoredJob& job) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return PutJobStatement(job);
   }
 
   absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return InTransaction([&] { return DeleteJobInTransaction(job_id, last_generation); });
+    MutexLock lock(mu_);
+    return InTransaction([&] {
+      mu_.AssertHeld();  // body() runs inside InTransaction, under the caller's lock
+      return DeleteJobInTransaction(job_id, last_generation);
+    });
   }
 
   absl::Status PutCapacity(const CapacityReport& capacity) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     // The total, its slots and the allocatable GPUs in one transaction: a
     // crash never leaves the slots of one report with the total of another.
     // The slots are a text value in the cluster table (SQLite keeps the text
     // of a column declared INTEGER as text); they and the allocatable GPUs
     // are rows older files lack: no migration needed.
-    return InTransaction([&] { return PutCapacityInTransaction(capacity); });
+    return InTransaction([&] {
+      mu_.AssertHeld();  // body() runs inside InTransaction, under the caller's lock
+      return PutCapacityInTransaction(capacity);
+    });
   }
 
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
     if (recs.empty()) return absl::OkStatus();
-    std::lock_guard<std::mutex> lock(mu_);
-    return InTransaction([&] { return PutRecommendationsInTransaction(recs); });
+    MutexLock lock(mu_);
+    return InTransaction([&] {
+      mu_.AssertHeld();  // body() runs inside InTransaction, under the caller's lock
+      return PutRecommendationsInTransaction(recs);
+    });
   }
 
   absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override {
     if (jobs.empty()) return absl::OkStatus();
-    std::lock_guard<std::mutex> lock(mu_);
-    return InTransaction([&] { return PutMeasurementsInTransaction(jobs); });
+    MutexLock lock(mu_);
+    return InTransaction([&] {
+      mu_.AssertHeld();  // body() runs inside InTransaction, under the caller's lock
+      return PutMeasurementsInTransaction(jobs);
+    });
   }
 
   // Every change in one transaction: one fsync for all the writers whose
   // changes waited together (the engine's group commit).
   absl::Status Write(std::span<const StateChange> changes) override {
     if (changes.empty()) return absl::OkStatus();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return InTransaction([&]() -> absl::Status {
+      mu_.AssertHeld();  // body() runs inside InTransaction, under the caller's lock
       for (const StateChange& change : changes) {
         if (const auto* job = std::get_if<StoredJob>(&change)) {
           RETURN_IF_ERROR(PutJobStatement(*job));
@@ -204,7 +221,8 @@ class SqliteStateStore : public StateStore {
   // Runs `body` in one write transaction: committed when it succeeds, rolled
   // back when it or the commit fails, so the connection is never left with
   // a transaction open.
-  absl::Status InTransaction(absl::FunctionRef<absl::Status()> body) {
+  absl::Status InTransaction(absl::FunctionRef<absl::Status()> body)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     absl::Status status = body();
     if (status.ok()) status = Exec("COMMIT");
@@ -213,7 +231,7 @@ class SqliteStateStore : public StateStore {
     return status;
   }
 
-  absl::Status CheckAndMigrate() {
+  absl::Status CheckAndMigrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // A file that is not a database, or is damaged, fails here or below.
     ASSIGN_OR_RETURN(Statement check, Prepare("PRAGMA quick_check"));
     if (sqlite3_step(check.get()) != SQLITE_ROW) return Failed("PRAGMA quick_check");
@@ -262,7 +280,7 @@ class SqliteStateStore : public StateStore {
     return absl::OkStatus();
   }
 
-  absl::Status PutJobStatement(const StoredJob& job) {
+  absl::Status PutJobStatement(const StoredJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ASSIGN_OR_RETURN(Statement put,
                      Prepare("INSERT OR REPLACE INTO jobs (job_id, record) VALUES (?, ?)"));
     Bind(put.get(), 1, job.spec.job_id);
@@ -270,7 +288,8 @@ class SqliteStateStore : public StateStore {
     return Run(put.get(), "record the job");
   }
 
-  absl::Status PutCapacityInTransaction(const CapacityReport& capacity) {
+  absl::Status PutCapacityInTransaction(const CapacityReport& capacity)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     RETURN_IF_ERROR(PutClusterCount("capacity_gpus", capacity.total_gpus, "record the capacity"));
     RETURN_IF_ERROR(PutClusterCount("capacity_allocatable_gpus", capacity.allocatable_gpus,
                                     "record the allocatable GPUs"));
@@ -285,7 +304,8 @@ class SqliteStateStore : public StateStore {
     return Run(slots.get(), "record the capacity's slots");
   }
 
-  absl::Status DeleteJobInTransaction(std::string_view job_id, uint64_t last_generation) {
+  absl::Status DeleteJobInTransaction(std::string_view job_id, uint64_t last_generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const char* sql :
          {"DELETE FROM jobs WHERE job_id = ?", "DELETE FROM recommendations WHERE job_id = ?",
           "DELETE FROM measurements WHERE job_id = ?"}) {
@@ -301,7 +321,8 @@ class SqliteStateStore : public StateStore {
     return Run(keep.get(), "keep the job's last generation");
   }
 
-  absl::Status PutRecommendationsInTransaction(std::span<const Recommendation> recs) {
+  absl::Status PutRecommendationsInTransaction(std::span<const Recommendation> recs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ASSIGN_OR_RETURN(Statement put, Prepare("INSERT OR REPLACE INTO recommendations "
                                             "(job_id, record) VALUES (?, ?)"));
     ASSIGN_OR_RETURN(Statement unretire,
@@ -316,7 +337,8 @@ class SqliteStateStore : public StateStore {
     return absl::OkStatus();
   }
 
-  absl::Status PutMeasurementsInTransaction(std::span<const StoredMeasurements> jobs) {
+  absl::Status PutMeasurementsInTransaction(std::span<const StoredMeasurements> jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // Only for jobs still kept: a checkpoint that raced with a
     // deregistration must not put the job's measurements back (a job
     // registered again under that id would inherit them).
@@ -335,14 +357,16 @@ class SqliteStateStore : public StateStore {
 
   // A count kept in the cluster table under `key` (a literal); nullopt
   // when the file has no such row.
-  absl::StatusOr<std::optional<uint32_t>> ClusterCount(std::string_view key) {
+  absl::StatusOr<std::optional<uint32_t>> ClusterCount(std::string_view key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ASSIGN_OR_RETURN(Statement get,
                      Prepare(absl::StrFormat("SELECT value FROM cluster WHERE key = '%s'", key)));
     if (sqlite3_step(get.get()) != SQLITE_ROW) return std::nullopt;
     return static_cast<uint32_t>(sqlite3_column_int64(get.get(), 0));
   }
 
-  absl::Status PutClusterCount(std::string_view key, uint32_t count, std::string_view what) {
+  absl::Status PutClusterCount(std::string_view key, uint32_t count, std::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ASSIGN_OR_RETURN(Statement put,
                      Prepare(absl::StrFormat(
                          "INSERT OR REPLACE INTO cluster (key, value) VALUES ('%s', ?)", key)));
@@ -350,7 +374,7 @@ class SqliteStateStore : public StateStore {
     return Run(put.get(), what);
   }
 
-  absl::StatusOr<Statement> Prepare(std::string_view sql) {
+  absl::StatusOr<Statement> Prepare(std::string_view sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     sqlite3_stmt* statement = nullptr;
     if (sqlite3_prepare_v2(db_.get(), sql.data(), static_cast<int>(sql.size()), &statement,
                            nullptr) != SQLITE_OK) {
@@ -372,7 +396,8 @@ class SqliteStateStore : public StateStore {
   }
 
   // Steps a statement that returns no rows, and resets it for reuse.
-  absl::Status Run(sqlite3_stmt* statement, std::string_view what) {
+  absl::Status Run(sqlite3_stmt* statement, std::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const int rc = sqlite3_step(statement);
     sqlite3_reset(statement);
     sqlite3_clear_bindings(statement);
@@ -380,7 +405,7 @@ class SqliteStateStore : public StateStore {
     return absl::OkStatus();
   }
 
-  absl::Status Exec(const std::string& sql) {
+  absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
       return Failed(absl::StrFormat("run \"%s\"", sql.substr(0, 60)));
     }
@@ -389,7 +414,7 @@ class SqliteStateStore : public StateStore {
 
   // The connection's last error, naming the file and what was attempted. A
   // file that is not a database or is damaged says what to do about it.
-  absl::Status Failed(std::string_view what) const {
+  absl::Status Failed(std::string_view what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const int code = sqlite3_extended_errcode(db_.get());
     const std::string message = sqlite3_errmsg(db_.get());
     if ((code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED) return InUse();
@@ -420,9 +445,9 @@ class SqliteStateStore : public StateStore {
   const std::string path_;
   // One transaction at a time on the connection: the engine writes from
   // its calls and from the plan thread (checkpoints).
-  std::mutex mu_;
+  Mutex mu_;
   const std::unique_ptr<LockFile> lock_;  // closed after db_
-  std::unique_ptr<sqlite3, DbCloser> db_;
+  std::unique_ptr<sqlite3, DbCloser> db_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -98,9 +98,11 @@ absl::StatusOr<std::shared_ptr<BearerToken>> BearerToken::FromFile(const std::st
   token->path_ = path;
   absl::StatusOr<std::string> first = ReadToken(path);
   if (!first.ok()) return first.status();
-  token->token_ = *std::move(first);
   struct stat info {};
-  if (stat(path.c_str(), &info) == 0) {
+  const bool stamped = stat(path.c_str(), &info) == 0;
+  MutexLock lock(token->mu_);  // not shared yet; taken for the analysis
+  token->token_ = *std::move(first);
+  if (stamped) {
     token->stamp_mtime_ns_ = int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec;
     token->stamp_size_ = info.st_size;
   }
@@ -110,23 +112,36 @@ absl::StatusOr<std::shared_ptr<BearerToken>> BearerToken::FromFile(const std::st
 
 std::shared_ptr<BearerToken> BearerToken::Fixed(std::string token) {
   std::shared_ptr<BearerToken> fixed(new BearerToken());
+  MutexLock lock(fixed->mu_);  // not shared yet; taken for the analysis
   fixed->token_ = std::move(token);
   return fixed;
 }
 
 std::string BearerToken::Current() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (path_.empty()) return token_;
-  const int64_t now = absl::GetCurrentTimeNanos();
-  if (now - checked_at_ns_ < 1'000'000'000) return token_;
-  checked_at_ns_ = now;
+  int64_t known_mtime = 0;
+  int64_t known_size = 0;
+  {
+    MutexLock lock(mu_);
+    if (path_.empty()) return token_;
+    const int64_t now = absl::GetCurrentTimeNanos();
+    if (now - checked_at_ns_ < 1'000'000'000) return token_;
+    checked_at_ns_ = now;
+    known_mtime = stamp_mtime_ns_;
+    known_size = stamp_size_;
+  }
+  // The file is looked at and read outside the lock: a slow volume must not
+  // hold up the other calls' Current(), which keep the last token meanwhile.
   struct stat info {};
-  if (stat(path_.c_str(), &info) != 0) return token_;
-  const int64_t mtime = int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec;
-  if (mtime == stamp_mtime_ns_ && info.st_size == stamp_size_) return token_;
-  if (absl::StatusOr<std::string> token = ReadToken(path_); token.ok()) {
+  const bool changed = stat(path_.c_str(), &info) == 0 &&
+                       (int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec !=
+                            known_mtime ||
+                        info.st_size != known_size);
+  absl::StatusOr<std::string> token =
+      changed ? ReadToken(path_) : absl::StatusOr<std::string>(absl::UnknownError("unchanged"));
+  MutexLock lock(mu_);
+  if (token.ok()) {
     token_ = *std::move(token);
-    stamp_mtime_ns_ = mtime;
+    stamp_mtime_ns_ = int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec;
     stamp_size_ = info.st_size;
   }
   return token_;

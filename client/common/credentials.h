@@ -15,11 +15,12 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "rescale/mutex.h"
 
 namespace rescale::client {
 
@@ -65,11 +66,11 @@ class BearerToken {
  private:
   BearerToken() = default;
   std::string path_;  // empty: fixed
-  std::mutex mu_;
-  std::string token_;           // guarded by mu_
-  int64_t stamp_mtime_ns_ = 0;  // guarded by mu_
-  int64_t stamp_size_ = 0;      // guarded by mu_
-  int64_t checked_at_ns_ = 0;   // guarded by mu_
+  Mutex mu_;
+  std::string token_ ABSL_GUARDED_BY(mu_);
+  int64_t stamp_mtime_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t stamp_size_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t checked_at_ns_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Credentials and token, ready to dial any number of rescaled replicas.

@@ -45,12 +45,12 @@ std::shared_ptr<grpc::Channel> ServerList::ChannelLocked(const std::string& addr
 }
 
 std::shared_ptr<grpc::Channel> ServerList::Current() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return ChannelLocked(current_);
 }
 
 std::string ServerList::CurrentAddress() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return current_;
 }
 
@@ -62,7 +62,7 @@ bool ServerList::AfterFailure(const std::shared_ptr<grpc::Channel>& channel,
   if (auto it = trailers.find(kLeaderMetadataKey); it != trailers.end()) {
     leader.assign(it->second.data(), it->second.size());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (ChannelLocked(current_) != channel) return false;  // someone moved on already
   if (!leader.empty()) {
     if (leader == current_) return false;
@@ -84,7 +84,7 @@ bool ServerList::FindLeader(absl::Duration timeout) {
   for (const std::string& server : servers_) {
     std::shared_ptr<grpc::Channel> channel;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       channel = ChannelLocked(server);
     }
     grpc::ClientContext context;
@@ -96,14 +96,14 @@ bool ServerList::FindLeader(absl::Duration timeout) {
       continue;
     }
     if (cluster.leading()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       current_ = server;
       return true;
     }
     if (answered.empty()) answered = server;
     if (named.empty()) named = cluster.leader();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!named.empty()) {
     current_ = named;
     return true;

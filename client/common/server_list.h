@@ -20,14 +20,15 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "client/common/credentials.h"
+#include "rescale/mutex.h"
 
 namespace rescale::client {
 
@@ -68,14 +69,15 @@ class ServerList {
 
  private:
   ServerList() = default;
-  std::shared_ptr<grpc::Channel> ChannelLocked(const std::string& address);
+  std::shared_ptr<grpc::Channel> ChannelLocked(const std::string& address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::vector<std::string> servers_;
   RescaledConnection connection_;
   grpc::ChannelArguments args_;
-  std::mutex mu_;
-  std::string current_;                                             // guarded by mu_
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;  // guarded by mu_
+  Mutex mu_;
+  std::string current_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rescale::client

@@ -13,12 +13,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "rescale/mutex.h"
 
 namespace rescale {
 
@@ -79,11 +79,11 @@ class ManualClock final : public Clock {
   size_t listener_count() const;
 
  private:
-  void NotifyListeners();
+  void NotifyListeners() ABSL_LOCKS_EXCLUDED(listeners_mu_);
 
   std::atomic<int64_t> now_nanos_;
   // Held while listeners run, so destroying a Listener waits for its call.
-  mutable std::mutex listeners_mu_;
+  mutable Mutex listeners_mu_;
   uint64_t next_listener_id_ ABSL_GUARDED_BY(listeners_mu_) = 0;
   std::vector<std::pair<uint64_t, std::function<void()>>> listeners_ ABSL_GUARDED_BY(listeners_mu_);
 };

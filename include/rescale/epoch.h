@@ -38,9 +38,9 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "rescale/mutex.h"
 
 namespace rescale {
 
@@ -93,7 +93,7 @@ class EpochDomain {
 
   Slot slots_[kSlots];
   std::atomic<uint64_t> global_epoch_{1};
-  std::mutex overflow_mu_;
+  Mutex overflow_mu_;
   std::map<uint64_t, int> overflow_epochs_ ABSL_GUARDED_BY(overflow_mu_);  // epoch -> readers
 };
 

@@ -89,10 +89,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -103,6 +101,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "rescale/epoch.h"
+#include "rescale/mutex.h"
 #include "rescale/types.h"
 
 namespace rescale {
@@ -297,7 +296,7 @@ class MetricsStore {
   // Exclusive for changes (AddJob, RemoveJob, Tick), shared by queries:
   // a plan reading 10,000 jobs' statistics never makes a GetJob wait,
   // even when the plan's thread is preempted holding it.
-  mutable std::shared_mutex admin_mu_;
+  mutable SharedMutex admin_mu_;
   std::vector<Retired> retired_ ABSL_GUARDED_BY(admin_mu_);
   // When Tick next passes over every job (see Tick).
   int64_t next_full_pass_ns_ ABSL_GUARDED_BY(admin_mu_) = 0;

@@ -1,4 +1,5 @@
-// Mutex, MutexLock, ReleasableMutexLock and CondVar: std::mutex and
+// Mutex, MutexLock, ReleasableMutexLock, CondVar, and SharedMutex with its
+// ReaderMutexLock / WriterMutexLock: std::mutex and
 // std::condition_variable with Clang's thread-safety annotations, so that
 // ABSL_GUARDED_BY and ABSL_EXCLUSIVE_LOCKS_REQUIRED are checked by the
 // compiler (CI builds the tree with clang -Wthread-safety -Werror; see
@@ -16,8 +17,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
 
 namespace rescale {
 
@@ -99,6 +102,15 @@ class CondVar {
     lock.release();
     return woken;
   }
+  // False on timeout. An infinite `timeout` waits for a Signal: what
+  // Clock::RealTimeUntil returns for a clock that moves only when told.
+  bool WaitFor(Mutex& mu, absl::Duration timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (timeout == absl::InfiniteDuration()) {
+      Wait(mu);
+      return true;
+    }
+    return WaitFor(mu, absl::ToChronoNanoseconds(timeout));
+  }
   template <typename ClockT, typename DurationT>
   bool WaitUntil(Mutex& mu, std::chrono::time_point<ClockT, DurationT> deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -112,6 +124,52 @@ class CondVar {
 
  private:
   std::condition_variable cv_;
+};
+
+// std::shared_mutex, annotated: exclusive for writers (WriterMutexLock),
+// shared for readers (ReaderMutexLock), so members guarded by it may be read
+// under either and written only under the exclusive lock.
+class ABSL_LOCKABLE SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { mu_.lock_shared(); }
+  void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds `mu` exclusively for its scope.
+class ABSL_SCOPED_LOCKABLE WriterMutexLock {
+ public:
+  explicit WriterMutexLock(SharedMutex& mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    mu_.Lock();
+  }
+  ~WriterMutexLock() ABSL_UNLOCK_FUNCTION() { mu_.Unlock(); }
+  WriterMutexLock(const WriterMutexLock&) = delete;
+  WriterMutexLock& operator=(const WriterMutexLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
+};
+
+// Holds `mu` shared for its scope.
+class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
+ public:
+  explicit ReaderMutexLock(SharedMutex& mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) {
+    mu_.ReaderLock();
+  }
+  ~ReaderMutexLock() ABSL_UNLOCK_FUNCTION() { mu_.ReaderUnlock(); }
+  ReaderMutexLock(const ReaderMutexLock&) = delete;
+  ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
 };
 
 }  // namespace rescale

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rescale/status_macros.h"
 
 namespace rescale::server {
 namespace {
@@ -18,14 +19,39 @@ constexpr absl::Duration kRetryPause = absl::Milliseconds(250);
 
 }  // namespace
 
+absl::Status ValidateLeadershipOptions(const LeadershipOptions& options) {
+  if (options.lease_ttl < LeadershipOptions::kMinLeaseTtl ||
+      options.lease_ttl > LeadershipOptions::kMaxLeaseTtl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lease_ttl must be between ", absl::FormatDuration(LeadershipOptions::kMinLeaseTtl),
+        " and ", absl::FormatDuration(LeadershipOptions::kMaxLeaseTtl), ", got ",
+        absl::FormatDuration(options.lease_ttl)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<EtcdLeadership>> EtcdLeadership::Create(
+    LeadershipOptions options, std::shared_ptr<EtcdClient> client,
+    std::shared_ptr<EtcdStateStore> store, DecisionEngine& engine,
+    std::function<void(bool leader)> on_role_change, Clock* clock) {
+  RETURN_IF_ERROR(ValidateLeadershipOptions(options));
+  if (client == nullptr) return absl::InvalidArgumentError("leadership: no etcd client given");
+  if (store == nullptr) return absl::InvalidArgumentError("leadership: no etcd state store given");
+  if (clock == nullptr) return absl::InvalidArgumentError("leadership: no clock given");
+  return std::unique_ptr<EtcdLeadership>(new EtcdLeadership(std::move(options), std::move(client),
+                                                            std::move(store), engine,
+                                                            std::move(on_role_change), clock));
+}
+
 EtcdLeadership::EtcdLeadership(LeadershipOptions options, std::shared_ptr<EtcdClient> client,
                                std::shared_ptr<EtcdStateStore> store, DecisionEngine& engine,
-                               std::function<void(bool)> on_role_change)
+                               std::function<void(bool)> on_role_change, Clock* clock)
     : options_(std::move(options)),
       client_(std::move(client)),
       store_(std::move(store)),
       engine_(engine),
-      on_role_change_(std::move(on_role_change)) {
+      on_role_change_(std::move(on_role_change)),
+      clock_(clock) {
   applied_revision_ = store_->last_load_revision();
   // A write refused for want of the lease means another replica may lead
   // already: stop leading now, not at the next renewal.
@@ -37,6 +63,14 @@ EtcdLeadership::EtcdLeadership(LeadershipOptions options, std::shared_ptr<EtcdCl
 EtcdLeadership::~EtcdLeadership() { Stop(); }
 
 void EtcdLeadership::Start() {
+  // Taking mu_ orders the signal after a waiter's look at the clock, so a
+  // jump between that look and its wait is not lost. Registered without
+  // mu_ held: the listener takes mu_ under the clock's own lock, so that is
+  // the only order the two are taken in.
+  clock_listener_ = clock_->OnTimeChange([this] {
+    MutexLock lock(mu_);
+    changed_.SignalAll();
+  });
   RefreshLeaderAddress();
   watch_thread_ = std::thread([this] { Watch(); });
   keepalive_thread_ = std::thread([this] { KeepAlive(); });
@@ -46,17 +80,18 @@ void EtcdLeadership::Start() {
 void EtcdLeadership::Stop() {
   int64_t lease = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     stopping_ = true;
     lease = lease_;
     if (campaign_context_ != nullptr) campaign_context_->TryCancel();
     if (watch_context_ != nullptr) watch_context_->TryCancel();
-    changed_.notify_all();
+    changed_.SignalAll();
   }
   if (campaign_thread_.joinable()) campaign_thread_.join();
   if (keepalive_thread_.joinable()) keepalive_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
+  clock_listener_.reset();
   // Revoking the lease deletes the election key: a follower takes over at
   // once instead of after the TTL.
   if (lease != 0) {
@@ -68,33 +103,33 @@ void EtcdLeadership::Stop() {
 }
 
 bool EtcdLeadership::IsLeader() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // The deadline too: right after a pause (SIGSTOP, a long GC of the
   // machine) the renewing thread may not have run yet.
-  return leader_ && absl::Now() < lease_deadline_;
+  return leader_ && clock_->Now() < lease_deadline_;
 }
 
 std::string EtcdLeadership::LeaderAddress() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // A leader whose lease's deadline passed (paused, cut off) may already
   // have been replaced: it does not name itself until it knows.
-  if (leader_ && absl::Now() >= lease_deadline_) return "";
+  if (leader_ && clock_->Now() >= lease_deadline_) return "";
   return leader_address_;
 }
 
 std::string EtcdLeadership::Describe() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return status_;
 }
 
 void EtcdLeadership::SetStatus(std::string status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (status != status_) spdlog::info("leadership: {}", status);
   status_ = std::move(status);
 }
 
 void EtcdLeadership::LoseLease(int64_t lease, const std::string& why) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // A write fenced on an earlier lease (slow, retried across members) must
   // not end the term of the current one.
   if (lease_ == 0 || lease_ != lease) return;
@@ -103,12 +138,12 @@ void EtcdLeadership::LoseLease(int64_t lease, const std::string& why) {
   lease_ = 0;
   lease_deadline_ = absl::InfinitePast();
   if (campaign_context_ != nullptr) campaign_context_->TryCancel();
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 void EtcdLeadership::RefreshLeaderAddress() {
   absl::StatusOr<std::string> leader = client_->Leader(store_->election_name());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (leader_) return;
   if (leader.ok()) {
     leader_address_ = *leader;
@@ -119,12 +154,12 @@ void EtcdLeadership::RefreshLeaderAddress() {
 }
 
 bool EtcdLeadership::Resync() {
-  std::lock_guard<std::mutex> apply(apply_mu_);
+  MutexLock apply(apply_mu_);
   {
     // A leader's engine is ahead of any snapshot (its writes go to etcd
     // before they are acknowledged, but a snapshot read before them would
     // undo them): it reloads nothing, and its watch starts afresh from now.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (leader_) {
       applied_revision_ = 0;
       return true;
@@ -144,56 +179,58 @@ void EtcdLeadership::Campaign() {
   bool synced = true;  // the engine was loaded at start
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
     }
     if (!synced) synced = Resync();
     RefreshLeaderAddress();  // who leads now (after a step-down, not us)
     int64_t lease = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       lease = lease_;
     }
     if (lease == 0) {
-      const absl::Time asked = absl::Now();
+      const absl::Time asked = clock_->Now();
       absl::StatusOr<int64_t> granted = client_->LeaseGrant(options_.lease_ttl);
       if (!granted.ok()) {
         SetStatus(absl::StrCat("not leading: no etcd lease (", granted.status().message(), ")"));
-        std::unique_lock<std::mutex> lock(mu_);
-        changed_.wait_for(lock, absl::ToChronoNanoseconds(kRetryPause), [&] { return stopping_; });
+        MutexLock lock(mu_);
+        PauseBeforeRetry();
         continue;
       }
       lease = *granted;
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       lease_ = lease;
       lease_deadline_ = asked + options_.lease_ttl;
       status_ = leader_address_.empty() ? "campaigning"
                                         : absl::StrCat("follower of ", leader_address_);
-      changed_.notify_all();  // the renewing thread takes the new lease
+      changed_.SignalAll();  // the renewing thread takes the new lease
     }
 
     grpc::ClientContext context;
     // Bounded, then campaigned again (the same lease keeps its place): a
     // member cut off from quorum would otherwise hold the campaign forever.
-    context.set_deadline(absl::ToChronoTime(absl::Now() + std::max(absl::Seconds(10),
-                                                                   2 * options_.lease_ttl)));
+    // An RPC's timeout is real time (gRPC's), not clock_'s.
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoNanoseconds(std::max(absl::Seconds(10),
+                                                            2 * options_.lease_ttl)));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_ || lease_ != lease) continue;
       campaign_context_ = &context;
     }
     absl::StatusOr<v3electionpb::LeaderKey> won =
         client_->Campaign(store_->election_name(), lease, options_.advertise_address, &context);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       campaign_context_ = nullptr;
     }
     if (!won.ok()) {
       // The lease ended (LoseLease cancelled us), we are stopping, or etcd
       // failed: a new lease or the same one again, after a pause.
       spdlog::debug("campaign ended: {}", won.status().ToString());
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait_for(lock, absl::ToChronoNanoseconds(kRetryPause), [&] { return stopping_; });
+      MutexLock lock(mu_);
+      PauseBeforeRetry();
       continue;
     }
 
@@ -207,7 +244,7 @@ void EtcdLeadership::Campaign() {
       continue;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_ || lease_ != lease) {
         store_->SetFence(std::nullopt);
         synced = false;
@@ -228,14 +265,14 @@ void EtcdLeadership::Campaign() {
     engine_.SetLeading(true);
 
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [&] { return stopping_ || lease_ != lease; });
+      MutexLock lock(mu_);
+      while (!stopping_ && lease_ == lease) changed_.Wait(mu_);
     }
     // Step down: no write gets through from here on, and the engine stops
     // planning (a plan under way publishes nothing it cannot write).
     store_->SetFence(std::nullopt);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       leader_ = false;
       leader_key_.reset();
       leader_address_.clear();
@@ -251,42 +288,43 @@ void EtcdLeadership::Campaign() {
 
 void EtcdLeadership::KeepAlive() {
   const absl::Duration every = options_.lease_ttl / 3;
-  std::unique_lock<std::mutex> lock(mu_);
   absl::Time next = absl::InfinitePast();
   int64_t renewing = 0;
   std::string last_failure;  // of the renewals since the last success
+  mu_.Lock();
   while (!stopping_) {
     if (lease_ == 0) {
-      changed_.wait(lock, [&] { return stopping_ || lease_ != 0; });
+      changed_.Wait(mu_);
       continue;
     }
     if (lease_ != renewing) {
       renewing = lease_;
-      next = absl::Now() + every;
+      next = clock_->Now() + every;
     }
-    changed_.wait_until(lock, absl::ToChronoTime(std::min(next, lease_deadline_)),
-                        [&] { return stopping_ || lease_ != renewing; });
-    if (stopping_ || lease_ != renewing) continue;
-    if (absl::Now() >= lease_deadline_) {
+    const absl::Time now = clock_->Now();
+    if (now < next && now < lease_deadline_) {
+      WaitOnClock(std::min(next, lease_deadline_));
+      continue;  // looks again: a new lease, stopping, or the moment came
+    }
+    if (now >= lease_deadline_) {
       // Paused, or etcd unreachable, past the TTL: another replica may lead.
-      lock.unlock();
+      mu_.Unlock();
       LoseLease(renewing, absl::StrFormat(
           "the lease was not renewed within its TTL (%s)%s", absl::FormatDuration(options_.lease_ttl),
           last_failure.empty() ? " (this process was paused, or etcd did not answer)"
                                : absl::StrCat("; etcd: ", last_failure)));
       last_failure.clear();
-      lock.lock();
+      mu_.Lock();
       continue;
     }
-    if (absl::Now() < next) continue;
     const int64_t lease = renewing;
-    const absl::Time sent = absl::Now();
-    lock.unlock();
+    const absl::Time sent = now;
+    mu_.Unlock();
     // Each member gets a share of the TTL, so a paused one leaves time to
     // renew through another.
     absl::StatusOr<absl::Duration> ttl =
         client_->LeaseKeepAliveOnce(lease, options_.lease_ttl / 4);
-    lock.lock();
+    mu_.Lock();
     if (lease_ != lease) continue;
     if (ttl.ok() && *ttl > absl::ZeroDuration()) {
       if (!last_failure.empty()) {
@@ -301,16 +339,27 @@ void EtcdLeadership::KeepAlive() {
       continue;
     }
     if (ttl.ok()) {
-      lock.unlock();
+      mu_.Unlock();
       LoseLease(lease, "etcd says the lease expired");
-      lock.lock();
+      mu_.Lock();
       continue;
     }
     // Renewal failed (etcd down or without quorum): try again soon; the
     // deadline decides when to give up.
     last_failure = std::string(ttl.status().message());
     status_ = absl::StrCat(leader_ ? "leader, " : "", "cannot renew the lease: ", last_failure);
-    next = absl::Now() + std::min(every, kRetryPause);
+    next = clock_->Now() + std::min(every, kRetryPause);
+  }
+  mu_.Unlock();
+}
+
+void EtcdLeadership::WaitOnClock(absl::Time deadline) {
+  changed_.WaitFor(mu_, clock_->RealTimeUntil(deadline));
+}
+
+void EtcdLeadership::PauseBeforeRetry() {
+  const auto until = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(kRetryPause);
+  while (!stopping_ && changed_.WaitUntil(mu_, until)) {
   }
 }
 
@@ -321,11 +370,11 @@ void EtcdLeadership::Watch() {
     grpc::ClientContext context;
     int64_t from = 0;
     {
-      std::lock_guard<std::mutex> apply(apply_mu_);
+      MutexLock apply(apply_mu_);
       from = applied_revision_ + 1;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
       watch_context_ = &context;
     }
@@ -348,16 +397,16 @@ void EtcdLeadership::Watch() {
           break;
         }
         bool election_changed = false;
-        std::unique_lock<std::mutex> apply(apply_mu_);
+        ReleasableMutexLock apply(apply_mu_);
         bool leading = false;
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           leading = leader_;
         }
         // One change per revision (one etcd transaction), applied in order.
         ReplicatedChange change;
         int64_t revision = 0;
-        auto flush = [&] {
+        auto flush = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_) {
           if (!change.empty() && !leading) engine_.ApplyReplicated(std::move(change));
           change = ReplicatedChange();
           applied_revision_ = std::max(applied_revision_, revision);
@@ -377,17 +426,17 @@ void EtcdLeadership::Watch() {
           }
         }
         flush();
-        apply.unlock();
+        apply.Release();
         if (election_changed) RefreshLeaderAddress();
       }
     }
     context.TryCancel();
     (void)stream->Finish();
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       watch_context_ = nullptr;
       if (stopping_) return;
-      changed_.wait_for(lock, absl::ToChronoNanoseconds(kRetryPause), [&] { return stopping_; });
+      PauseBeforeRetry();
       if (stopping_) return;
     }
     if (must_resync) Resync();

@@ -127,24 +127,24 @@ std::string EtcdStateStore::Key(absl::string_view kind, absl::string_view job_id
 }
 
 int64_t EtcdStateStore::last_load_revision() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return last_load_revision_;
 }
 
 void EtcdStateStore::SetFence(std::optional<Fence> fence) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   fence_ = std::move(fence);
 }
 
 void EtcdStateStore::SetFenceLostCallback(std::function<void(int64_t)> callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   fence_lost_ = std::move(callback);
 }
 
 absl::Status EtcdStateStore::Commit(std::span<const etcdserverpb::RequestOp> ops) {
   std::optional<Fence> fence;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     fence = fence_;
   }
   if (!fence.has_value()) {
@@ -189,7 +189,7 @@ absl::Status EtcdStateStore::Commit(std::span<const etcdserverpb::RequestOp> ops
       if (answers[i]->succeeded()) continue;
       std::function<void(int64_t)> lost;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (fence_.has_value() && fence_->lease == fence->lease) fence_.reset();
         lost = fence_lost_;
       }
@@ -245,7 +245,7 @@ absl::StatusOr<StoredState> EtcdStateStore::Load() {
   {
     // What the buckets hold now, for the next checkpoint to rewrite from;
     // lines of jobs that are gone are dropped by it.
-    std::lock_guard<std::mutex> lock(records_mu_);
+    MutexLock lock(records_mu_);
     known_jobs_ = kept_jobs;
     for (auto& bucket : records_) bucket.clear();
     for (StoredMeasurements& m : change.measurements) {
@@ -271,7 +271,7 @@ absl::StatusOr<StoredState> EtcdStateStore::Load() {
       state.retired_generations.push_back(std::move(retired));
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   last_load_revision_ = revision;
   return state;
 }
@@ -331,7 +331,7 @@ absl::Status EtcdStateStore::AddEvent(const mvccpb::Event& event, ReplicatedChan
 absl::Status EtcdStateStore::PutJob(const StoredJob& job) {
   const etcdserverpb::RequestOp op = PutOp(Key("jobs", job.spec.job_id), JobToJson(job));
   RETURN_IF_ERROR(Commit({&op, 1}));
-  std::lock_guard<std::mutex> lock(records_mu_);
+  MutexLock lock(records_mu_);
   known_jobs_.insert(job.spec.job_id);
   return absl::OkStatus();
 }
@@ -346,7 +346,7 @@ absl::Status EtcdStateStore::DeleteJob(std::string_view job_id_view, uint64_t la
   RETURN_IF_ERROR(Commit(ops));
   // Its measurements leave their bucket at the next checkpoint; until then
   // a load ignores them (they belong to no job).
-  std::lock_guard<std::mutex> lock(records_mu_);
+  MutexLock lock(records_mu_);
   const std::string id(job_id);
   known_jobs_.erase(id);
   const int bucket = BucketOf(id, kMeasurementBuckets);
@@ -376,11 +376,11 @@ absl::Status EtcdStateStore::PutRecommendations(std::span<const Recommendation> 
 }
 
 absl::Status EtcdStateStore::PutMeasurements(std::span<const StoredMeasurements> jobs) {
-  std::lock_guard<std::mutex> writing(bucket_write_mu_);
+  MutexLock writing(bucket_write_mu_);
   std::set<int> buckets;
   std::vector<etcdserverpb::RequestOp> ops;
   {
-    std::lock_guard<std::mutex> lock(records_mu_);
+    MutexLock lock(records_mu_);
     for (const StoredMeasurements& m : jobs) {
       if (!known_jobs_.contains(m.job_id)) continue;  // deregistered meanwhile
       const int bucket = BucketOf(m.job_id, kMeasurementBuckets);
@@ -399,7 +399,7 @@ absl::Status EtcdStateStore::PutMeasurements(std::span<const StoredMeasurements>
   absl::Status written = Commit(ops);
   if (!written.ok()) {
     // Written again, whole, by the next checkpoint.
-    std::lock_guard<std::mutex> lock(records_mu_);
+    MutexLock lock(records_mu_);
     stale_buckets_.insert(buckets.begin(), buckets.end());
   }
   return written;

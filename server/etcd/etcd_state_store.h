@@ -35,7 +35,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -43,9 +42,11 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "etcd/mvcc/mvccpb/kv.pb.h"
+#include "rescale/mutex.h"
 #include "rescale/state_store.h"
 #include "server/etcd/etcd_client.h"
 
@@ -112,22 +113,22 @@ class EtcdStateStore : public StateStore {
   const std::string spec_;
   const std::shared_ptr<EtcdClient> client_;
   const std::string prefix_;
-  mutable std::mutex mu_;
-  std::optional<Fence> fence_;  // guarded by mu_
-  std::function<void(int64_t)> fence_lost_;  // guarded by mu_
-  int64_t last_load_revision_ = 0;    // guarded by mu_
+  mutable Mutex mu_;
+  std::optional<Fence> fence_ ABSL_GUARDED_BY(mu_);
+  std::function<void(int64_t)> fence_lost_ ABSL_GUARDED_BY(mu_);
+  int64_t last_load_revision_ ABSL_GUARDED_BY(mu_) = 0;
   // What each measurement bucket holds (job id -> its line), to rewrite a
   // bucket when some of its jobs changed; and the buckets that lost a job
   // since they were written (rewritten by the next checkpoint).
   // bucket_write_mu_ keeps checkpoints' bucket writes in order; records_mu_
   // guards the records only, so DeleteJob never waits for a checkpoint.
-  std::mutex bucket_write_mu_;
-  std::mutex records_mu_;
-  std::vector<std::map<std::string, std::string>> records_;  // guarded by records_mu_
-  std::set<int> stale_buckets_;                               // guarded by records_mu_
+  Mutex bucket_write_mu_ ABSL_ACQUIRED_BEFORE(records_mu_);
+  Mutex records_mu_;
+  std::vector<std::map<std::string, std::string>> records_ ABSL_GUARDED_BY(records_mu_);
+  std::set<int> stale_buckets_ ABSL_GUARDED_BY(records_mu_);
   // The jobs kept (Load, PutJob, DeleteJob): a checkpoint that raced with a
   // deregistration does not put the job's measurements back.
-  std::set<std::string> known_jobs_;  // guarded by records_mu_
+  std::set<std::string> known_jobs_ ABSL_GUARDED_BY(records_mu_);
 };
 
 }  // namespace rescale::server
