@@ -7,17 +7,19 @@
 #   make bench           build and run rescale-bench
 #   make docker          build docker/Dockerfile (needs a container engine)
 #   make format          clang-format every C++ file (.clang-format: Google, 100 columns)
+#   make check-thread-safety  build the tree with clang -Wthread-safety -Werror (build-tsa/):
+#                        every ABSL_GUARDED_BY / ABSL_EXCLUSIVE_LOCKS_REQUIRED is checked
 #   make fuzz            build the libFuzzer targets (clang) and run each FUZZ_RUNS times
 #                        (tests/fuzz/README.md)
 #
-# Build trees: build/ (Release), build-asan/, build-tsan/, build-fuzz/.
+# Build trees: build/ (Release), build-asan/, build-tsan/, build-tsa/, build-fuzz/.
 
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 ARGS ?=
 CTEST := ctest --output-on-failure -j $(JOBS) --timeout 300
 
-.PHONY: all deps build run test test-sanitize test-asan test-tsan fuzz bench docker format clean
+.PHONY: all deps build run test test-sanitize test-asan test-tsan check-thread-safety fuzz bench docker format clean
 
 all: build
 
@@ -55,6 +57,15 @@ test-tsan: deps
 
 test-sanitize: test-asan test-tsan
 
+# Clang's thread-safety analysis over every target (libraries, programs,
+# tests, benchmarks): the annotations of rescale/mutex.h are checked, and a
+# member read or written without its lock fails the build. Not optimised:
+# only the compiler's analysis matters here.
+check-thread-safety: deps
+	@CC=clang CXX=clang++ cmake -S . -B build-tsa -DCMAKE_BUILD_TYPE=Debug \
+		-DRESCALE_THREAD_SAFETY=ON $(CMAKE_FLAGS) > /dev/null
+	@cmake --build build-tsa -j $(JOBS)
+
 # Each target replays its committed corpus (tests/fuzz/corpus/<target>, read
 # only: libFuzzer adds what it finds to the first directory, a scratch one
 # in build-fuzz/) and then mutates for the rest of FUZZ_RUNS executions.
@@ -91,4 +102,4 @@ docker:
 	docker build -f docker/Dockerfile -t rescale:dev .
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-asan build-tsan build-tsa build-fuzz

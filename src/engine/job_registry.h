@@ -145,6 +145,9 @@ class JobRegistry {
   using Applier = std::function<absl::StatusOr<T>(const absl::Status& written)>;
   template <typename T>
   struct Decision {
+    Decision() = default;
+    // An immediate answer (implicit, so a decision returns `{status}`).
+    Decision(absl::StatusOr<T> answer) : immediate(std::move(answer)) {}  // NOLINT
     std::optional<absl::StatusOr<T>> immediate;
     StateChange change;
     Applier<T> apply;
