@@ -2078,7 +2078,10 @@ json YamlToJson(const YAML::Node& node) {
 TEST_CASE("two rescaled on etcd: the adapter and the agent follow the leader through a kill -9") {
   Harness h;  // its in-process rescaled is not used here
   rescale::testing::EtcdCluster etcd(1);
-  auto [leader, follower] = rescale::testing::StartPair(etcd);
+  // Not a structured binding: clang 14 cannot capture those in lambdas.
+  auto pair = rescale::testing::StartPair(etcd);
+  auto& leader = pair.first;
+  auto& follower = pair.second;
   h.kube.Put(PyTorchJob(JobParams{}));
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 10);

@@ -516,7 +516,7 @@ class MetricsStoreTestPeer {
  public:
   static void AddCopies(MetricsStore& store, std::string_view job_id, uint32_t world_size,
                         uint64_t copies) {
-    std::lock_guard<std::shared_mutex> lock(store.admin_mu_);
+    rescale::WriterMutexLock lock(store.admin_mu_);
     const MetricsStore::JobState* job = store.FindLocked(job_id);
     REQUIRE(job != nullptr);
     for (int i = 0; i < job->max_sizes; ++i) {

@@ -25,7 +25,10 @@ absl::StatusOr<std::shared_ptr<ServerList>> ServerList::Create(absl::string_view
   }
   list->connection_ = std::move(connection);
   list->args_ = std::move(args);
-  list->current_ = list->servers_.front();
+  {
+    MutexLock lock(list->mu_);  // not shared yet; the analysis asks for it all the same
+    list->current_ = list->servers_.front();
+  }
   return list;
 }
 
@@ -33,6 +36,7 @@ std::shared_ptr<ServerList> ServerList::Of(std::shared_ptr<grpc::Channel> channe
                                            std::string address) {
   std::shared_ptr<ServerList> list(new ServerList());
   list->servers_ = {address};
+  MutexLock lock(list->mu_);  // not shared yet; the analysis asks for it all the same
   list->current_ = address;
   list->channels_[address] = std::move(channel);
   return list;

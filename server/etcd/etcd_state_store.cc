@@ -4,8 +4,10 @@
 #include "server/etcd/etcd_state_store.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -88,8 +90,8 @@ absl::StatusOr<std::unique_ptr<EtcdStateStore>> EtcdStateStore::Open(
   txn.add_failure()->mutable_request_range()->set_key(store->Key("schema"));
   absl::StatusOr<etcdserverpb::TxnResponse> answer = store->client_->Txn(txn);
   if (!answer.ok()) {
-    return absl::UnavailableError(absl::StrCat("cannot reach etcd for ", store->spec_, ": ",
-                                               answer.status().message()));
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach etcd for ", store->spec_, ": ", answer.status().message()));
   }
   if (!answer->succeeded()) {
     const auto& kvs = answer->responses(0).response_range().kvs();
@@ -148,8 +150,8 @@ absl::Status EtcdStateStore::Commit(std::span<const etcdserverpb::RequestOp> ops
     fence = fence_;
   }
   if (!fence.has_value()) {
-    return absl::UnavailableError(
-        "this rescaled is not the leader: it writes no state (" + spec_ + ")");
+    return absl::UnavailableError("this rescaled is not the leader: it writes no state (" + spec_ +
+                                  ")");
   }
   // etcd also refuses requests over 1.5 MiB (--max-request-bytes).
   constexpr size_t kMaxTxnBytes = 1 << 20;
@@ -174,8 +176,8 @@ absl::Status EtcdStateStore::Commit(std::span<const etcdserverpb::RequestOp> ops
   // and etcd syncs the transactions it has at once. A write of many is
   // therefore not atomic (nor was it ever: a checkpoint or a plan's
   // recommendations); each transaction is fenced on its own.
-  std::vector<absl::StatusOr<etcdserverpb::TxnResponse>> answers(
-      txns.size(), absl::UnknownError("not sent"));
+  std::vector<absl::StatusOr<etcdserverpb::TxnResponse>> answers(txns.size(),
+                                                                 absl::UnknownError("not sent"));
   for (size_t first = 0; first < txns.size(); first += kTxnsInFlight) {
     const size_t last = std::min(txns.size(), first + kTxnsInFlight);
     std::vector<std::thread> senders;
@@ -258,10 +260,9 @@ absl::StatusOr<StoredState> EtcdStateStore::Load() {
       state.measurements.push_back(std::move(m));
     }
   }
-  std::sort(state.measurements.begin(), state.measurements.end(),
-            [](const StoredMeasurements& a, const StoredMeasurements& b) {
-              return a.job_id < b.job_id;
-            });
+  std::sort(
+      state.measurements.begin(), state.measurements.end(),
+      [](const StoredMeasurements& a, const StoredMeasurements& b) { return a.job_id < b.job_id; });
   for (const Recommendation& rec : state.recommendations) with_recommendation.insert(rec.job_id);
   // A retired generation outlives the job's new recommendation (writing a
   // recommendation does not delete it, to keep plans' transactions small):
@@ -328,51 +329,112 @@ absl::Status EtcdStateStore::AddEvent(const mvccpb::Event& event, ReplicatedChan
   return absl::OkStatus();
 }
 
-absl::Status EtcdStateStore::PutJob(const StoredJob& job) {
-  const etcdserverpb::RequestOp op = PutOp(Key("jobs", job.spec.job_id), JobToJson(job));
-  RETURN_IF_ERROR(Commit({&op, 1}));
-  MutexLock lock(records_mu_);
-  known_jobs_.insert(job.spec.job_id);
+// Each kind of change as etcd operations (AppendOps), and what the store
+// remembers once they are written (Written): the Puts write one change, Write
+// many in one Commit.
+void EtcdStateStore::AppendOps(const StateChange& change,
+                               std::vector<etcdserverpb::RequestOp>& ops) const {
+  if (const auto* job = std::get_if<StoredJob>(&change)) {
+    ops.push_back(PutOp(Key("jobs", job->spec.job_id), JobToJson(*job)));
+  } else if (const auto* gone = std::get_if<DeletedJob>(&change)) {
+    ops.push_back(DeleteOp(Key("jobs", gone->job_id)));
+    ops.push_back(DeleteOp(Key("recs", gone->job_id)));
+    if (gone->last_generation > 0) {
+      ops.push_back(PutOp(Key("retired", gone->job_id), std::to_string(gone->last_generation)));
+    }
+  } else if (const auto* capacity = std::get_if<CapacityReport>(&change)) {
+    // Three keys in one transaction, so followers see a total with its
+    // slots and allocatable GPUs; each gets a key of its own (always
+    // written, "" = no slots, "0" = not reported) so that a rescaled from
+    // before them still reads /capacity as a number.
+    ops.push_back(PutOp(Key("capacity"), std::to_string(capacity->total_gpus)));
+    ops.push_back(PutOp(Key("capacity_slots"), SlotsToText(capacity->slots)));
+    ops.push_back(
+        PutOp(Key("capacity_allocatable_gpus"), std::to_string(capacity->allocatable_gpus)));
+  } else if (const auto* recs = std::get_if<std::vector<Recommendation>>(&change)) {
+    for (const Recommendation& rec : *recs) {
+      ops.push_back(PutOp(Key("recs", rec.job_id), RecommendationToJson(rec)));
+    }
+  }
+}
+
+void EtcdStateStore::Written(const StateChange& change) {
+  if (const auto* job = std::get_if<StoredJob>(&change)) {
+    MutexLock lock(records_mu_);
+    known_jobs_.insert(job->spec.job_id);
+  } else if (const auto* gone = std::get_if<DeletedJob>(&change)) {
+    // Its measurements leave their bucket at the next checkpoint; until then
+    // a load ignores them (they belong to no job).
+    MutexLock lock(records_mu_);
+    known_jobs_.erase(gone->job_id);
+    const int bucket = BucketOf(gone->job_id, kMeasurementBuckets);
+    if (records_[bucket].erase(gone->job_id) > 0) stale_buckets_.insert(bucket);
+  }
+}
+
+absl::Status EtcdStateStore::WriteOne(StateChange change) {
+  std::vector<etcdserverpb::RequestOp> ops;
+  AppendOps(change, ops);
+  RETURN_IF_ERROR(Commit(ops));
+  Written(change);
   return absl::OkStatus();
 }
 
-absl::Status EtcdStateStore::DeleteJob(std::string_view job_id_view, uint64_t last_generation) {
-  const absl::string_view job_id(job_id_view.data(), job_id_view.size());
-  std::vector<etcdserverpb::RequestOp> ops = {DeleteOp(Key("jobs", job_id)),
-                                               DeleteOp(Key("recs", job_id))};
-  if (last_generation > 0) {
-    ops.push_back(PutOp(Key("retired", job_id), std::to_string(last_generation)));
-  }
-  RETURN_IF_ERROR(Commit(ops));
-  // Its measurements leave their bucket at the next checkpoint; until then
-  // a load ignores them (they belong to no job).
-  MutexLock lock(records_mu_);
-  const std::string id(job_id);
-  known_jobs_.erase(id);
-  const int bucket = BucketOf(id, kMeasurementBuckets);
-  if (records_[bucket].erase(id) > 0) stale_buckets_.insert(bucket);
-  return absl::OkStatus();
+absl::Status EtcdStateStore::PutJob(const StoredJob& job) { return WriteOne(job); }
+
+absl::Status EtcdStateStore::DeleteJob(std::string_view job_id, uint64_t last_generation) {
+  return WriteOne(DeletedJob{std::string(job_id), last_generation});
 }
 
 absl::Status EtcdStateStore::PutCapacity(const CapacityReport& capacity) {
-  // Three keys in one transaction, so followers see a total with its slots
-  // and allocatable GPUs; each gets a key of its own (always written, "" =
-  // no slots, "0" = not reported) so that a rescaled from before them still
-  // reads /capacity as a number.
-  const etcdserverpb::RequestOp ops[] = {
-      PutOp(Key("capacity"), std::to_string(capacity.total_gpus)),
-      PutOp(Key("capacity_slots"), SlotsToText(capacity.slots)),
-      PutOp(Key("capacity_allocatable_gpus"), std::to_string(capacity.allocatable_gpus))};
-  return Commit(ops);
+  return WriteOne(capacity);
 }
 
 absl::Status EtcdStateStore::PutRecommendations(std::span<const Recommendation> recs) {
+  return WriteOne(std::vector<Recommendation>(recs.begin(), recs.end()));
+}
+
+absl::Status EtcdStateStore::Write(std::span<const StateChange> changes) {
+  // The changes that wait together go out as one Commit (one Txn while they
+  // fit in kMaxOpsPerTxn operations). A checkpoint's measurements keep their
+  // own bucket writes (PutMeasurements), in their place in the order.
   std::vector<etcdserverpb::RequestOp> ops;
-  ops.reserve(recs.size());
-  for (const Recommendation& rec : recs) {
-    ops.push_back(PutOp(Key("recs", rec.job_id), RecommendationToJson(rec)));
+  std::vector<const StateChange*> pending;
+  auto flush = [&]() -> absl::Status {
+    if (pending.empty()) return absl::OkStatus();
+    // etcd refuses a transaction that names a key twice; applied in order,
+    // the last operation on a key is the one that stands, so only it is
+    // sent (a plan's recommendation and a later deregistration, say).
+    std::map<std::string_view, size_t> last;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const auto& op = ops[i];
+      last[op.has_request_put() ? op.request_put().key() : op.request_delete_range().key()] = i;
+    }
+    std::vector<etcdserverpb::RequestOp> unique;
+    unique.reserve(last.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const auto& op = ops[i];
+      if (last[op.has_request_put() ? op.request_put().key() : op.request_delete_range().key()] ==
+          i) {
+        unique.push_back(op);
+      }
+    }
+    RETURN_IF_ERROR(Commit(unique));
+    for (const StateChange* change : pending) Written(*change);
+    ops.clear();
+    pending.clear();
+    return absl::OkStatus();
+  };
+  for (const StateChange& change : changes) {
+    if (const auto* measured = std::get_if<std::vector<StoredMeasurements>>(&change)) {
+      RETURN_IF_ERROR(flush());
+      RETURN_IF_ERROR(PutMeasurements(*measured));
+      continue;
+    }
+    AppendOps(change, ops);
+    pending.push_back(&change);
   }
-  return Commit(ops);
+  return flush();
 }
 
 absl::Status EtcdStateStore::PutMeasurements(std::span<const StoredMeasurements> jobs) {

@@ -74,6 +74,9 @@ class EtcdStateStore : public StateStore {
   absl::Status PutCapacity(const CapacityReport& capacity) override;
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override;
   absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override;
+  // Every change waiting in the engine's writer in one Commit: group commit
+  // on etcd (one Txn, or as few as kMaxOpsPerTxn allows, each fenced).
+  absl::Status Write(std::span<const StateChange> changes) override;
   // A whole checkpoint at once: a bucket is written once per checkpoint.
   size_t checkpoint_jobs_per_write() const override { return 1 << 20; }
 
@@ -106,6 +109,11 @@ class EtcdStateStore : public StateStore {
   // up to kTxnsInFlight of them at once.
   absl::Status Commit(std::span<const etcdserverpb::RequestOp> ops);
   std::string Key(absl::string_view kind, absl::string_view job_id = "") const;
+  // A change as etcd operations (measurements excepted: PutMeasurements),
+  // and what the store remembers once they are written.
+  void AppendOps(const StateChange& change, std::vector<etcdserverpb::RequestOp>& ops) const;
+  void Written(const StateChange& change) ABSL_LOCKS_EXCLUDED(records_mu_);
+  absl::Status WriteOne(StateChange change);
   std::string BucketKey(int bucket) const;
 
   static constexpr int kMeasurementBuckets = 256;

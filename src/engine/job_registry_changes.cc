@@ -91,8 +91,8 @@ JobRegistry::Decision<JobEntry> JobRegistry::DecideRegisterLocked(JobSpec spec) 
   Decision<JobEntry> decided;
   decided.change = StoredJobOf(entry);
   decided.apply = [this, entry = std::move(entry)](
-                      const absl::Status& written) mutable ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
-      -> absl::StatusOr<JobEntry> {
+                      const absl::Status& written) mutable -> absl::StatusOr<JobEntry> {
+    mu_.AssertHeld();  // run by Completion, under mu_
     in_flight_.erase(entry.spec.job_id);
     --registrations_in_flight_;
     if (!written.ok()) {
@@ -127,8 +127,8 @@ JobRegistry::Decision<JobEntry> JobRegistry::DecideUpdateLocked(JobSpec spec) {
   Decision<JobEntry> decided;
   decided.change = StoredJobOf(changed);
   decided.apply = [this, apply, changed = std::move(changed)](
-                      const absl::Status& written) mutable ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
-      -> absl::StatusOr<JobEntry> {
+                      const absl::Status& written) mutable -> absl::StatusOr<JobEntry> {
+    mu_.AssertHeld();  // run by Completion, under mu_
     in_flight_.erase(changed.spec.job_id);
     if (!written.ok()) return written;
     return apply(changed);
@@ -217,8 +217,8 @@ JobRegistry::Decision<JobEntry> JobRegistry::DecideApplyLocked(const std::string
   Decision<JobEntry> decided;
   decided.change = StoredJobOf(entry);
   decided.apply = [this, entry = std::move(entry)](
-                      const absl::Status& written) mutable ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
-      -> absl::StatusOr<JobEntry> {
+                      const absl::Status& written) mutable -> absl::StatusOr<JobEntry> {
+    mu_.AssertHeld();  // run by Completion, under mu_
     in_flight_.erase(entry.spec.job_id);
     if (!written.ok()) return written;
     ReplaceLocked(entry, /*spec_changed=*/false);
@@ -239,8 +239,8 @@ JobRegistry::Decision<std::monostate> JobRegistry::DecideCapacityLocked(
   Decision<std::monostate> decided;
   decided.change = report;
   decided.apply = [this, next = std::move(next)](
-                      const absl::Status& written) mutable ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
-      -> absl::StatusOr<std::monostate> {
+                      const absl::Status& written) mutable -> absl::StatusOr<std::monostate> {
+    mu_.AssertHeld();  // run by Completion, under mu_
     capacity_in_flight_ = false;
     if (!written.ok()) return written;
     capacity_ = std::move(next);

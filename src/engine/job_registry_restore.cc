@@ -38,8 +38,10 @@ absl::Status JobRegistry::Restore(StoredState& stored, std::string_view describe
   capacity_.allocatable_gpus = stored.capacity_allocatable_gpus;
   // Recommendations of jobs no longer kept (none, unless the file was
   // edited) would have no job to describe.
-  std::erase_if(stored.recommendations,
-                [&](const Recommendation& rec) { return !jobs_.contains(rec.job_id); });
+  std::erase_if(stored.recommendations, [&](const Recommendation& rec) {
+    mu_.AssertHeld();  // erase_if runs it here, under mu_
+    return !jobs_.contains(rec.job_id);
+  });
   board_.Restore(std::move(stored.recommendations), std::move(stored.retired_generations));
   spdlog::info("restored {} jobs from {}", jobs_.size(), described);
   return absl::OkStatus();
@@ -103,8 +105,10 @@ void JobRegistry::ApplyReplicated(ReplicatedChange& change) {
     capacity_.allocatable_gpus = *change.capacity_allocatable_gpus;
   }
   for (StoredMeasurements& measured : change.measurements) RestoreMeasurementsLocked(measured);
-  std::erase_if(change.recommendations,
-                [&](const Recommendation& rec) { return !jobs_.contains(rec.job_id); });
+  std::erase_if(change.recommendations, [&](const Recommendation& rec) {
+    mu_.AssertHeld();  // erase_if runs it here, under mu_
+    return !jobs_.contains(rec.job_id);
+  });
   board_.StageReplicated(std::move(change.recommendations), std::move(change.retired_generations));
 }
 

@@ -91,8 +91,9 @@ void PlanScheduler::PlanNow() {
   covered_ = std::max(covered_, covering);
   done_.SignalAll();
   std::vector<std::function<void()>> ready;
+  const uint64_t covered = covered_;
   std::erase_if(waiting_, [&](auto& w) {
-    if (w.first > covered_) return false;
+    if (w.first > covered) return false;
     ready.push_back(std::move(w.second));
     return true;
   });
