@@ -1,7 +1,7 @@
 // The Kubernetes manifests (docker/k8s): the default set renders with
 // `kubectl kustomize` and every object of every manifest parses; and their
 // security wiring: what scripts/k8s-credentials.sh makes is what rescaled's
-// token file needs (each component a token of the role the README gives
+// token file needs (each component a token of the role docs/kubernetes.md gives
 // it), and every file a container's flags name is mounted from a Secret
 // that holds that key.
 #include <yaml-cpp/yaml.h>

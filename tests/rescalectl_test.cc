@@ -1104,7 +1104,7 @@ TEST_CASE("get -o yaml writes keys too long for an implicit key as explicit keys
 
 // Found by tests/fuzz/rescalectl_manifest.cc: a job id holding U+FFFF came
 // back from -o yaml as U+FFFD. YAML cannot carry noncharacters and yaml-cpp
-// replaces them: the README documents it, and -o json keeps them.
+// replaces them: docs/usage.md documents it, and -o json keeps them.
 TEST_CASE("get -o yaml writes noncharacters as U+FFFD and -o json keeps them",
           "[rescalectl][output]") {
   // The control character makes the string double-quoted, where yaml-cpp

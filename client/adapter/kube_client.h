@@ -30,7 +30,7 @@ namespace rescale::adapter {
 // or the in-cluster service account (client/adapter/kube_config.h).
 struct KubeConfig {
   // "https://host:port". "http://" is accepted only because tests run a
-  // plaintext fake server; it is never chosen implicitly (see README).
+  // plaintext fake server; it is never chosen implicitly (see docs/kubernetes.md).
   std::string server;
   // CA bundle to verify the server with: PEM file, or PEM bytes (from
   // certificate-authority-data). Both empty = the system's CAs.

@@ -9,7 +9,7 @@
 // validates or is rejected with INVALID_ARGUMENT; and what `rescalectl get
 // -o yaml` would print for a spec (MessageToYaml) reads back as a manifest
 // to the same spec, but for Unicode noncharacters, which yaml-cpp writes as
-// U+FFFD in a double-quoted string (the README says so).
+// U+FFFD in a double-quoted string (docs/usage.md says so).
 #include <google/protobuf/util/field_comparator.h>
 #include <google/protobuf/util/message_differencer.h>
 
