@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/latency.h"
 #include "rescale/decision_engine.h"
 #include "rescale/state_store.h"
 
@@ -34,11 +35,7 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 
 struct Latencies {
   std::vector<double> ms;
-  double At(double q) {
-    if (ms.empty()) return 0;
-    std::sort(ms.begin(), ms.end());
-    return ms[std::min(ms.size() - 1, static_cast<size_t>(q * static_cast<double>(ms.size())))];
-  }
+  double At(double q) const { return rescale::bench::Quantile(ms, q); }
 };
 
 struct CaseResult {

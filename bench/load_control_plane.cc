@@ -43,10 +43,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "bench/latency.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
 namespace rescale::load {
 namespace {
+
+using rescale::bench::Quantile;
 
 namespace v1 = rescale::v1;
 using Clock = std::chrono::steady_clock;
@@ -65,14 +68,6 @@ double ResidentBytes(int pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) * 1024;  // kB
   }
   return -1;
-}
-
-// Latencies in milliseconds; quantile q of them (0 when empty).
-double Quantile(std::vector<double> ms, double q) {
-  if (ms.empty()) return 0;
-  std::sort(ms.begin(), ms.end());
-  const size_t index = std::min(ms.size() - 1, static_cast<size_t>(q * (ms.size() - 1) + 0.5));
-  return ms[index];
 }
 
 double MillisecondsSince(Clock::time_point start) {
@@ -269,11 +264,11 @@ double MeasureWatchers(const std::string& server, int job_count, int watchers,
     std::cerr << "rescale-load: a watch failed: " << board.error << "\n";
     ++failures;
   }
-  std::cout << absl::StrFormat("%d watchers: %d events; every watcher had every job's new state "
-                               "%s\n",
-                               watchers, board.events,
-                               seconds < 0 ? "not within a minute"
-                                           : absl::StrFormat("%.3f s after SetCapacity", seconds));
+  std::cout << absl::StrFormat(
+      "%d watchers: %d events; every watcher had every job's new state "
+      "%s\n",
+      watchers, board.events,
+      seconds < 0 ? "not within a minute" : absl::StrFormat("%.3f s after SetCapacity", seconds));
   return seconds;
 }
 
@@ -298,8 +293,8 @@ int RunControlPlane(const ControlPlaneOptions& options) {
   std::vector<std::thread> agents;
   for (int k = 0; k < agent_count; ++k) {
     agents.emplace_back([&, k] {
-      agent_failures[k] = RunAgent(options.server, k % 2, k / 2, agent_count / 2, job_count,
-                                   reader.registered);
+      agent_failures[k] =
+          RunAgent(options.server, k % 2, k / 2, agent_count / 2, job_count, reader.registered);
     });
   }
   for (int i = 0; i < job_count; ++i) {
@@ -339,9 +334,8 @@ int RunControlPlane(const ControlPlaneOptions& options) {
   // a plan of all N. (SetCapacity would too, but its reply lists every
   // job's allocation: its own cost, not a plan's.)
   reader.phase.store(1, std::memory_order_relaxed);
-  const auto read_until =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(options.read_seconds));
+  const auto read_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(options.read_seconds));
   std::vector<double> list_ms;
   size_t listed = 0;
   for (int round = 0; Clock::now() < read_until; ++round) {
@@ -380,12 +374,11 @@ int RunControlPlane(const ControlPlaneOptions& options) {
       job_count, register_seconds, Quantile(last_tenth, 0.5), Quantile(register_ms, 0.99),
       Quantile(register_ms, 1.0), slowest + 1, register_ms.size());
   for (int phase = 0; phase < 2; ++phase) {
-    std::cout << absl::StrFormat("GetJob %s: %d calls, p50 %.2f ms, p99 %.2f ms, max %.1f ms\n",
-                                 phase == 0 ? "during registration" : "while plans run",
-                                 reader.latencies[phase].size(),
-                                 Quantile(reader.latencies[phase], 0.5),
-                                 Quantile(reader.latencies[phase], 0.99),
-                                 Quantile(reader.latencies[phase], 1.0));
+    std::cout << absl::StrFormat(
+        "GetJob %s: %d calls, p50 %.2f ms, p99 %.2f ms, max %.1f ms\n",
+        phase == 0 ? "during registration" : "while plans run", reader.latencies[phase].size(),
+        Quantile(reader.latencies[phase], 0.5), Quantile(reader.latencies[phase], 0.99),
+        Quantile(reader.latencies[phase], 1.0));
   }
   std::cout << absl::StrFormat(
       "ListRecommendations of %d: %d calls, median %.1f ms, max %.1f ms (first %.1f ms)\n", listed,

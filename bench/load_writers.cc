@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/latency.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
 namespace rescale::load {
@@ -22,11 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-double At(std::vector<double>& ms, double q) {
-  if (ms.empty()) return 0;
-  std::sort(ms.begin(), ms.end());
-  return ms[std::min(ms.size() - 1, static_cast<size_t>(q * static_cast<double>(ms.size())))];
-}
+using rescale::bench::Quantile;
 
 }  // namespace
 
@@ -99,7 +96,8 @@ int RunWriters(const WritersOptions& options) {
   std::printf("%-8s %10s %10s %10s %12s %12s %12s\n", "WRITERS", "CALLS/S", "P50_MS", "P99_MS",
               "GET_P50_MS", "GET_P99_MS", "GET_MAX_MS");
   std::printf("%-8d %10.0f %10.3f %10.3f %12.3f %12.3f %12.3f\n", options.writers, rate,
-              At(all, 0.5), At(all, 0.99), At(reads, 0.5), At(reads, 0.99), At(reads, 1.0));
+              Quantile(all, 0.5), Quantile(all, 0.99), Quantile(reads, 0.5), Quantile(reads, 0.99),
+              Quantile(reads, 1.0));
   return failed ? 1 : 0;
 }
 

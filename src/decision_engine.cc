@@ -162,32 +162,28 @@ void DecisionEngine::PlanAfterChangeAsync(absl::Duration window, std::function<v
   scheduler_->WhenCovered(*request, [then = std::move(then)] { then(false); });
 }
 
-void DecisionEngine::RegisterJobAsync(JobSpec spec, Done<JobView> done) {
-  absl::StatusOr<JobSpec> normalized = Normalize(std::move(spec));
-  if (!normalized.ok()) return done(normalized.status());
-  registry_->RegisterAsync(*std::move(normalized), [this, done = std::move(done)](
-                                                       absl::StatusOr<engine::JobEntry> e) {
+std::function<void(absl::StatusOr<engine::JobEntry>)> DecisionEngine::ViewOnceDurable(
+    Done<JobView> done) {
+  return [this, done = std::move(done)](absl::StatusOr<engine::JobEntry> e) {
     if (!e.ok()) return done(e.status());
     PlanAfterChangeAsync(options_.plan_coalesce, [this, entry = *std::move(e), done](bool pending) {
       JobView view = views_->ViewOf(entry);
       view.plan_pending = pending;
       done(std::move(view));
     });
-  });
+  };
+}
+
+void DecisionEngine::RegisterJobAsync(JobSpec spec, Done<JobView> done) {
+  absl::StatusOr<JobSpec> normalized = Normalize(std::move(spec));
+  if (!normalized.ok()) return done(normalized.status());
+  registry_->RegisterAsync(*std::move(normalized), ViewOnceDurable(std::move(done)));
 }
 
 void DecisionEngine::UpdateJobAsync(JobSpec spec, Done<JobView> done) {
   absl::StatusOr<JobSpec> normalized = Normalize(std::move(spec));
   if (!normalized.ok()) return done(normalized.status());
-  registry_->UpdateAsync(*std::move(normalized), [this, done = std::move(done)](
-                                                     absl::StatusOr<engine::JobEntry> e) {
-    if (!e.ok()) return done(e.status());
-    PlanAfterChangeAsync(options_.plan_coalesce, [this, entry = *std::move(e), done](bool pending) {
-      JobView view = views_->ViewOf(entry);
-      view.plan_pending = pending;
-      done(std::move(view));
-    });
-  });
+  registry_->UpdateAsync(*std::move(normalized), ViewOnceDurable(std::move(done)));
 }
 
 void DecisionEngine::DeregisterJobAsync(const std::string& job_id,

@@ -74,6 +74,7 @@ namespace rescale {
 
 namespace engine {
 class JobRegistry;
+struct JobEntry;
 class JobViews;
 class PlanPipeline;
 class PlanScheduler;
@@ -121,7 +122,8 @@ struct EngineOptions {
   int max_watchers = 1024;
   // The plan timer (StartTimer): a replan every `plan_interval` (> 0), and a
   // burst of ReportApplied calls planned once, `applied_debounce` (>= 0)
-  // after the first; 0 = every report replans inline.
+  // after the first; 0 = every report is planned at once (on the timer's
+  // thread, the report's reply waiting for that plan).
   absl::Duration plan_interval = absl::Seconds(30);
   absl::Duration applied_debounce = absl::Milliseconds(200);
   // While the timer runs, job, spec and capacity changes (RegisterJob,
@@ -133,8 +135,9 @@ struct EngineOptions {
   // with three quarters of the time left between them (a plan that took
   // 60 ms is followed by the next no sooner than 180 ms after it).
   // Registering N jobs one by one then costs N small steps and a plan per
-  // window instead of N plans of up to N jobs. 0 = each change plans inline
-  // and its reply carries the new plan.
+  // window instead of N plans of up to N jobs. 0 = each change is planned
+  // at once (on the timer's thread) and its reply waits for and carries
+  // the new plan.
   absl::Duration plan_coalesce = absl::Milliseconds(5);
   // The plan timer thread's nice value (Linux; 0 = as the process): plans
   // are background work, so by default they yield the CPU to the threads
@@ -286,9 +289,10 @@ class DecisionEngine {
   // Replans every options.plan_interval on a background thread until
   // StopTimer (or destruction). The timer waits on the injected clock: with
   // a ManualClock it fires when the test advances time past its deadline,
-  // never on its own. With options.applied_debounce > 0, ReportApplied no
-  // longer replans inline: a burst of reports (a controller reporting many
-  // jobs at once) is planned once, applied_debounce after the first. With
+  // never on its own. While it runs, plans run only on its thread: a change
+  // asks for one (see PlanScheduler). With options.applied_debounce > 0, a
+  // burst of reports (a controller reporting many jobs at once) is planned
+  // once, applied_debounce after the first. With
   // options.plan_coalesce > 0 the same holds for job, spec and capacity
   // changes, whose replies then say the plan is pending. A request waits for
   // the earliest window among those pending. StopTimer runs a pending replan
@@ -306,6 +310,9 @@ class DecisionEngine {
   // As PlanAfterChange, without waiting: `then(plan_pending)` runs once the
   // plan it would wait for is published (at once when it waits for none).
   void PlanAfterChangeAsync(absl::Duration window, std::function<void(bool)> then);
+  // RegisterJobAsync's and UpdateJobAsync's continuation: once the entry
+  // is in, the plan it asks for, then the job's view to `done`.
+  std::function<void(absl::StatusOr<engine::JobEntry>)> ViewOnceDurable(Done<JobView> done);
   // Registers the unknown jobs of `samples`, ingests their samples again and
   // asks for one plan for all of them.
   void AutoRegister(std::span<const StepSample> samples, IngestResult& result);

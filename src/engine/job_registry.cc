@@ -78,11 +78,6 @@ void JobRegistry::ForEachPublished(const std::function<void(const JobEntry&)>& v
   }
 }
 
-bool JobRegistry::Contains(const std::string& job_id) const {
-  MutexLock lock(mu_);
-  return jobs_.contains(job_id);
-}
-
 void JobRegistry::AwaitIdleLocked(const std::string& job_id) {
   idle_cv_.Wait(mu_,
                 [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !in_flight_.contains(job_id); });

@@ -93,7 +93,6 @@ class JobRegistry {
                   Then<JobEntry> then);
   void SetCapacityAsync(const CapacityReport& report, Then<std::monostate> then);
   CapacityState Capacity() const;
-  bool Contains(const std::string& job_id) const;
 
   // Puts back what a state store held (at creation).
   absl::Status Restore(StoredState& stored, std::string_view described);

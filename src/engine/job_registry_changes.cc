@@ -253,41 +253,41 @@ JobRegistry::Decision<std::monostate> JobRegistry::DecideCapacityLocked(
 
 absl::StatusOr<JobEntry> JobRegistry::Register(JobSpec spec) {
   return Execute<JobEntry>(
-      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return DecideRegisterLocked(std::move(spec)); });
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideRegisterLocked(std::move(spec)); });
 }
 
 void JobRegistry::RegisterAsync(JobSpec spec, Then<JobEntry> then) {
   ExecuteAsync<JobEntry>(
-      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return DecideRegisterLocked(std::move(spec)); },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideRegisterLocked(std::move(spec)); },
       std::move(then));
 }
 
 absl::StatusOr<JobEntry> JobRegistry::Update(JobSpec spec) {
   return Execute<JobEntry>(
-      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return DecideUpdateLocked(std::move(spec)); });
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideUpdateLocked(std::move(spec)); });
 }
 
 void JobRegistry::UpdateAsync(JobSpec spec, Then<JobEntry> then) {
   ExecuteAsync<JobEntry>(
-      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return DecideUpdateLocked(std::move(spec)); },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideUpdateLocked(std::move(spec)); },
       std::move(then));
 }
 
 absl::Status JobRegistry::Deregister(const std::string& job_id) {
   return Execute<std::monostate>(
-             [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return DecideDeregisterLocked(job_id); })
+             [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideDeregisterLocked(job_id); })
       .status();
 }
 
 void JobRegistry::DeregisterAsync(const std::string& job_id, Then<std::monostate> then) {
   ExecuteAsync<std::monostate>(
-      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return DecideDeregisterLocked(job_id); },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideDeregisterLocked(job_id); },
       std::move(then));
 }
 
 absl::StatusOr<JobEntry> JobRegistry::Apply(const std::string& job_id, uint32_t replicas,
                                             bool suspended, uint64_t generation) {
-  return Execute<JobEntry>([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  return Execute<JobEntry>([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return DecideApplyLocked(job_id, replicas, suspended, generation);
   });
 }
@@ -295,7 +295,7 @@ absl::StatusOr<JobEntry> JobRegistry::Apply(const std::string& job_id, uint32_t 
 void JobRegistry::ApplyAsync(const std::string& job_id, uint32_t replicas, bool suspended,
                              uint64_t generation, Then<JobEntry> then) {
   ExecuteAsync<JobEntry>(
-      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return DecideApplyLocked(job_id, replicas, suspended, generation);
       },
       std::move(then));
@@ -303,13 +303,13 @@ void JobRegistry::ApplyAsync(const std::string& job_id, uint32_t replicas, bool 
 
 absl::Status JobRegistry::SetCapacity(const CapacityReport& report) {
   return Execute<std::monostate>(
-             [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return DecideCapacityLocked(report); })
+             [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideCapacityLocked(report); })
       .status();
 }
 
 void JobRegistry::SetCapacityAsync(const CapacityReport& report, Then<std::monostate> then) {
   ExecuteAsync<std::monostate>(
-      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return DecideCapacityLocked(report); },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideCapacityLocked(report); },
       std::move(then));
 }
 
