@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_format.h"
 #include "rescale/mutex.h"
@@ -281,11 +282,11 @@ class SqliteStateStore : public StateStore {
   }
 
   absl::Status PutJobStatement(const StoredJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ASSIGN_OR_RETURN(Statement put,
-                     Prepare("INSERT OR REPLACE INTO jobs (job_id, record) VALUES (?, ?)"));
-    Bind(put.get(), 1, job.spec.job_id);
-    Bind(put.get(), 2, JobToJson(job));
-    return Run(put.get(), "record the job");
+    ASSIGN_OR_RETURN(sqlite3_stmt * put,
+                     Cached("INSERT OR REPLACE INTO jobs (job_id, record) VALUES (?, ?)"));
+    Bind(put, 1, job.spec.job_id);
+    Bind(put, 2, JobToJson(job));
+    return Run(put, "record the job");
   }
 
   absl::Status PutCapacityInTransaction(const CapacityReport& capacity)
@@ -294,14 +295,15 @@ class SqliteStateStore : public StateStore {
     RETURN_IF_ERROR(PutClusterCount("capacity_allocatable_gpus", capacity.allocatable_gpus,
                                     "record the allocatable GPUs"));
     if (capacity.slots.empty()) {
-      ASSIGN_OR_RETURN(Statement drop, Prepare("DELETE FROM cluster WHERE key = 'capacity_slots'"));
-      return Run(drop.get(), "record the capacity's slots");
+      ASSIGN_OR_RETURN(sqlite3_stmt * drop,
+                       Cached("DELETE FROM cluster WHERE key = 'capacity_slots'"));
+      return Run(drop, "record the capacity's slots");
     }
     ASSIGN_OR_RETURN(
-        Statement slots,
-        Prepare("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_slots', ?)"));
-    Bind(slots.get(), 1, SlotsToText(capacity.slots));
-    return Run(slots.get(), "record the capacity's slots");
+        sqlite3_stmt * slots,
+        Cached("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_slots', ?)"));
+    Bind(slots, 1, SlotsToText(capacity.slots));
+    return Run(slots, "record the capacity's slots");
   }
 
   absl::Status DeleteJobInTransaction(std::string_view job_id, uint64_t last_generation)
@@ -309,30 +311,30 @@ class SqliteStateStore : public StateStore {
     for (const char* sql :
          {"DELETE FROM jobs WHERE job_id = ?", "DELETE FROM recommendations WHERE job_id = ?",
           "DELETE FROM measurements WHERE job_id = ?"}) {
-      ASSIGN_OR_RETURN(Statement del, Prepare(sql));
-      Bind(del.get(), 1, job_id);
-      RETURN_IF_ERROR(Run(del.get(), "forget the job"));
+      ASSIGN_OR_RETURN(sqlite3_stmt * del, Cached(sql));
+      Bind(del, 1, job_id);
+      RETURN_IF_ERROR(Run(del, "forget the job"));
     }
     if (last_generation == 0) return absl::OkStatus();
-    ASSIGN_OR_RETURN(Statement keep, Prepare("INSERT OR REPLACE INTO retired_generations "
-                                             "(job_id, generation) VALUES (?, ?)"));
-    Bind(keep.get(), 1, job_id);
-    sqlite3_bind_int64(keep.get(), 2, static_cast<int64_t>(last_generation));
-    return Run(keep.get(), "keep the job's last generation");
+    ASSIGN_OR_RETURN(sqlite3_stmt * keep, Cached("INSERT OR REPLACE INTO retired_generations "
+                                                 "(job_id, generation) VALUES (?, ?)"));
+    Bind(keep, 1, job_id);
+    sqlite3_bind_int64(keep, 2, static_cast<int64_t>(last_generation));
+    return Run(keep, "keep the job's last generation");
   }
 
   absl::Status PutRecommendationsInTransaction(std::span<const Recommendation> recs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ASSIGN_OR_RETURN(Statement put, Prepare("INSERT OR REPLACE INTO recommendations "
-                                            "(job_id, record) VALUES (?, ?)"));
-    ASSIGN_OR_RETURN(Statement unretire,
-                     Prepare("DELETE FROM retired_generations WHERE job_id = ?"));
+    ASSIGN_OR_RETURN(sqlite3_stmt * put, Cached("INSERT OR REPLACE INTO recommendations "
+                                                "(job_id, record) VALUES (?, ?)"));
+    ASSIGN_OR_RETURN(sqlite3_stmt * unretire,
+                     Cached("DELETE FROM retired_generations WHERE job_id = ?"));
     for (const Recommendation& rec : recs) {
-      Bind(put.get(), 1, rec.job_id);
-      Bind(put.get(), 2, RecommendationToJson(rec));
-      RETURN_IF_ERROR(Run(put.get(), "record a recommendation"));
-      Bind(unretire.get(), 1, rec.job_id);
-      RETURN_IF_ERROR(Run(unretire.get(), "record a recommendation"));
+      Bind(put, 1, rec.job_id);
+      Bind(put, 2, RecommendationToJson(rec));
+      RETURN_IF_ERROR(Run(put, "record a recommendation"));
+      Bind(unretire, 1, rec.job_id);
+      RETURN_IF_ERROR(Run(unretire, "record a recommendation"));
     }
     return absl::OkStatus();
   }
@@ -343,14 +345,14 @@ class SqliteStateStore : public StateStore {
     // deregistration must not put the job's measurements back (a job
     // registered again under that id would inherit them).
     ASSIGN_OR_RETURN(
-        Statement put,
-        Prepare("INSERT OR REPLACE INTO measurements (job_id, record, policy_memory) "
-                "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ?1)"));
+        sqlite3_stmt * put,
+        Cached("INSERT OR REPLACE INTO measurements (job_id, record, policy_memory) "
+               "SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM jobs WHERE job_id = ?1)"));
     for (const StoredMeasurements& job : jobs) {
-      Bind(put.get(), 1, job.job_id);
-      Bind(put.get(), 2, MeasurementsToJson(job.sizes));
-      Bind(put.get(), 3, PolicyMemoryToJson(job));
-      RETURN_IF_ERROR(Run(put.get(), "record measurements"));
+      Bind(put, 1, job.job_id);
+      Bind(put, 2, MeasurementsToJson(job.sizes));
+      Bind(put, 3, PolicyMemoryToJson(job));
+      RETURN_IF_ERROR(Run(put, "record measurements"));
     }
     return absl::OkStatus();
   }
@@ -367,11 +369,11 @@ class SqliteStateStore : public StateStore {
 
   absl::Status PutClusterCount(std::string_view key, uint32_t count, std::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ASSIGN_OR_RETURN(Statement put,
-                     Prepare(absl::StrFormat(
+    ASSIGN_OR_RETURN(sqlite3_stmt * put,
+                     Cached(absl::StrFormat(
                          "INSERT OR REPLACE INTO cluster (key, value) VALUES ('%s', ?)", key)));
-    sqlite3_bind_int64(put.get(), 1, count);
-    return Run(put.get(), what);
+    sqlite3_bind_int64(put, 1, count);
+    return Run(put, what);
   }
 
   absl::StatusOr<Statement> Prepare(std::string_view sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -381,6 +383,21 @@ class SqliteStateStore : public StateStore {
       return Failed(absl::StrFormat("prepare \"%s\"", sql));
     }
     return Statement(statement);
+  }
+
+  // A write statement, prepared once per connection and kept: preparing
+  // cost as much as the insert itself, once per change of a group commit.
+  // Run resets it after each use.
+  absl::StatusOr<sqlite3_stmt*> Cached(std::string_view sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = statements_.find(absl::string_view(sql.data(), sql.size()));
+    if (it != statements_.end()) return it->second.get();
+    sqlite3_stmt* statement = nullptr;
+    if (sqlite3_prepare_v3(db_.get(), sql.data(), static_cast<int>(sql.size()),
+                           SQLITE_PREPARE_PERSISTENT, &statement, nullptr) != SQLITE_OK) {
+      return Failed(absl::StrFormat("prepare \"%s\"", sql));
+    }
+    statements_.emplace(std::string(sql), Statement(statement));
+    return statement;
   }
 
   static void Bind(sqlite3_stmt* statement, int index, std::string_view text) {
@@ -448,6 +465,8 @@ class SqliteStateStore : public StateStore {
   Mutex mu_;
   const std::unique_ptr<LockFile> lock_;  // closed after db_
   std::unique_ptr<sqlite3, DbCloser> db_ ABSL_GUARDED_BY(mu_);
+  // Cached's statements, finalized before db_ closes (declared after it).
+  absl::flat_hash_map<std::string, Statement> statements_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
