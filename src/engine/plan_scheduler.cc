@@ -46,7 +46,7 @@ std::optional<uint64_t> PlanScheduler::Request(absl::Duration window) {
   // and no sooner after the last plan than kPlanPacing times what that
   // plan took: a steady stream of changes (an adapter registering 10,000
   // jobs) then gets a plan every few hundred ms at most, with at most a
-  // quarter of the time spent planning. A window of 0 is due now.
+  // tenth of one core spent planning. A window of 0 is due now.
   const absl::Time now = clock_.Now();
   const absl::Time due =
       window <= absl::ZeroDuration()
