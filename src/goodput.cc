@@ -1,0 +1,112 @@
+// Statistical efficiency, the smoothing of gradient statistics and the
+// batch search (see rescale/goodput.h for what each means and where it
+// comes from).
+#include "rescale/goodput.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+
+namespace rescale {
+namespace {
+
+// Tolerance of the floor and ceiling of the batch search, as AdaptDL's.
+constexpr double kEps = 1e-8;
+
+}  // namespace
+
+double NoiseScale(const GradientStats& stats, double initial_batch) {
+  if (stats.sqr <= 0) return std::numeric_limits<double>::infinity();
+  return initial_batch * stats.var / stats.sqr;
+}
+
+double StatisticalEfficiency(const GradientStats& stats, double initial_batch, double batch) {
+  const double scale = batch / initial_batch;
+  const double denominator = stats.var / scale + stats.sqr;
+  // Nothing measured yet: no gain from a larger batch (AdaptDL's choice).
+  const double gain = denominator > 0 ? (stats.var + stats.sqr) / denominator : 1.0;
+  return gain / scale;
+}
+
+void GradientNoiseSmoother::Add(const GradientStats& stats, double batch, double steps) {
+  const double theta = std::pow(kSmoothing, std::max(steps, 1.0) * batch / initial_batch_);
+  sqr_biased_ = theta * sqr_biased_ + (1 - theta) * stats.sqr;
+  var_biased_ = theta * var_biased_ + (1 - theta) * stats.var;
+  weight_ = theta * weight_ + (1 - theta);
+}
+
+std::optional<GradientStats> GradientNoiseSmoother::Smoothed() const {
+  if (weight_ <= 0) return std::nullopt;
+  return GradientStats{.sqr = sqr_biased_ / weight_, .var = var_biased_ / weight_};
+}
+
+absl::Status ValidateBatchLimits(const BatchLimits& limits) {
+  if (limits.initial_batch == 0) {
+    return absl::InvalidArgumentError("initial_batch_size must be > 0");
+  }
+  if (limits.max_batch != 0 && limits.max_batch < limits.initial_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_batch_size (%d) must be >= initial_batch_size (%d)",
+                        limits.max_batch, limits.initial_batch));
+  }
+  if (limits.min_local_batch == 0) {
+    return absl::InvalidArgumentError("min_local_batch_size must be >= 1");
+  }
+  if (limits.max_local_batch != 0 && limits.max_local_batch < limits.min_local_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_local_batch_size (%d) must be >= min_local_batch_size (%d)",
+                        limits.max_local_batch, limits.min_local_batch));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<BatchChoice> BestBatch(StepTimeFn step_seconds, uint32_t replicas,
+                                     const BatchLimits& limits, const GradientStats& stats) {
+  if (replicas == 0 || limits.initial_batch == 0) return std::nullopt;
+  const double m0 = limits.initial_batch;
+  const double max_batch = limits.max_batch == 0 ? m0 : limits.max_batch;
+  const double min_local = std::max<uint32_t>(limits.min_local_batch, 1);
+  const double max_local = limits.max_local_batch == 0 ? max_batch : limits.max_local_batch;
+  const double n = replicas;
+  const double min_batch = std::max(m0, min_local * n);
+  if (min_batch > max_batch + kEps) return std::nullopt;
+
+  std::optional<BatchChoice> best;
+  for (int i = 0; i < kBatchCandidates; ++i) {
+    // np.geomspace(min_batch, max_batch) with its default of 50 points.
+    const double t = kBatchCandidates == 1 ? 0 : static_cast<double>(i) / (kBatchCandidates - 1);
+    const double total = min_batch * std::pow(max_batch / min_batch, t);
+    const double local = total / n;
+    double accumulation = 0;
+    double atomic = 0;
+    if (limits.accumulation) {
+      accumulation = std::ceil(local / max_local - kEps) - 1;
+      if (replicas == 1 && local > m0 + kEps) accumulation = std::max(accumulation, 1.0);
+      atomic = std::ceil(local / (accumulation + 1) - kEps);
+    } else {
+      atomic = replicas == 1 ? m0 : std::ceil(local - kEps);
+    }
+    if (atomic < min_local || atomic > max_local) continue;
+    BatchChoice choice;
+    choice.local_batch = static_cast<uint32_t>(atomic);
+    choice.accumulation_steps = static_cast<uint32_t>(accumulation);
+    choice.total_batch = n * atomic * (accumulation + 1);
+    choice.step_seconds = step_seconds(choice.local_batch, choice.accumulation_steps);
+    if (!(choice.step_seconds > 0) || !std::isfinite(choice.step_seconds)) continue;
+    choice.samples_per_second = choice.total_batch / choice.step_seconds;
+    choice.efficiency = StatisticalEfficiency(stats, m0, choice.total_batch);
+    choice.goodput = choice.samples_per_second * choice.efficiency;
+    // Strictly better only: ties keep the smaller batch (np.argmax keeps
+    // the first maximum).
+    if (!best.has_value() || choice.goodput > best->goodput) best = choice;
+  }
+  return best;
+}
+
+const BatchChoice& KeepOrSwitch(const BatchChoice& current, const BatchChoice& best) {
+  return best.goodput >= current.goodput * (1 + kBatchSwitchGain) ? best : current;
+}
+
+}  // namespace rescale
