@@ -74,7 +74,12 @@ TEST_CASE("in-process replicas on etcd: the follower copies the leader and leads
     spec.local_batch_size = 32;
     REQUIRE(leader.engine().RegisterJob(spec).ok());
   }
-  REQUIRE(Eventually([&] { return follower.engine().ListRecommendations().size() == 30; }));
+  // Both sides: the follower can see a plan's records in etcd before the
+  // leader's own completion has published them on its board.
+  REQUIRE(Eventually([&] {
+    return follower.engine().ListRecommendations().size() == 30 &&
+           leader.engine().ListRecommendations().size() == 30;
+  }));
   const auto before = leader.engine().ListRecommendations();
   CHECK_FALSE(follower.leadership()->IsLeader());
   CHECK(Eventually([&] { return follower.leadership()->LeaderAddress() == leader.address(); }));
