@@ -1,6 +1,8 @@
 // Proto <-> core conversions and ToGrpcStatus (see server/convert.h).
 #include "server/convert.h"
 
+#include <algorithm>
+
 namespace rescale::server {
 namespace {
 
@@ -56,6 +58,14 @@ JobSpec FromProto(const v1::JobSpec& proto) {
   for (const v1::CurvePoint& p : proto.prior()) spec.prior.push_back(FromProto(p));
   for (const auto& [key, value] : proto.parameters()) spec.parameters[key] = value;
   if (proto.has_total_samples()) spec.total_samples = proto.total_samples();
+  if (proto.has_batch_scaling()) {
+    const v1::BatchScaling& b = proto.batch_scaling();
+    spec.batch_scaling = BatchLimits{.initial_batch = b.initial_batch_size(),
+                                     .max_batch = b.max_batch_size(),
+                                     .min_local_batch = std::max(b.min_local_batch_size(), 1u),
+                                     .max_local_batch = b.max_local_batch_size(),
+                                     .accumulation = b.gradient_accumulation()};
+  }
   return spec;
 }
 
@@ -72,6 +82,14 @@ void ToProto(const JobSpec& spec, v1::JobSpec* proto) {
   for (const CurvePoint& p : spec.prior) ToProto(p, proto->add_prior());
   for (const auto& [key, value] : spec.parameters) (*proto->mutable_parameters())[key] = value;
   if (spec.total_samples) proto->set_total_samples(*spec.total_samples);
+  if (spec.batch_scaling) {
+    v1::BatchScaling* b = proto->mutable_batch_scaling();
+    b->set_initial_batch_size(spec.batch_scaling->initial_batch);
+    b->set_max_batch_size(spec.batch_scaling->max_batch);
+    b->set_min_local_batch_size(spec.batch_scaling->min_local_batch);
+    b->set_max_local_batch_size(spec.batch_scaling->max_local_batch);
+    b->set_gradient_accumulation(spec.batch_scaling->accumulation);
+  }
 }
 
 void ToProto(const JobStatus& status, v1::JobStatus* proto) {
@@ -84,6 +102,10 @@ void ToProto(const JobStatus& status, v1::JobStatus* proto) {
     SetTimestamp(status.registered_at, proto->mutable_registered_at());
   proto->set_samples_accepted(status.samples_accepted);
   proto->set_samples_processed(status.samples_processed);
+  if (status.gradient_noise_scale) proto->set_gradient_noise_scale(*status.gradient_noise_scale);
+  if (status.statistical_efficiency) {
+    proto->set_statistical_efficiency(*status.statistical_efficiency);
+  }
   if (status.estimated_remaining_seconds) {
     proto->set_estimated_remaining_seconds(*status.estimated_remaining_seconds);
   }
@@ -265,6 +287,9 @@ std::vector<StepSample> FromProto(const v1::SampleBatch& batch) {
     s.batch_size = p.batch_size();
     s.timestamp_unix_nanos = p.timestamp_unix_nanos();
     if (p.has_step()) s.step = p.step();
+    if (p.has_grad_sqr()) s.grad_sqr = p.grad_sqr();
+    if (p.has_grad_var()) s.grad_var = p.grad_var();
+    s.grad_batch = p.grad_batch();
   }
   return out;
 }

@@ -44,19 +44,21 @@ std::optional<GradientStats> GradientNoiseSmoother::Smoothed() const {
 
 absl::Status ValidateBatchLimits(const BatchLimits& limits) {
   if (limits.initial_batch == 0) {
-    return absl::InvalidArgumentError("initial_batch_size must be > 0");
+    return absl::InvalidArgumentError("spec.batch_scaling.initial_batch_size must be > 0");
   }
   if (limits.max_batch != 0 && limits.max_batch < limits.initial_batch) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("max_batch_size (%d) must be >= initial_batch_size (%d)",
+        absl::StrFormat("spec.batch_scaling.max_batch_size (%d) must be >= "
+                        "spec.batch_scaling.initial_batch_size (%d) (0 = no growth)",
                         limits.max_batch, limits.initial_batch));
   }
   if (limits.min_local_batch == 0) {
-    return absl::InvalidArgumentError("min_local_batch_size must be >= 1");
+    return absl::InvalidArgumentError("spec.batch_scaling.min_local_batch_size must be >= 1");
   }
   if (limits.max_local_batch != 0 && limits.max_local_batch < limits.min_local_batch) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("max_local_batch_size (%d) must be >= min_local_batch_size (%d)",
+        absl::StrFormat("spec.batch_scaling.max_local_batch_size (%d) must be >= "
+                        "spec.batch_scaling.min_local_batch_size (%d)",
                         limits.max_local_batch, limits.min_local_batch));
   }
   return absl::OkStatus();

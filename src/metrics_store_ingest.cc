@@ -112,6 +112,9 @@ struct MetricsStore::PendingSize {
   double sum[kBins] = {};
   double sum_sq[kBins] = {};
   double batch_sum = 0;
+  uint64_t grad_count = 0;
+  double grad_sqr_sum = 0;
+  double grad_noise_sum = 0;
   uint64_t samples = 0;
   int64_t last_ns = kNever;
   // Progress marks of this batch: its step range and its samples without a step.
@@ -198,6 +201,11 @@ struct MetricsStore::PendingSize {
     // loads it with acquire): a reader that counts a sample also sees its
     // sums, so a size with samples never reads as 0 s or 0 samples/s.
     AddRelaxed(cell->batch_sum, batch_sum);
+    if (grad_count != 0) {
+      AddRelaxed(cell->grad_sqr_sum, grad_sqr_sum);
+      AddRelaxed(cell->grad_noise_sum, grad_noise_sum);
+      cell->grad_count.fetch_add(grad_count, std::memory_order_release);
+    }
     for (int b = 0; b < kBins; ++b) {
       if (count[b] == 0) continue;
       AddRelaxed(cell->sum[b], sum[b]);
@@ -307,6 +315,16 @@ std::string MetricsStore::RejectReason(const StepSample& s, const JobState* job,
   if (s.batch_size == 0 && job->local_batch_size.load(std::memory_order_relaxed) == 0) {
     return "batch_size is 0 and the job has no local_batch_size to default to";
   }
+  if (s.grad_sqr.has_value() != s.grad_var.has_value()) {
+    return s.grad_sqr.has_value() ? "grad_sqr is set without grad_var (set both or neither)"
+                                  : "grad_var is set without grad_sqr (set both or neither)";
+  }
+  if (s.grad_sqr.has_value() && (!std::isfinite(*s.grad_sqr) || *s.grad_sqr < 0)) {
+    return absl::StrFormat("grad_sqr must be a finite number >= 0, got %g", *s.grad_sqr);
+  }
+  if (s.grad_var.has_value() && (!std::isfinite(*s.grad_var) || *s.grad_var < 0)) {
+    return absl::StrFormat("grad_var must be a finite number >= 0, got %g", *s.grad_var);
+  }
   if (s.step.has_value() && *s.step > kMaxStep) {
     return absl::StrFormat("step %d exceeds the limit of %d (2^44-2)", *s.step, kMaxStep);
   }
@@ -375,7 +393,11 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
                        s.world_size >= 1 && s.world_size <= max_replicas &&
                        (s.batch_size != 0 || local_batch != 0) &&
                        (ts == 0 || (ts >= oldest_ns && ts <= newest_ns)) &&
-                       (!s.step.has_value() || *s.step <= kMaxStep);
+                       (!s.step.has_value() || *s.step <= kMaxStep) &&
+                       s.grad_sqr.has_value() == s.grad_var.has_value() &&
+                       (!s.grad_sqr.has_value() ||
+                        (std::isfinite(*s.grad_sqr) && *s.grad_sqr >= 0 &&
+                         std::isfinite(*s.grad_var) && *s.grad_var >= 0));
     if (!valid) {
       if (job == nullptr && !s.job_id.empty()) ++result.rejected_unknown_job;
       std::string reason = RejectReason(s, job, now);
@@ -433,7 +455,18 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
     ++size_pending.count[bin];
     size_pending.sum[bin] += x;
     size_pending.sum_sq[bin] += x * x;
-    size_pending.batch_sum += s.batch_size != 0 ? s.batch_size : local_batch;
+    const double batch = s.batch_size != 0 ? s.batch_size : local_batch;
+    size_pending.batch_sum += batch;
+    if (s.grad_sqr.has_value()) {
+      // grad_var is the variance of a gradient averaged over grad_batch
+      // samples; times that batch it is the per-sample noise, which does
+      // not depend on the batch it was measured at.
+      const double measured_over =
+          s.grad_batch != 0 ? s.grad_batch : static_cast<double>(s.world_size) * batch;
+      ++size_pending.grad_count;
+      size_pending.grad_sqr_sum += *s.grad_sqr;
+      size_pending.grad_noise_sum += *s.grad_var * measured_over;
+    }
     ++size_pending.samples;
     size_pending.last_ns = std::max(size_pending.last_ns, at);
     ++pod_pending.samples;

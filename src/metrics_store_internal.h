@@ -58,6 +58,11 @@ struct Histogram {
   double sum[MetricsStore::kBins] = {};
   double sum_sq[MetricsStore::kBins] = {};
   double batch_sum = 0;
+  // Samples that carried gradient statistics, and their sums: |G|^2 and the
+  // per-sample gradient noise (grad_var x the batch it was measured over).
+  uint64_t grad_count = 0;
+  double grad_sqr_sum = 0;
+  double grad_noise_sum = 0;
 
   uint64_t Total() const {
     uint64_t n = 0;
@@ -74,6 +79,9 @@ struct Histogram {
       d.sum_sq[b] = d.count[b] == 0 ? 0 : sum_sq[b] - older.sum_sq[b];
     }
     d.batch_sum = batch_sum - older.batch_sum;
+    d.grad_count = grad_count - older.grad_count;
+    d.grad_sqr_sum = d.grad_count == 0 ? 0 : grad_sqr_sum - older.grad_sqr_sum;
+    d.grad_noise_sum = d.grad_count == 0 ? 0 : grad_noise_sum - older.grad_noise_sum;
     return d;
   }
 };
@@ -111,6 +119,11 @@ struct MetricsStore::SizeCell {
       h.sum_sq[b] = sum_sq[b].load(std::memory_order_relaxed);
     }
     h.batch_sum = batch_sum.load(std::memory_order_relaxed);
+    // Acquire, as the bin counts: the sums read next cover the samples
+    // counted here (PendingSize::Flush adds them first).
+    h.grad_count = grad_count.load(std::memory_order_acquire);
+    h.grad_sqr_sum = grad_sqr_sum.load(std::memory_order_relaxed);
+    h.grad_noise_sum = grad_noise_sum.load(std::memory_order_relaxed);
     return h;
   }
 
@@ -124,6 +137,11 @@ struct MetricsStore::SizeCell {
   std::atomic<double> sum[kBins] = {};
   std::atomic<double> sum_sq[kBins] = {};
   std::atomic<double> batch_sum{0};
+  // Gradient statistics (Histogram::grad_*): count added with release after
+  // the sums, loaded with acquire before them.
+  std::atomic<uint64_t> grad_count{0};
+  std::atomic<double> grad_sqr_sum{0};
+  std::atomic<double> grad_noise_sum{0};
   std::atomic<uint64_t> lifetime{0};
   std::atomic<int64_t> last_sample_ns{metrics_internal::kNever};
   // Progress at this size (ProgressOf in metrics_store_stats.cc): job steps credited here by

@@ -310,6 +310,15 @@ std::vector<SizeStats> MetricsStore::StatsLocked(const JobState& job, int64_t wi
     stats.mean_batch = summary.mean_batch;
     stats.samples_per_second =
         ObservedSamplesPerSecond(cell->world_size, summary.mean_batch, summary.mean);
+    // Gradient statistics over the window when it holds some, else over
+    // the lifetime, as the step times.
+    const Histogram& gradients = windowed.grad_count > 0 ? windowed : cumulative;
+    if (gradients.grad_count > 0) {
+      const double n = static_cast<double>(gradients.grad_count);
+      stats.gradient_count = gradients.grad_count;
+      stats.gradient_sqr = std::max(0.0, gradients.grad_sqr_sum / n);
+      stats.gradient_noise = std::max(0.0, gradients.grad_noise_sum / n);
+    }
     const int64_t last = cell->last_sample_ns.load(std::memory_order_relaxed);
     stats.last_sample_at = last == kNever ? absl::InfinitePast() : absl::FromUnixNanos(last);
     out.push_back(stats);
@@ -317,6 +326,33 @@ std::vector<SizeStats> MetricsStore::StatsLocked(const JobState& job, int64_t wi
   std::sort(out.begin(), out.end(),
             [](const SizeStats& a, const SizeStats& b) { return a.world_size < b.world_size; });
   return out;
+}
+
+std::optional<double> MetricsStore::GradientNoiseScale(std::string_view job_id,
+                                                       absl::Time now) const {
+  ReaderMutexLock lock(admin_mu_);
+  const JobState* job = FindLocked(job_id);
+  if (job == nullptr) return std::nullopt;
+  const int64_t window_start = absl::ToUnixNanos(now - options_.window);
+  // Sums over the sizes' windows, and over their lifetimes for when no
+  // window holds any.
+  Histogram recent;
+  Histogram lifetime;
+  for (int i = 0; i < job->max_sizes; ++i) {
+    const SizeCell* cell = job->sizes[i].load(std::memory_order_acquire);
+    if (cell == nullptr) break;
+    const Histogram cumulative = cell->Load();
+    const int base = BaseOf(*cell, window_start).index;
+    const Histogram windowed = base >= 0 ? cumulative.Minus(cell->snapshots[base]) : cumulative;
+    for (auto [into, from] : {std::pair{&recent, &windowed}, std::pair{&lifetime, &cumulative}}) {
+      into->grad_count += from->grad_count;
+      into->grad_sqr_sum += from->grad_sqr_sum;
+      into->grad_noise_sum += from->grad_noise_sum;
+    }
+  }
+  const Histogram& use = recent.grad_count > 0 ? recent : lifetime;
+  if (use.grad_count == 0 || !(use.grad_sqr_sum > 0)) return std::nullopt;
+  return std::max(0.0, use.grad_noise_sum) / use.grad_sqr_sum;
 }
 
 std::vector<PodStats> MetricsStore::Pods(std::string_view job_id) const {

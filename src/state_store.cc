@@ -66,6 +66,14 @@ json SpecToJson(const JobSpec& spec) {
               {"prior", std::move(prior)},
               {"parameters", spec.parameters}};
   if (spec.total_samples.has_value()) out["total_samples"] = *spec.total_samples;
+  if (spec.batch_scaling.has_value()) {
+    const BatchLimits& b = *spec.batch_scaling;
+    out["batch_scaling"] = {{"initial_batch", b.initial_batch},
+                            {"max_batch", b.max_batch},
+                            {"min_local_batch", b.min_local_batch},
+                            {"max_local_batch", b.max_local_batch},
+                            {"accumulation", b.accumulation}};
+  }
   return out;
 }
 
@@ -89,6 +97,14 @@ JobSpec SpecFromJson(const json& j) {
   }
   spec.parameters = j.at("parameters").get<std::map<std::string, std::string>>();
   if (j.contains("total_samples")) spec.total_samples = j.at("total_samples").get<uint64_t>();
+  if (j.contains("batch_scaling")) {
+    const json& b = j.at("batch_scaling");
+    spec.batch_scaling = BatchLimits{.initial_batch = b.at("initial_batch").get<uint32_t>(),
+                                     .max_batch = b.at("max_batch").get<uint32_t>(),
+                                     .min_local_batch = b.at("min_local_batch").get<uint32_t>(),
+                                     .max_local_batch = b.at("max_local_batch").get<uint32_t>(),
+                                     .accumulation = b.at("accumulation").get<bool>()};
+  }
   return spec;
 }
 

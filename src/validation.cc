@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rescale/goodput.h"
 
 namespace rescale {
 namespace {
@@ -122,6 +123,22 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
   if (spec.local_batch_size > limits.max_local_batch_size) {
     return Invalid(absl::StrFormat("spec.local_batch_size %d exceeds the limit of %d",
                                    spec.local_batch_size, limits.max_local_batch_size));
+  }
+  if (spec.batch_scaling.has_value()) {
+    const BatchLimits& batch = *spec.batch_scaling;
+    if (absl::Status s = ValidateBatchLimits(batch); !s.ok()) return s;
+    if (batch.max_local_batch > limits.max_local_batch_size) {
+      return Invalid(
+          absl::StrFormat("spec.batch_scaling.max_local_batch_size %d exceeds the limit "
+                          "of %d",
+                          batch.max_local_batch, limits.max_local_batch_size));
+    }
+    if (batch.min_local_batch > limits.max_local_batch_size) {
+      return Invalid(
+          absl::StrFormat("spec.batch_scaling.min_local_batch_size %d exceeds the limit "
+                          "of %d",
+                          batch.min_local_batch, limits.max_local_batch_size));
+    }
   }
   if (spec.total_samples.has_value() && *spec.total_samples == 0) {
     return Invalid("spec.total_samples must be greater than 0 when set (unset = unknown), got 0");

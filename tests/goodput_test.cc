@@ -130,8 +130,8 @@ TEST_CASE("the smoother is AdaptDL's bias-corrected moving average", "[goodput]"
   epochs.Add({.sqr = 1, .var = 0}, 100, 1000);
   epochs.Add({.sqr = 3, .var = 0}, 100, 1000);
   const double keep = std::pow(0.999, 1000);
-  CHECK(epochs.Smoothed()->sqr == Approx((keep * (1 - keep) * 1 + (1 - keep) * 3) /
-                                         (keep * (1 - keep) + (1 - keep))));
+  CHECK(epochs.Smoothed()->sqr ==
+        Approx((keep * (1 - keep) * 1 + (1 - keep) * 3) / (keep * (1 - keep) + (1 - keep))));
 }
 
 // Step time of a data-parallel step in Pollux's form: compute grows with the
@@ -163,13 +163,13 @@ TEST_CASE("the batch search keeps M0 when the gradient is noise-free and grows i
   CHECK(noisy->total_batch > 512);
   CHECK(noisy->local_batch <= 512);
   CHECK(noisy->goodput > clean->goodput);
-  CHECK(noisy->goodput ==
-        Approx(noisy->samples_per_second * StatisticalEfficiency({1, 100}, 128, noisy->total_batch)));
+  CHECK(noisy->goodput == Approx(noisy->samples_per_second *
+                                 StatisticalEfficiency({1, 100}, 128, noisy->total_batch)));
   // Every candidate the search tried is no better than what it returned.
   for (uint32_t local = 32; local <= 512; local *= 2) {
     const double total = 4.0 * local;
-    const double goodput = total / PolluxLikeStep(4, local, 0) *
-                           StatisticalEfficiency({1, 100}, 128, total);
+    const double goodput =
+        total / PolluxLikeStep(4, local, 0) * StatisticalEfficiency({1, 100}, 128, total);
     CHECK(goodput <= noisy->goodput * 1.02);  // the geometric grid is 50 points
   }
 }
@@ -192,14 +192,13 @@ TEST_CASE("the batch search keeps to the job's bounds", "[goodput]") {
   best = BestBatch(step, 2, limits, noisy);
   REQUIRE(best.has_value());
   CHECK(best->local_batch <= 256);
-  CHECK(best->total_batch ==
-        Approx(2.0 * best->local_batch * (best->accumulation_steps + 1)));
+  CHECK(best->total_batch == Approx(2.0 * best->local_batch * (best->accumulation_steps + 1)));
   CHECK(best->total_batch <= 8192 * 1.0001);
   // One replica without accumulation keeps M0 (AdaptDL: one micro-batch
   // alone gives no gradient statistics to scale by).
   limits.accumulation = false;
-  best = BestBatch([](uint32_t l, uint32_t a) { return PolluxLikeStep(1, l, a); }, 1, limits,
-                   noisy);
+  best =
+      BestBatch([](uint32_t l, uint32_t a) { return PolluxLikeStep(1, l, a); }, 1, limits, noisy);
   REQUIRE(best.has_value());
   CHECK(best->total_batch == Approx(64));
   // Too many replicas for the largest total: no choice.
@@ -224,12 +223,13 @@ TEST_CASE("batch limits name the field and the bound", "[goodput]") {
   CHECK_THAT(std::string(ValidateBatchLimits({}).message()),
              Catch::Contains("initial_batch_size must be > 0"));
   CHECK_THAT(std::string(ValidateBatchLimits({.initial_batch = 64, .max_batch = 32}).message()),
-             Catch::Contains("max_batch_size (32) must be >= initial_batch_size (64)"));
-  CHECK_THAT(
-      std::string(
-          ValidateBatchLimits({.initial_batch = 64, .min_local_batch = 16, .max_local_batch = 8})
-              .message()),
-      Catch::Contains("max_local_batch_size (8) must be >= min_local_batch_size (16)"));
+             Catch::Contains("spec.batch_scaling.max_batch_size (32) must be >= "
+                             "spec.batch_scaling.initial_batch_size (64)"));
+  CHECK_THAT(std::string(ValidateBatchLimits(
+                             {.initial_batch = 64, .min_local_batch = 16, .max_local_batch = 8})
+                             .message()),
+             Catch::Contains("spec.batch_scaling.max_local_batch_size (8) must be >= "
+                             "spec.batch_scaling.min_local_batch_size (16)"));
 }
 
 }  // namespace

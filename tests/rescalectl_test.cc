@@ -1109,10 +1109,14 @@ TEST_CASE("get -o yaml writes noncharacters as U+FFFD and -o json keeps them",
           "[rescalectl][output]") {
   // The control character makes the string double-quoted, where yaml-cpp
   // checks every code point (a plain scalar is written byte for byte).
-  const std::string nonchar = "a\x01\xEF\xBF\xBF" "b";  // U+FFFF
+  const std::string nonchar =
+      "a\x01\xEF\xBF\xBF"
+      "b";  // U+FFFF
   const nlohmann::ordered_json object{{"note", nonchar}};
   const std::string yaml = rescale::cli::JsonToYaml(object);
-  CHECK(rescale::cli::YamlToJson(YAML::Load(yaml)).at("note") == "a\x01\xEF\xBF\xBD" "b");
+  CHECK(rescale::cli::YamlToJson(YAML::Load(yaml)).at("note") ==
+        "a\x01\xEF\xBF\xBD"
+        "b");
   rescale::v1::JobSpec spec;
   spec.set_policy(nonchar);
   CHECK(nlohmann::json::parse(rescale::cli::MessageToJson(spec, /*pretty=*/false)).at("policy") ==
@@ -1669,6 +1673,29 @@ TEST_CASE("describe shows progress in compact counts and the remaining time at t
   CHECK(DescribedValue(text, "Total Samples") == "<unknown>");
   CHECK(DescribedValue(text, "Progress") == "1.2M samples (total unknown)");
   CHECK(DescribedValue(text, "Estimated Remaining") == "<none>");
+  CHECK(DescribedValue(text, "Gradient Noise Scale") == "<none>");
+}
+
+TEST_CASE("describe shows the gradient noise scale of a job that reports gradient statistics",
+          "[rescalectl][output]") {
+  rescale::v1::Job job = JobWith(true, 8, 8, false);
+  job.mutable_spec()->set_job_id("default/cifar10");
+  CHECK(DescribedValue(rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0)), "Batch Scaling") ==
+        "fixed");
+  job.mutable_status()->set_gradient_noise_scale(4321.6);
+  job.mutable_status()->set_statistical_efficiency(0.8571);
+  rescale::v1::BatchScaling* scaling = job.mutable_spec()->mutable_batch_scaling();
+  scaling->set_initial_batch_size(128);
+  scaling->set_max_batch_size(4096);
+  scaling->set_min_local_batch_size(16);
+  scaling->set_gradient_accumulation(true);
+  const std::string text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+  INFO(text);
+  CHECK(DescribedValue(text, "Gradient Noise Scale") == "4.3K samples");
+  CHECK(DescribedValue(text, "Statistical Efficiency") == "0.86");
+  // max_local_batch_size 0 stands for max_batch_size.
+  CHECK(DescribedValue(text, "Batch Scaling") ==
+        "initial 128, max 4096, local 16-4096, accumulation");
 }
 
 // 48 of 64 GPUs allocated, two jobs waiting.

@@ -356,6 +356,97 @@ TEST_CASE("GetJob shows the job's pods and flags a straggler") {
   CHECK_FALSE(job.curve().model().empty());
 }
 
+TEST_CASE("samples carry gradient statistics: GetJob shows the noise scale and the efficiency") {
+  TestServer t;
+  t.Register("ns/job", 1, 4);
+  v1::SampleBatch batch;
+  batch.set_job_id("ns/job");
+  batch.set_pod("w-0");
+  batch.set_world_size(2);
+  for (int i = 0; i < 4; ++i) {
+    v1::StepSample* s = batch.add_samples();
+    s->set_step_seconds(1.0);
+    // 2 workers x 32: the variance of a 64-sample mean, 2.0, is a
+    // per-sample noise of 128; over |G|^2 = 0.5, a noise scale of 256.
+    s->set_grad_sqr(0.5);
+    s->set_grad_var(2.0);
+  }
+  v1::StepSample* half = batch.add_samples();
+  half->set_step_seconds(1.0);
+  half->set_grad_sqr(0.5);  // without grad_var: refused, naming the field
+  grpc::ClientContext ctx;
+  v1::IngestSummary summary;
+  REQUIRE(t.metrics->ReportSamples(&ctx, batch, &summary).ok());
+  CHECK(summary.accepted() == 4);
+  REQUIRE(summary.rejections_size() == 1);
+  CHECK(summary.rejections(0).index() == 4);
+  CHECK_THAT(summary.rejections(0).reason(),
+             Catch::Contains("grad_sqr is set without grad_var (set both or neither)"));
+
+  grpc::ClientContext get_ctx;
+  v1::GetJobRequest get;
+  get.set_job_id("ns/job");
+  v1::Job job;
+  REQUIRE(t.jobs->GetJob(&get_ctx, get, &job).ok());
+  REQUIRE(job.status().has_gradient_noise_scale());
+  CHECK(job.status().gradient_noise_scale() == Approx(256));
+
+  // Not running and no batch_scaling: no efficiency to give.
+  CHECK_FALSE(job.status().has_statistical_efficiency());
+
+  // A job that may adapt its batch, running 2 x 32 = 64 against its M0 of
+  // 32: EFF = (phi + 32) / (phi + 64) with phi = 256, 288 / 320 = 0.9.
+  v1::RegisterJobRequest scaled;
+  *scaled.mutable_spec() = Spec("ns/scaled", 1, 4);
+  scaled.mutable_spec()->set_local_batch_size(32);
+  v1::BatchScaling* scaling = scaled.mutable_spec()->mutable_batch_scaling();
+  scaling->set_initial_batch_size(32);
+  scaling->set_max_batch_size(1024);
+  scaling->set_max_local_batch_size(256);
+  scaling->set_gradient_accumulation(true);
+  grpc::ClientContext register_ctx;
+  v1::Job registered;
+  REQUIRE(t.jobs->RegisterJob(&register_ctx, scaled, &registered).ok());
+  CHECK(registered.spec().batch_scaling().max_batch_size() == 1024);
+  CHECK(registered.spec().batch_scaling().min_local_batch_size() == 1);  // 0 = 1
+  CHECK(registered.spec().batch_scaling().gradient_accumulation());
+  batch.set_job_id("ns/scaled");
+  batch.mutable_samples()->RemoveLast();  // the refused one
+  grpc::ClientContext scaled_samples_ctx;
+  REQUIRE(t.metrics->ReportSamples(&scaled_samples_ctx, batch, &summary).ok());
+  REQUIRE(summary.accepted() == 4);
+  grpc::ClientContext applied_ctx;
+  v1::ReportAppliedRequest applied;
+  applied.set_job_id("ns/scaled");
+  applied.set_replicas(2);
+  applied.set_generation(registered.recommendation().generation());
+  v1::ReportAppliedResponse applied_reply;
+  REQUIRE(t.recs->ReportApplied(&applied_ctx, applied, &applied_reply).ok());
+  REQUIRE(applied_reply.status().has_statistical_efficiency());
+  CHECK(applied_reply.status().statistical_efficiency() == Approx(0.9));
+  // An invalid batch_scaling is refused naming the field.
+  scaled.mutable_spec()->set_job_id("ns/bad");
+  scaling->set_max_batch_size(16);
+  grpc::ClientContext bad_ctx;
+  grpc::Status bad = t.jobs->RegisterJob(&bad_ctx, scaled, &registered);
+  CHECK(bad.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(bad.error_message(), Catch::Contains("spec.batch_scaling.max_batch_size (16)"));
+
+  // A job whose samples carry none has no noise scale.
+  t.Register("ns/plain", 1, 4);
+  v1::SampleBatch plain;
+  plain.set_job_id("ns/plain");
+  plain.set_pod("w-0");
+  plain.set_world_size(1);
+  plain.add_samples()->set_step_seconds(1.0);
+  grpc::ClientContext plain_ctx;
+  REQUIRE(t.metrics->ReportSamples(&plain_ctx, plain, &summary).ok());
+  grpc::ClientContext plain_get_ctx;
+  get.set_job_id("ns/plain");
+  REQUIRE(t.jobs->GetJob(&plain_get_ctx, get, &job).ok());
+  CHECK_FALSE(job.status().has_gradient_noise_scale());
+}
+
 TEST_CASE("StreamSamples ingests every batch and answers one summary with stream-wide indices") {
   TestServer t;
   t.Register("ns/job", 1, 4);

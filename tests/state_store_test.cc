@@ -42,6 +42,11 @@ StoredJob SampleJob(const std::string& id) {
                     {.replicas = 4, .samples_per_second = 350, .uncertainty = 0}};
   job.spec.parameters = {{"cooldown_seconds", "120"}};
   job.spec.total_samples = 1'000'000'000'000ull;
+  job.spec.batch_scaling = BatchLimits{.initial_batch = 256,
+                                       .max_batch = 8192,
+                                       .min_local_batch = 16,
+                                       .max_local_batch = 512,
+                                       .accumulation = true};
   job.current_replicas = 4;
   job.suspended = true;
   job.last_applied_generation = 7;
@@ -314,7 +319,7 @@ TEST_CASE("sqlite state store: a file of schema version 1 is migrated, its recor
     absl::StatusOr<StoredState> state = store->Load();
     REQUIRE(state.ok());
     CHECK(state->capacity_gpus == 12u);
-    CHECK(state->capacity_slots.empty());  // written before slots existed
+    CHECK(state->capacity_slots.empty());          // written before slots existed
     CHECK(state->capacity_allocatable_gpus == 0);  // nor were allocatable GPUs reported
     CHECK(state->measurements.empty());
     REQUIRE(store->PutJob(SampleJob("ns/a")).ok());

@@ -187,6 +187,28 @@ TEST_CASE("ValidateJobSpec accepts an unset or positive total_samples and reject
   CHECK(ValidateJobSpec(spec).ok());
 }
 
+TEST_CASE("ValidateJobSpec checks batch_scaling, naming the field and the bound") {
+  JobSpec spec = ValidSpec();
+  spec.batch_scaling = BatchLimits{.initial_batch = 128, .max_batch = 4096};
+  CHECK(ValidateJobSpec(spec).ok());
+  spec.batch_scaling->max_batch = 0;  // no growth
+  CHECK(ValidateJobSpec(spec).ok());
+  spec.batch_scaling->initial_batch = 0;
+  CHECK(RejectionMessage(spec) == "spec.batch_scaling.initial_batch_size must be > 0");
+  spec.batch_scaling = BatchLimits{.initial_batch = 128, .max_batch = 64};
+  CHECK(RejectionMessage(spec) ==
+        "spec.batch_scaling.max_batch_size (64) must be >= spec.batch_scaling.initial_batch_size "
+        "(128) (0 = no growth)");
+  spec.batch_scaling =
+      BatchLimits{.initial_batch = 128, .min_local_batch = 32, .max_local_batch = 16};
+  CHECK_THAT(RejectionMessage(spec),
+             Contains("spec.batch_scaling.max_local_batch_size (16) must be >= "
+                      "spec.batch_scaling.min_local_batch_size (32)"));
+  spec.batch_scaling = BatchLimits{.initial_batch = 128, .max_local_batch = (1u << 24) + 1};
+  CHECK_THAT(RejectionMessage(spec),
+             Contains("spec.batch_scaling.max_local_batch_size 16777217 exceeds the limit"));
+}
+
 TEST_CASE("ValidateJobSpec rejects a local_batch_size beyond the limit") {
   JobSpec spec = ValidSpec();
   spec.local_batch_size = (1u << 24) + 1;

@@ -19,6 +19,21 @@
 #include "client/rescalectl/output_internal.h"
 
 namespace rescale::cli {
+namespace {
+
+// "initial 128, max 4096, local 16-512, accumulation": what the job lets
+// the planner do with its batch; "fixed" without batch_scaling.
+std::string BatchScalingText(const v1::JobSpec& spec) {
+  if (!spec.has_batch_scaling()) return "fixed";
+  const v1::BatchScaling& b = spec.batch_scaling();
+  const uint32_t max_batch = b.max_batch_size() == 0 ? b.initial_batch_size() : b.max_batch_size();
+  const uint32_t max_local = b.max_local_batch_size() == 0 ? max_batch : b.max_local_batch_size();
+  return absl::StrCat("initial ", b.initial_batch_size(), ", max ", max_batch, ", local ",
+                      std::max(b.min_local_batch_size(), 1u), "-", max_local,
+                      b.gradient_accumulation() ? ", accumulation" : "");
+}
+
+}  // namespace
 
 std::string DescribeJob(const v1::Job& job, absl::Time now) {
   const auto& spec = job.spec();
@@ -48,6 +63,7 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
   spec_section.Add("Local Batch Size", absl::StrCat(spec.local_batch_size()));
   spec_section.Add("Total Samples",
                    spec.has_total_samples() ? absl::StrCat(spec.total_samples()) : "<unknown>");
+  spec_section.Add("Batch Scaling", BatchScalingText(spec));
   spec_section.Add("Policy", spec.policy().empty() ? "<server default>" : spec.policy());
   spec_section.Add("Prior Points",
                    spec.prior().empty() ? std::string(kNone) : absl::StrCat(spec.prior_size()));
@@ -76,6 +92,19 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
                          ? absl::StrCat(RemainingTime(status), " at ", status.current_replicas(),
                                         status.current_replicas() == 1 ? " replica" : " replicas")
                          : std::string(kNone));
+  // Past this total batch, a larger one needs more samples for the same
+  // progress; only jobs that report gradient statistics have one.
+  status_section.Add("Statistical Efficiency",
+                     status.has_statistical_efficiency()
+                         ? FormatDouble("%.2f", status.statistical_efficiency())
+                         : std::string(kNone));
+  status_section.Add(
+      "Gradient Noise Scale",
+      status.has_gradient_noise_scale()
+          ? absl::StrCat(
+                CompactCount(static_cast<uint64_t>(std::llround(status.gradient_noise_scale()))),
+                " samples")
+          : std::string(kNone));
   text += "Status:\n" + status_section.Render("  ");
 
   text += "Pods:\n";

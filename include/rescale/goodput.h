@@ -25,6 +25,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "rescale/types.h"
 
 namespace rescale {
 
@@ -78,17 +79,11 @@ class GradientNoiseSmoother {
   double weight_ = 0;
 };
 
-// What a job allows its batch to be (JobSpec). Totals are samples per step
-// of the whole job; local batches per worker per micro-step.
-struct BatchLimits {
-  uint32_t initial_batch = 0;  // M0, total; > 0
-  uint32_t max_batch = 0;      // largest total it accepts; 0 = M0 (no growth)
-  uint32_t min_local_batch = 1;
-  uint32_t max_local_batch = 0;  // 0 = max_batch
-  bool accumulation = false;     // gradient accumulation allowed
-};
+// BatchLimits (what a job allows its batch to be) is in rescale/types.h,
+// as JobSpec::batch_scaling.
 
-// Checks limits, naming the field and the bound that fails.
+// Checks limits, naming the field (spec.batch_scaling.*) and the bound
+// that fails.
 absl::Status ValidateBatchLimits(const BatchLimits& limits);
 
 // A local batch and accumulation at a number of replicas, with what it buys.

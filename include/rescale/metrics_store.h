@@ -79,6 +79,10 @@
 //    counts a batch sees all of it (argument beside StatsRevisionLocked).
 //    StatsIfChanged's lock-free "unchanged" answer rests on the same load,
 //    plus the roll generation and the removed flag (argument beside it).
+//  * Gradient statistics (SizeCell::grad_*) follow the bins' rule: the sums
+//    are added first (relaxed), the count last with release, and Load reads
+//    the count with acquire before the sums, so a reader that counts a
+//    sample's statistics also sees them.
 //  * The limits in JobState (max_replicas, local_batch_size) are relaxed
 //    atomics: a sample racing with UpdateJob is validated against the old or
 //    the new limit, either of which was valid at some instant.
@@ -153,6 +157,14 @@ struct SizeStats {
   uint64_t samples_processed = 0;
   // Job throughput at this size: world_size x mean_batch / step_seconds.
   double samples_per_second = 0;
+  // Gradient statistics reported with the samples (goodput.h), averaged
+  // over the window when it holds some, else over the lifetime: how many
+  // samples carried them, the mean |G|^2, and the mean per-sample gradient
+  // noise (grad_var x the batch it was measured over; divided by a batch M
+  // it is the variance at M). 0 when none.
+  uint64_t gradient_count = 0;
+  double gradient_sqr = 0;
+  double gradient_noise = 0;
   bool from_window = false;
   absl::Time last_sample_at = absl::InfinitePast();
 };
@@ -226,6 +238,11 @@ class MetricsStore {
   // Training samples the job has processed, summed over its sizes (see
   // "Progress" above); 0 if unknown.
   uint64_t SamplesProcessed(std::string_view job_id) const;
+  // The job's gradient noise scale, in samples: the mean per-sample
+  // gradient noise over the mean |G|^2 of the samples that carried gradient
+  // statistics, over the window at the sizes whose window holds some, else
+  // over the lifetime. nullopt when unknown, none did, or |G|^2 is 0.
+  std::optional<double> GradientNoiseScale(std::string_view job_id, absl::Time now) const;
   // Samples accepted for all jobs ever, removed ones included. Exact once
   // concurrent Ingest calls have returned.
   uint64_t TotalAccepted() const;

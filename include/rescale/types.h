@@ -35,6 +35,18 @@ struct CurvePoint {
   friend bool operator==(const CurvePoint&, const CurvePoint&) = default;
 };
 
+// How a job's batch may adapt (goodput: rescale/goodput.h). Totals are
+// samples per optimizer step of the whole job; local batches per worker per
+// micro-step.
+struct BatchLimits {
+  uint32_t initial_batch = 0;  // M0, total; > 0
+  uint32_t max_batch = 0;      // largest total it accepts; 0 = M0 (no growth)
+  uint32_t min_local_batch = 1;
+  uint32_t max_local_batch = 0;  // 0 = max_batch
+  bool accumulation = false;     // gradient accumulation allowed
+  friend bool operator==(const BatchLimits&, const BatchLimits&) = default;
+};
+
 struct JobSpec {
   std::string job_id;  // "namespace/name"
   uint32_t min_replicas = 0;
@@ -52,6 +64,8 @@ struct JobSpec {
   // Samples the job processes in total (e.g. epochs x dataset size); unset =
   // unknown. Progress and the remaining-time estimate are measured against it.
   std::optional<uint64_t> total_samples;
+  // How its batch may adapt; unset = fixed at local_batch_size.
+  std::optional<BatchLimits> batch_scaling;
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
 
@@ -70,6 +84,15 @@ struct JobStatus {
   // running size, 0 once done; unset when total_samples is unset, the job is
   // not running or its throughput is unknown.
   std::optional<double> estimated_remaining_seconds;
+  // Per-sample gradient noise over |G|^2, in samples, over the recent
+  // window of the samples that carried gradient statistics (Pollux's phi);
+  // unset when none did or |G|^2 is 0.
+  std::optional<double> gradient_noise_scale;
+  // EFF of the total batch it runs at now (current replicas x
+  // local_batch_size) against its initial batch, from the noise scale
+  // (rescale/goodput.h); unset without batch_scaling, a noise scale or a
+  // running size.
+  std::optional<double> statistical_efficiency;
 };
 
 enum class Action { kUnspecified, kHold, kScaleUp, kScaleDown, kSuspend, kResume };
@@ -167,6 +190,12 @@ struct StepSample {
   // pod is counted in IngestResult::duplicates instead of being stored, so a
   // reporter may resend a batch whose acknowledgement it lost.
   std::optional<uint64_t> step;
+  // Gradient statistics of the step (rescale/goodput.h), both or neither:
+  // grad_sqr estimates |G|^2, grad_var the variance of the gradient the
+  // step averaged over grad_batch samples (0 = world_size x batch_size).
+  std::optional<double> grad_sqr;
+  std::optional<double> grad_var;
+  uint32_t grad_batch = 0;
 };
 
 struct SampleRejection {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "rescale/goodput.h"
 #include "rescale/job_rules.h"
 
 namespace rescale::engine {
@@ -135,6 +136,17 @@ JobStatus JobViews::StatusOf(const JobEntry& entry, const ThroughputModel* model
   JobStatus status = entry.status;
   status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
   status.samples_processed = SamplesProcessed(entry);
+  status.gradient_noise_scale = store_.GradientNoiseScale(entry.spec.job_id, clock_.Now());
+  if (status.gradient_noise_scale.has_value() && entry.spec.batch_scaling.has_value() &&
+      IsRunning(status) && entry.spec.local_batch_size > 0) {
+    // The noise scale phi is M0 x var / sqr, so {sqr 1, var phi / M0} are
+    // statistics with the same EFF at every batch.
+    const double m0 = entry.spec.batch_scaling->initial_batch;
+    const double running =
+        static_cast<double>(RunningReplicas(status)) * entry.spec.local_batch_size;
+    status.statistical_efficiency =
+        StatisticalEfficiency({.sqr = 1, .var = *status.gradient_noise_scale / m0}, m0, running);
+  }
   // At the size it runs now: the estimate answers "when does it finish if
   // nothing changes", and a job that does not run does not finish. Only then
   // is a curve needed; a caller without one (ReportApplied) pays for a fit
