@@ -53,13 +53,21 @@ absl::Status ValidateBatchLimits(const BatchLimits& limits) {
                         limits.max_batch, limits.initial_batch));
   }
   if (limits.min_local_batch == 0) {
-    return absl::InvalidArgumentError("spec.batch_scaling.min_local_batch_size must be >= 1");
+    return absl::InvalidArgumentError(
+        "spec.batch_scaling.min_local_batch_size must be >= 1 (the API's 0 stands for 1)");
   }
   if (limits.max_local_batch != 0 && limits.max_local_batch < limits.min_local_batch) {
     return absl::InvalidArgumentError(
         absl::StrFormat("spec.batch_scaling.max_local_batch_size (%d) must be >= "
                         "spec.batch_scaling.min_local_batch_size (%d)",
                         limits.max_local_batch, limits.min_local_batch));
+  }
+  const uint32_t max_batch = limits.max_batch == 0 ? limits.initial_batch : limits.max_batch;
+  if (limits.max_local_batch == 0 && limits.min_local_batch > max_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("spec.batch_scaling.min_local_batch_size (%d) must be <= the largest total "
+                        "batch (%d): no worker could run a step",
+                        limits.min_local_batch, max_batch));
   }
   return absl::OkStatus();
 }
@@ -91,6 +99,9 @@ std::optional<BatchChoice> BestBatch(StepTimeFn step_seconds, uint32_t replicas,
       atomic = replicas == 1 ? m0 : std::ceil(local - kEps);
     }
     if (atomic < min_local || atomic > max_local) continue;
+    // Rounding the local batch up may pass the largest total (3 x 334 for
+    // 1000): such a candidate is out of the job's bounds.
+    if (n * atomic * (accumulation + 1) > max_batch + kEps) continue;
     BatchChoice choice;
     choice.local_batch = static_cast<uint32_t>(atomic);
     choice.accumulation_steps = static_cast<uint32_t>(accumulation);
@@ -108,7 +119,9 @@ std::optional<BatchChoice> BestBatch(StepTimeFn step_seconds, uint32_t replicas,
 }
 
 const BatchChoice& KeepOrSwitch(const BatchChoice& current, const BatchChoice& best) {
-  return best.goodput >= current.goodput * (1 + kBatchSwitchGain) ? best : current;
+  // As AdaptDL's data loader: strictly more than 5% over the current one,
+  // which counts as at least 1e-8 (two choices of no goodput never switch).
+  return best.goodput > std::max(current.goodput, 1e-8) * (1 + kBatchSwitchGain) ? best : current;
 }
 
 }  // namespace rescale

@@ -288,6 +288,11 @@ MetricsStore::PodCell* MetricsStore::FindOrAddPod(JobState& job, std::string_vie
   return nullptr;
 }
 
+// Gradient statistics above this are a unit error or a diverged run: the
+// bound keeps every sum (at most 2^64 samples x 2^32 grad_batch x 1e30, about
+// 1e59) finite, so a window's difference of sums never becomes inf - inf.
+constexpr double kMaxGradientValue = 1e30;
+
 std::string MetricsStore::RejectReason(const StepSample& s, const JobState* job,
                                        absl::Time now) const {
   if (s.job_id.empty()) return "job_id is empty (set it on the sample or the batch)";
@@ -319,11 +324,14 @@ std::string MetricsStore::RejectReason(const StepSample& s, const JobState* job,
     return s.grad_sqr.has_value() ? "grad_sqr is set without grad_var (set both or neither)"
                                   : "grad_var is set without grad_sqr (set both or neither)";
   }
-  if (s.grad_sqr.has_value() && (!std::isfinite(*s.grad_sqr) || *s.grad_sqr < 0)) {
-    return absl::StrFormat("grad_sqr must be a finite number >= 0, got %g", *s.grad_sqr);
-  }
-  if (s.grad_var.has_value() && (!std::isfinite(*s.grad_var) || *s.grad_var < 0)) {
-    return absl::StrFormat("grad_var must be a finite number >= 0, got %g", *s.grad_var);
+  for (const auto& [name, value] : {std::pair{"grad_sqr", s.grad_sqr}, {"grad_var", s.grad_var}}) {
+    if (!value.has_value()) continue;
+    if (!std::isfinite(*value) || *value < 0) {
+      return absl::StrFormat("%s must be a finite number >= 0, got %g", name, *value);
+    }
+    if (*value > kMaxGradientValue) {
+      return absl::StrFormat("%s %g exceeds the limit of %g", name, *value, kMaxGradientValue);
+    }
   }
   if (s.step.has_value() && *s.step > kMaxStep) {
     return absl::StrFormat("step %d exceeds the limit of %d (2^44-2)", *s.step, kMaxStep);
@@ -396,8 +404,8 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
                        (!s.step.has_value() || *s.step <= kMaxStep) &&
                        s.grad_sqr.has_value() == s.grad_var.has_value() &&
                        (!s.grad_sqr.has_value() ||
-                        (std::isfinite(*s.grad_sqr) && *s.grad_sqr >= 0 &&
-                         std::isfinite(*s.grad_var) && *s.grad_var >= 0));
+                        (*s.grad_sqr >= 0 && *s.grad_sqr <= kMaxGradientValue &&  // false for NaN
+                         *s.grad_var >= 0 && *s.grad_var <= kMaxGradientValue));
     if (!valid) {
       if (job == nullptr && !s.job_id.empty()) ++result.rejected_unknown_job;
       std::string reason = RejectReason(s, job, now);

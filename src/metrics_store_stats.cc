@@ -52,6 +52,20 @@ RobustSummary Summarize(const Histogram& h) {
 
 }  // namespace metrics_internal
 
+namespace {
+
+// Whether a window's gradient statistics can be used. A batch in flight
+// while Tick copied the window's base snapshot can be in the snapshot's
+// sums but not its count (sums are added first, see PendingSize::Flush):
+// the window then counts it without its sums. Where that leaves no |G|^2
+// at all, the window stands aside for the lifetime, as the step times'
+// window does; otherwise the error is one batch among the window's.
+bool WindowHoldsGradients(const metrics_internal::Histogram& window) {
+  return window.grad_count > 0 && window.grad_sqr_sum > 0 && window.grad_noise_sum >= 0;
+}
+
+}  // namespace
+
 using metrics_internal::Histogram;
 using metrics_internal::Key;
 using metrics_internal::kNever;
@@ -311,8 +325,9 @@ std::vector<SizeStats> MetricsStore::StatsLocked(const JobState& job, int64_t wi
     stats.samples_per_second =
         ObservedSamplesPerSecond(cell->world_size, summary.mean_batch, summary.mean);
     // Gradient statistics over the window when it holds some, else over
-    // the lifetime, as the step times.
-    const Histogram& gradients = windowed.grad_count > 0 ? windowed : cumulative;
+    // the lifetime, as the step times (WindowHoldsGradients says why a
+    // window can stand aside).
+    const Histogram& gradients = WindowHoldsGradients(windowed) ? windowed : cumulative;
     if (gradients.grad_count > 0) {
       const double n = static_cast<double>(gradients.grad_count);
       stats.gradient_count = gradients.grad_count;
@@ -350,7 +365,7 @@ std::optional<double> MetricsStore::GradientNoiseScale(std::string_view job_id,
       into->grad_noise_sum += from->grad_noise_sum;
     }
   }
-  const Histogram& use = recent.grad_count > 0 ? recent : lifetime;
+  const Histogram& use = WindowHoldsGradients(recent) ? recent : lifetime;
   if (use.grad_count == 0 || !(use.grad_sqr_sum > 0)) return std::nullopt;
   return std::max(0.0, use.grad_noise_sum) / use.grad_sqr_sum;
 }

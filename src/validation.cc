@@ -1,6 +1,7 @@
 // Validation of job ids and job specs (see rescale/validation.h).
 #include "rescale/validation.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -127,6 +128,15 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
   if (spec.batch_scaling.has_value()) {
     const BatchLimits& batch = *spec.batch_scaling;
     if (absl::Status s = ValidateBatchLimits(batch); !s.ok()) return s;
+    // Totals are sums over workers and accumulation steps: bounded so that
+    // replicas x local x steps stays far from overflow anywhere.
+    constexpr uint32_t kMaxTotalBatch = 1u << 30;
+    if (batch.initial_batch > kMaxTotalBatch || batch.max_batch > kMaxTotalBatch) {
+      return Invalid(absl::StrFormat(
+          "spec.batch_scaling.%s %d exceeds the limit of %d",
+          batch.initial_batch > kMaxTotalBatch ? "initial_batch_size" : "max_batch_size",
+          std::max(batch.initial_batch, batch.max_batch), kMaxTotalBatch));
+    }
     if (batch.max_local_batch > limits.max_local_batch_size) {
       return Invalid(
           absl::StrFormat("spec.batch_scaling.max_local_batch_size %d exceeds the limit "

@@ -61,6 +61,46 @@ TEST_CASE("a spec survives the round trip through proto") {
   ToProto(spec, &with_total);
   CHECK(with_total.total_samples() == uint64_t{5} << 32);
   CHECK(FromProto(with_total) == spec);
+
+  CHECK_FALSE(with_total.has_batch_scaling());  // unset: a fixed batch
+  spec.batch_scaling = rescale::BatchLimits{.initial_batch = 128,
+                                            .max_batch = 4096,
+                                            .min_local_batch = 16,
+                                            .max_local_batch = 512,
+                                            .accumulation = true};
+  v1::JobSpec with_scaling;
+  ToProto(spec, &with_scaling);
+  CHECK(with_scaling.batch_scaling().initial_batch_size() == 128);
+  CHECK(with_scaling.batch_scaling().max_batch_size() == 4096);
+  CHECK(with_scaling.batch_scaling().min_local_batch_size() == 16);
+  CHECK(with_scaling.batch_scaling().max_local_batch_size() == 512);
+  CHECK(with_scaling.batch_scaling().gradient_accumulation());
+  CHECK(FromProto(with_scaling) == spec);
+  // The API's 0 for min_local_batch_size stands for 1.
+  with_scaling.mutable_batch_scaling()->set_min_local_batch_size(0);
+  CHECK(FromProto(with_scaling).batch_scaling->min_local_batch == 1);
+}
+
+TEST_CASE("a sample's gradient statistics reach the core as sent") {
+  v1::SampleBatch batch;
+  batch.set_job_id("ns/job");
+  batch.set_pod("worker-0");
+  batch.set_world_size(4);
+  batch.add_samples()->set_step_seconds(1);  // none
+  v1::StepSample* with = batch.add_samples();
+  with->set_step_seconds(1);
+  with->set_grad_sqr(0.25);
+  with->set_grad_var(0);  // an explicit 0 is set, not absent
+  with->set_grad_batch(512);
+  const std::vector<rescale::StepSample> samples = FromProto(batch);
+  REQUIRE(samples.size() == 2);
+  CHECK_FALSE(samples[0].grad_sqr.has_value());
+  CHECK_FALSE(samples[0].grad_var.has_value());
+  CHECK(samples[0].grad_batch == 0);
+  CHECK(samples[1].grad_sqr == 0.25);
+  REQUIRE(samples[1].grad_var.has_value());
+  CHECK(*samples[1].grad_var == 0);
+  CHECK(samples[1].grad_batch == 512);
 }
 
 TEST_CASE("a status carries progress, and the remaining time only when known") {

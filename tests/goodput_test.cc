@@ -3,14 +3,19 @@
 // statistics Pollux measured (tests/data/pollux/APP/validation-B.csv).
 #include "rescale/goodput.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "absl/time/time.h"
+#include "rescale/metrics_store.h"
 
 #ifndef RESCALE_TEST_DATA_DIR
 #error "CMake must define RESCALE_TEST_DATA_DIR (the repo's tests/data folder)"
@@ -77,30 +82,51 @@ TEST_CASE("statistical efficiency is 1 at the initial batch and falls past the n
   CHECK(std::isinf(NoiseScale({.sqr = 0, .var = 1}, m0)));
 }
 
-TEST_CASE("EFF from the statistics Pollux measured matches the formula within 1%", "[goodput]") {
-  // Every app, every batch size Pollux trained at, every epoch's statistics:
-  // the efficiency the server computes from reported statistics against the
-  // closed form on the trace's values, at totals from M0 to 32 x M0.
+TEST_CASE("EFF from the statistics Pollux measured, reported as a trainer would, is within 1%",
+          "[goodput]") {
+  // Every app, every batch size B Pollux trained at, every epoch's
+  // statistics. Pollux's grad_var is normalized to the app's initial batch
+  // M0, the smallest B (its simulator's applications.py); a trainer
+  // reports the variance as measured at B, var x M0 / B, with grad_batch B.
+  // The store turns that into the noise scale, and EFF from it must match
+  // the closed form on the trace's own values, at totals M0 to 32 x M0.
   const std::filesystem::path root = std::filesystem::path(RESCALE_TEST_DATA_DIR) / "pollux";
   int files = 0;
   int checked = 0;
+  const absl::Time now = absl::FromUnixSeconds(1'700'000'000);
   for (const char* app : {"bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"}) {
+    std::map<uint32_t, std::filesystem::path> by_batch;
     for (const auto& entry : std::filesystem::directory_iterator(root / app)) {
       const std::string name = entry.path().filename().string();
       if (name.rfind("validation-", 0) != 0) continue;
+      by_batch[static_cast<uint32_t>(std::stoul(name.substr(11)))] = entry.path();
+    }
+    REQUIRE(!by_batch.empty());
+    const double m0 = by_batch.begin()->first;
+    for (const auto& [batch, path] : by_batch) {
       ++files;
-      const double m0 = std::stod(name.substr(11, name.size() - 11 - 4));
-      for (const ValidationRow& row : ReadValidation(entry.path())) {
+      for (const ValidationRow& row : ReadValidation(path)) {
         if (!(row.stats.sqr > 0) || !(row.stats.var >= 0)) continue;
-        GradientNoiseSmoother server(m0);
-        server.Add(row.stats, m0);  // one report: the smoothed value is it
-        const std::optional<GradientStats> smoothed = server.Smoothed();
-        REQUIRE(smoothed.has_value());
+        MetricsStore store;
+        REQUIRE(store.AddJob("ns/app", 64, batch).ok());
+        StepSample sample;
+        sample.job_id = "ns/app";
+        sample.pod = "worker-0";
+        sample.world_size = 1;
+        sample.step_seconds = 0.5;
+        sample.grad_sqr = row.stats.sqr;
+        sample.grad_var = row.stats.var * m0 / batch;
+        sample.grad_batch = batch;
+        REQUIRE(store.Ingest(std::span<const StepSample>(&sample, 1), now).accepted == 1);
+        const std::optional<double> phi = store.GradientNoiseScale("ns/app", now);
+        REQUIRE(phi.has_value());
         for (double factor : {1.0, 2.0, 4.0, 8.0, 32.0}) {
           const double m = m0 * factor;
           const double expected = ClosedForm(row.stats, m0, m);
-          INFO(app << " " << name << " progress " << row.progress << " M " << m);
-          CHECK(std::abs(StatisticalEfficiency(*smoothed, m0, m) / expected - 1) <= 0.01);
+          INFO(app << " B " << batch << " progress " << row.progress << " M " << m);
+          // As JobViews computes it from the noise scale.
+          const double served = StatisticalEfficiency({.sqr = 1, .var = *phi / m0}, m0, m);
+          CHECK(std::abs(served / expected - 1) <= 0.01);
           ++checked;
         }
       }
@@ -201,6 +227,25 @@ TEST_CASE("the batch search keeps to the job's bounds", "[goodput]") {
       BestBatch([](uint32_t l, uint32_t a) { return PolluxLikeStep(1, l, a); }, 1, limits, noisy);
   REQUIRE(best.has_value());
   CHECK(best->total_batch == Approx(64));
+  // Replicas that do not divide the totals: rounding the local batch up
+  // never passes the largest total.
+  for (bool accumulation : {false, true}) {
+    const BatchLimits odd{.initial_batch = 64,
+                          .max_batch = 1000,
+                          .max_local_batch = 100,
+                          .accumulation = accumulation};
+    for (uint32_t replicas : {3u, 7u}) {
+      const auto choice = BestBatch(
+          [replicas](uint32_t l, uint32_t a) { return PolluxLikeStep(replicas, l, a); }, replicas,
+          odd, noisy);
+      REQUIRE(choice.has_value());
+      INFO("replicas " << replicas << " accumulation " << accumulation);
+      CHECK(choice->total_batch <= 1000);
+      CHECK(choice->local_batch <= 100);
+      // Noisy: it still grows to near the most the bounds allow.
+      CHECK(choice->total_batch >= 0.8 * std::min(1000.0, replicas * 100.0));
+    }
+  }
   // Too many replicas for the largest total: no choice.
   limits.min_local_batch = 32;
   CHECK_FALSE(BestBatch(step, 512, limits, noisy).has_value());
@@ -211,12 +256,18 @@ TEST_CASE("the batch search keeps to the job's bounds", "[goodput]") {
   CHECK(best->local_batch == 32);
 }
 
-TEST_CASE("a batch change needs a 5% gain", "[goodput]") {
+TEST_CASE("a batch change needs more than a 5% gain", "[goodput]") {
   BatchChoice current{.local_batch = 32, .goodput = 100};
   BatchChoice slightly{.local_batch = 64, .goodput = 104};
+  BatchChoice exactly{.local_batch = 96, .goodput = 105};
   BatchChoice clearly{.local_batch = 128, .goodput = 106};
   CHECK(KeepOrSwitch(current, slightly).local_batch == 32);
+  CHECK(KeepOrSwitch(current, exactly).local_batch == 32);
   CHECK(KeepOrSwitch(current, clearly).local_batch == 128);
+  // Two choices without goodput never switch (AdaptDL's 1e-8 floor).
+  BatchChoice none{.local_batch = 32, .goodput = 0};
+  BatchChoice also_none{.local_batch = 64, .goodput = 0};
+  CHECK(KeepOrSwitch(none, also_none).local_batch == 32);
 }
 
 TEST_CASE("batch limits name the field and the bound", "[goodput]") {

@@ -47,16 +47,18 @@ TEST_CASE("gradient statistics are validated per sample, naming the field", "[gr
       WithGradients(-1, 1),
       WithGradients(1, std::numeric_limits<double>::quiet_NaN()),
       WithGradients(1, std::numeric_limits<double>::infinity()),
+      WithGradients(2e30, 1),
       WithGradients(0.5, 2),  // valid: accepted beside the rejected
   };
   const IngestResult r = store.Ingest(batch, kNow);
   CHECK(r.accepted == 1);
-  REQUIRE(r.rejections.size() == 5);
+  REQUIRE(r.rejections.size() == 6);
   CHECK_THAT(r.rejections[0].reason, Contains("grad_sqr is set without grad_var"));
   CHECK_THAT(r.rejections[1].reason, Contains("grad_var is set without grad_sqr"));
   CHECK_THAT(r.rejections[2].reason, Contains("grad_sqr must be a finite number >= 0, got -1"));
   CHECK_THAT(r.rejections[3].reason, Contains("grad_var must be a finite number >= 0"));
   CHECK_THAT(r.rejections[4].reason, Contains("grad_var must be a finite number >= 0, got inf"));
+  CHECK_THAT(r.rejections[5].reason, Contains("grad_sqr 2e+30 exceeds the limit of 1e+30"));
 }
 
 TEST_CASE("the noise scale is the per-sample noise over |G|^2, whatever batch it was measured at",
@@ -119,36 +121,56 @@ TEST_CASE("the noise scale follows the window as training moves on", "[gradients
   CHECK(store.GradientNoiseScale(kJob, kNow + absl::Minutes(20)) == Approx(64 / 0.275));
 }
 
-TEST_CASE("gradient statistics from concurrent writers are all counted",
+TEST_CASE("gradient statistics from concurrent writers are all counted, while Tick rolls windows",
           "[gradients][concurrency]") {
-  MetricsStore store;
+  MetricsStoreOptions options;
+  options.window = absl::Seconds(6);  // a snapshot per simulated second
+  MetricsStore store(options);
   REQUIRE(store.AddJob(kJob, 8, 32).ok());
-  constexpr int kThreads = 4;
+  constexpr int kThreads = 3;
   constexpr int kBatches = 200;
   std::vector<std::thread> writers;
   for (int t = 0; t < kThreads; ++t) {
     writers.emplace_back([&store, t] {
       for (int b = 0; b < kBatches; ++b) {
-        StepSample s = WithGradients(1.0, 1.0);
+        // Values differ per writer and batch, so a torn read would show.
+        StepSample s = WithGradients(1.0 + t, 1.0 + b % 7);
         const std::string pod = "p" + std::to_string(t);
         s.pod = pod;
         (void)store.Ingest(std::vector<StepSample>(4, s), kNow);
       }
     });
   }
-  // A reader meanwhile (for ThreadSanitizer) may see a batch half-applied
-  // across the sums, as for any statistic, but never a negative or
-  // non-finite scale.
+  // Tick takes window snapshots while the writers flush (the race that a
+  // window's base can hold a batch's sums without its count), and a reader
+  // asks meanwhile (for ThreadSanitizer; no answer may be negative or
+  // non-finite).
+  std::thread ticker([&store] {
+    for (int second = 1; second <= 400; ++second) store.Tick(kNow + absl::Seconds(second) / 100);
+  });
   bool sane = true;
   for (int i = 0; i < 2000; ++i) {
     const std::optional<double> scale = store.GradientNoiseScale(kJob, kNow);
     if (scale.has_value() && !(std::isfinite(*scale) && *scale >= 0)) sane = false;
   }
   for (std::thread& w : writers) w.join();
+  ticker.join();
   CHECK(sane);
-  const SizeStats stats = store.Stats(kJob, kNow).at(0);
-  CHECK(stats.gradient_count == uint64_t{kThreads} * kBatches * 4);
-  CHECK(store.GradientNoiseScale(kJob, kNow) == Approx(128));
+  // Every sample counted once over the lifetime, whatever the windows did.
+  const absl::Time later = kNow + absl::Seconds(4);
+  const SizeStats stats = store.Stats(kJob, later).at(0);
+  CHECK(stats.lifetime_count == uint64_t{kThreads} * kBatches * 4);
+  double noise = 0;
+  double sqr = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int b = 0; b < kBatches; ++b) {
+      noise += 4 * (1.0 + b % 7) * 128;  // grad_var x 4 workers x 32
+      sqr += 4 * (1.0 + t);
+    }
+  }
+  // All samples are in the window at `later` (stamped kNow, window 6 s).
+  REQUIRE(store.GradientNoiseScale(kJob, later).has_value());
+  CHECK(*store.GradientNoiseScale(kJob, later) == Approx(noise / sqr));
 }
 
 }  // namespace

@@ -204,6 +204,17 @@ TEST_CASE("ValidateJobSpec checks batch_scaling, naming the field and the bound"
   CHECK_THAT(RejectionMessage(spec),
              Contains("spec.batch_scaling.max_local_batch_size (16) must be >= "
                       "spec.batch_scaling.min_local_batch_size (32)"));
+  // With max_local_batch_size 0 (= the largest total), min_local above it
+  // leaves no batch a worker could run.
+  spec.batch_scaling = BatchLimits{.initial_batch = 8, .min_local_batch = 64};
+  CHECK_THAT(RejectionMessage(spec),
+             Contains("spec.batch_scaling.min_local_batch_size (64) must be <= the largest total "
+                      "batch (8)"));
+  spec.batch_scaling = BatchLimits{.initial_batch = 8, .max_batch = 1024, .min_local_batch = 64};
+  CHECK(ValidateJobSpec(spec).ok());
+  spec.batch_scaling = BatchLimits{.initial_batch = 128, .max_batch = (1u << 30) + 1};
+  CHECK(RejectionMessage(spec) ==
+        "spec.batch_scaling.max_batch_size 1073741825 exceeds the limit of 1073741824");
   spec.batch_scaling = BatchLimits{.initial_batch = 128, .max_local_batch = (1u << 24) + 1};
   CHECK_THAT(RejectionMessage(spec),
              Contains("spec.batch_scaling.max_local_batch_size 16777217 exceeds the limit"));

@@ -132,8 +132,8 @@ struct EngineOptions {
   // return at once, before that plan, marked plan_pending (JobView,
   // ClusterView); WatchRecommendations shows the plan when it is published.
   // A burst that keeps coming is planned no more often than plans can run
-  // with three quarters of the time left between them (a plan that took
-  // 60 ms is followed by the next no sooner than 180 ms after it).
+  // with nine tenths of the time left between them (a plan that took
+  // 60 ms is followed by the next no sooner than 600 ms after it).
   // Registering N jobs one by one then costs N small steps and a plan per
   // window instead of N plans of up to N jobs. 0 = each change is planned
   // at once (on the timer's thread) and its reply waits for and carries

@@ -3,9 +3,8 @@
 // batch needs more samples to reach the same quality, so Pollux plans on
 //   goodput(M) = throughput(M) x EFF(M)
 // where EFF(M) is the statistical efficiency of total batch M against the
-// job's initial total batch M0 (../shared/reference/algorithms.md section 8;
-// AdaptDL's adaptdl/goodput.py and adaptdl/torch/gradient_noise_scale.py on
-// master).
+// job's initial total batch M0 (Pollux, OSDI'21; AdaptDL's
+// adaptdl/goodput.py and adaptdl/torch/gradient_noise_scale.py on master).
 //
 // What lives here:
 //  * GradientStats and StatisticalEfficiency: EFF(M) from a job's gradient
@@ -101,7 +100,7 @@ struct BatchChoice {
 // between max(M0, replicas x min_local) and max_batch.
 inline constexpr int kBatchCandidates = 50;
 // A new batch is worth adopting only when its goodput beats the current
-// one's by this much (AdaptDL: 5%).
+// one's by more than this (AdaptDL: 5%).
 inline constexpr double kBatchSwitchGain = 0.05;
 
 // Step time of one optimizer step at (local batch, accumulation steps) on
@@ -118,7 +117,7 @@ using StepTimeFn = absl::FunctionRef<double(uint32_t local_batch, uint32_t accum
 std::optional<BatchChoice> BestBatch(StepTimeFn step_seconds, uint32_t replicas,
                                      const BatchLimits& limits, const GradientStats& stats);
 
-// The choice to run: `best` when its goodput beats `current`'s by at least
+// The choice to run: `best` when its goodput beats `current`'s by more than
 // kBatchSwitchGain, else `current` (a batch change on its own is never a
 // reason to restart a job; the caller decides when it applies).
 const BatchChoice& KeepOrSwitch(const BatchChoice& current, const BatchChoice& best);

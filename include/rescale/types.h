@@ -85,8 +85,8 @@ struct JobStatus {
   // not running or its throughput is unknown.
   std::optional<double> estimated_remaining_seconds;
   // Per-sample gradient noise over |G|^2, in samples, over the recent
-  // window of the samples that carried gradient statistics (Pollux's phi);
-  // unset when none did or |G|^2 is 0.
+  // window of the samples that carried gradient statistics, else over the
+  // lifetime (Pollux's phi); unset when none did or |G|^2 is 0.
   std::optional<double> gradient_noise_scale;
   // EFF of the total batch it runs at now (current replicas x
   // local_batch_size) against its initial batch, from the noise scale

@@ -45,8 +45,9 @@ std::optional<uint64_t> PlanScheduler::Request(absl::Duration window) {
   // One plan covers the whole burst, due when the earliest window ends,
   // and no sooner after the last plan than kPlanPacing times what that
   // plan took: a steady stream of changes (an adapter registering 10,000
-  // jobs) then gets a plan every few hundred ms at most, with at most a
-  // tenth of one core spent planning. A window of 0 is due now.
+  // jobs) then gets a plan every 10x its duration at most (about 1 s when
+  // a plan takes 100 ms), with at most a tenth of one core spent planning.
+  // A window of 0 is due now.
   const absl::Time now = clock_.Now();
   const absl::Time due =
       window <= absl::ZeroDuration()
