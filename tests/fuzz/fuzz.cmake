@@ -45,6 +45,7 @@ rescale_fuzz_library(rescale_fuzz_core
   src/types.cc
   src/read_file.cc
   src/validation.cc
+  src/goodput.cc
   server/convert.cc)
 target_link_libraries(rescale_fuzz_core PUBLIC protobuf::libprotobuf absl::status absl::statusor
   absl::strings absl::str_format absl::time gRPC::grpc++)
