@@ -102,20 +102,31 @@ std::optional<BatchChoice> BestBatch(StepTimeFn step_seconds, uint32_t replicas,
     // Rounding the local batch up may pass the largest total (3 x 334 for
     // 1000): such a candidate is out of the job's bounds.
     if (n * atomic * (accumulation + 1) > max_batch + kEps) continue;
-    BatchChoice choice;
-    choice.local_batch = static_cast<uint32_t>(atomic);
-    choice.accumulation_steps = static_cast<uint32_t>(accumulation);
-    choice.total_batch = n * atomic * (accumulation + 1);
-    choice.step_seconds = step_seconds(choice.local_batch, choice.accumulation_steps);
-    if (!(choice.step_seconds > 0) || !std::isfinite(choice.step_seconds)) continue;
-    choice.samples_per_second = choice.total_batch / choice.step_seconds;
-    choice.efficiency = StatisticalEfficiency(stats, m0, choice.total_batch);
-    choice.goodput = choice.samples_per_second * choice.efficiency;
+    const BatchChoice choice = EvaluateBatch(step_seconds, replicas, static_cast<uint32_t>(atomic),
+                                             static_cast<uint32_t>(accumulation), m0, stats);
+    if (!(choice.samples_per_second > 0)) continue;
     // Strictly better only: ties keep the smaller batch (np.argmax keeps
     // the first maximum).
     if (!best.has_value() || choice.goodput > best->goodput) best = choice;
   }
   return best;
+}
+
+BatchChoice EvaluateBatch(StepTimeFn step_seconds, uint32_t replicas, uint32_t local_batch,
+                          uint32_t accumulation_steps, double m0, const GradientStats& stats) {
+  BatchChoice choice;
+  choice.local_batch = local_batch;
+  choice.accumulation_steps = accumulation_steps;
+  choice.total_batch = double(replicas) * local_batch * (accumulation_steps + 1.0);
+  choice.step_seconds = step_seconds(local_batch, accumulation_steps);
+  if (!(choice.step_seconds > 0) || !std::isfinite(choice.step_seconds) ||
+      !(choice.total_batch > 0) || !(m0 > 0)) {
+    return choice;
+  }
+  choice.samples_per_second = choice.total_batch / choice.step_seconds;
+  choice.efficiency = StatisticalEfficiency(stats, m0, choice.total_batch);
+  choice.goodput = choice.samples_per_second * choice.efficiency;
+  return choice;
 }
 
 const BatchChoice& KeepOrSwitch(const BatchChoice& current, const BatchChoice& best) {

@@ -141,6 +141,9 @@ constexpr double kPriorShareSigma = 0.20;
 constexpr double kMinComputeShare = 0.10;
 // Growth of the relative uncertainty per unit of |ln(n / anchor)|.
 constexpr double kExtrapolationPerLogSize = 0.30;
+// Candidate fixed shares of compute tried when the batches vary (midpoints
+// of this many equal steps in (0, 1)).
+constexpr int kFixedShareGrid = 24;
 constexpr double kMaxRelativeUncertainty = 1.0;
 constexpr int kGaussNewtonSteps = 8;
 constexpr int kStepHalvings = 4;
@@ -201,7 +204,19 @@ struct FitRow {
   double step = 0;        // relative to the reference step
   double weight = 0;      // inverse variance of log step, times recency
   bool observed = false;  // from an Observation (false: a prior point)
+  // Samples per worker per step it was measured at (0 = unknown or a prior
+  // point), and its compute relative to the model's reference batch (1
+  // unless the observations span several batches).
+  double batch = 0;
+  double compute_scale = 1;
 };
+
+// Basis() of a row, its compute scaled to the row's batch.
+Vec RowBasis(const FitRow& row) {
+  Vec basis = Basis(row.replicas, row.where);
+  basis[0] *= row.compute_scale;
+  return basis;
+}
 
 // Solves gram[S,S] x = rhs[S] for the parameters in `support` (a bit mask)
 // by Gaussian elimination with partial pivoting. False when singular.
@@ -284,7 +299,7 @@ const std::array<PriorRow, 4> kPriorRows = {{
 double Objective(const std::vector<FitRow>& rows, const Vec& params) {
   double total = 0;
   for (const FitRow& row : rows) {
-    const double predicted = Dot(Basis(row.replicas, row.where), params);
+    const double predicted = Dot(RowBasis(row), params);
     if (!(predicted > 0)) return std::numeric_limits<double>::infinity();
     const double r = std::log(predicted / row.step);
     total += row.weight * r * r;
@@ -328,7 +343,7 @@ Vec FitParameters(const std::vector<FitRow>& rows, const Vec& lower) {
     };
     for (size_t i = 0; i < rows.size(); ++i) {
       const double m = linearised_at[i];
-      Vec a = Basis(rows[i].replicas, rows[i].where);
+      Vec a = RowBasis(rows[i]);
       for (double& v : a) v /= m;
       accumulate(a, 1.0 + std::log(rows[i].step / m), rows[i].weight);
     }
@@ -369,7 +384,7 @@ Vec FitParameters(const std::vector<FitRow>& rows, const Vec& lower) {
       if (!improved) break;
     }
     for (size_t i = 0; i < rows.size(); ++i) {
-      linearised_at[i] = Dot(Basis(rows[i].replicas, rows[i].where), params);
+      linearised_at[i] = Dot(RowBasis(rows[i]), params);
     }
   }
   return params;
@@ -403,6 +418,7 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
     double replicas;
     Placement where;
     double step, weight;
+    double batch;  // mean samples per worker per step (0 = unknown)
   };
   const uint32_t gpus_per_replica = std::max<uint32_t>(options.gpus_per_replica, 1);
   auto placement_of = [&](const Observation& o) {
@@ -420,7 +436,8 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
         std::min(1.0, spread / (o.step_seconds * std::sqrt(static_cast<double>(o.sample_count))));
     const double weight =
         fresh / (standard_error * standard_error + kModelErrorFloor * kModelErrorFloor);
-    measured.push_back({static_cast<double>(o.replicas), placement_of(o), o.step_seconds, weight});
+    measured.push_back({static_cast<double>(o.replicas), placement_of(o), o.step_seconds, weight,
+                        Finite(o.mean_batch) && o.mean_batch > 0 ? o.mean_batch : 0.0});
     if (Finite(o.mean_batch) && o.mean_batch > 0) {
       batch_weight += weight;
       batch_sum += weight * o.mean_batch;
@@ -482,7 +499,8 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   // ---- rows in units of the reference step, in a canonical order ----------------
   std::vector<FitRow> rows;
   rows.reserve(measured.size() + prior_steps.size());
-  for (const Measured& m : measured) rows.push_back({m.replicas, m.where, m.step, m.weight, true});
+  for (const Measured& m : measured)
+    rows.push_back({m.replicas, m.where, m.step, m.weight, true, m.batch});
   for (const PriorStep& p : prior_steps) {
     rows.push_back({p.replicas, p.where, p.step, p.weight, false});
   }
@@ -508,7 +526,37 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   // The reference step is one at the smallest size, so the bound reads
   // "compute >= kMinComputeShare of the step there".
   const Vec lower = {kMinComputeShare, 0.0, 0.0, 0.0, 0.0};
+  // Pollux's T_grad = alpha_c + beta_c x m: with observations at two batches
+  // or more (kMinBatchSpread apart), the share of compute that does not grow
+  // with the batch is fitted, by the least objective over a grid; with one,
+  // it is held (kComputeFixedShare) and every row's compute scale stays 1,
+  // so the fit is exactly the batch-blind one.
+  double fixed_share = kComputeFixedShare;
+  double least_batch = 0, most_batch = 0;
+  for (const FitRow& row : rows) {
+    if (!row.observed || !(row.batch > 0)) continue;
+    least_batch = least_batch == 0 ? row.batch : std::min(least_batch, row.batch);
+    most_batch = std::max(most_batch, row.batch);
+  }
+  auto scale_compute = [&](double share) {
+    for (FitRow& row : rows)
+      row.compute_scale =
+          row.observed && row.batch > 0 ? share + (1 - share) * row.batch / local_batch : 1.0;
+  };
   Vec params = FitParameters(rows, lower);
+  if (least_batch > 0 && most_batch >= kMinBatchSpread * least_batch) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int k = 0; k < kFixedShareGrid; ++k) {
+      scale_compute((k + 0.5) / kFixedShareGrid);
+      const Vec candidate = FitParameters(rows, lower);
+      if (const double objective = Objective(rows, candidate); objective < best) {
+        best = objective;
+        params = candidate;
+        fixed_share = (k + 0.5) / kFixedShareGrid;
+      }
+    }
+    scale_compute(fixed_share);
+  }
   if (!std::all_of(params.begin(), params.end(), Finite)) {
     // Unreachable with finite inputs; fall back to the prior through the
     // reference point rather than fail.
@@ -521,6 +569,7 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
 
   model.empty_ = false;
   model.local_batch_ = local_batch;
+  model.compute_fixed_share_ = fixed_share;
   model.compute_seconds_ = params[0] * reference;
   model.sync_base_seconds_ = params[1] * reference;
   model.sync_per_worker_seconds_ = params[2] * reference;
@@ -536,7 +585,7 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   double squared = 0, weight_sum = 0;
   for (const FitRow& row : rows) {
     if (row.observed != any_observed) continue;
-    const double r = std::log(Dot(Basis(row.replicas, row.where), params) / row.step);
+    const double r = std::log(Dot(RowBasis(row), params) / row.step);
     squared += row.weight * r * r;
     weight_sum += row.weight;
   }
@@ -594,6 +643,16 @@ double ThroughputModel::StepSeconds(uint32_t n) const {
 double ThroughputModel::SamplesPerSecond(uint32_t n) const {
   if (empty_ || n == 0) return 0;
   return n * local_batch_ / StepSeconds(n);
+}
+
+double ThroughputModel::StepSecondsAt(uint32_t n, double local_batch,
+                                      uint32_t accumulation_steps) const {
+  if (empty_ || n == 0 || !(local_batch > 0)) return 0;
+  const double grad = compute_seconds_ * (compute_fixed_share_ +
+                                          (1 - compute_fixed_share_) * local_batch / local_batch_);
+  // The synchronisation is paid once per optimizer step; compute once per
+  // micro-step.
+  return StepSeconds(n) - compute_seconds_ + grad * (1.0 + accumulation_steps);
 }
 
 double ThroughputModel::Uncertainty(uint32_t n) const {

@@ -159,6 +159,11 @@ struct EngineOptions {
   // objective with the lowest average completion time in the simulator, see
   // docs/policies.md) and fairness; its horizon is policy.horizon.
   ClusterPlannerOptions planner = {.objective = PlanObjectiveKind::kJct};
+  // Plan jobs that allow batch scaling (JobSpec::batch_scaling) and report
+  // gradient statistics on goodput, with a recommended batch; false plans
+  // every job on throughput (the ablation rescale-sim's planner-throughput
+  // runs).
+  bool plan_on_goodput = true;
   ModelOptions model;
   // Where the jobs, their applied state, the capacity and the generations
   // are kept across restarts (see StateStore); null = nowhere. Create loads

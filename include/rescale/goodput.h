@@ -117,6 +117,12 @@ using StepTimeFn = absl::FunctionRef<double(uint32_t local_batch, uint32_t accum
 std::optional<BatchChoice> BestBatch(StepTimeFn step_seconds, uint32_t replicas,
                                      const BatchLimits& limits, const GradientStats& stats);
 
+// What one (local batch, accumulation) at `replicas` buys, with `m0` the
+// job's initial total batch; step_seconds <= 0 or not finite gives a choice
+// of no goodput.
+BatchChoice EvaluateBatch(StepTimeFn step_seconds, uint32_t replicas, uint32_t local_batch,
+                          uint32_t accumulation_steps, double m0, const GradientStats& stats);
+
 // The choice to run: `best` when its goodput beats `current`'s by more than
 // kBatchSwitchGain, else `current` (a batch change on its own is never a
 // reason to restart a job; the caller decides when it applies).

@@ -116,6 +116,27 @@ class ThroughputModel {
   double Uncertainty(uint32_t n) const;
   // SamplesPerSecond(n) / (n x SamplesPerSecond(1)); 1 = linear.
   double Efficiency(uint32_t n) const;
+  // One optimizer step at n workers when each processes `local_batch`
+  // samples per micro-step and takes `accumulation_steps` extra micro-steps
+  // before synchronising, seconds (0 when empty or local_batch <= 0).
+  // Compute follows Pollux's T_grad(m) = alpha_c + beta_c x m. Observations
+  // carry their batch (Observation::mean_batch): when they span batches
+  // kMinBatchSpread apart or more, alpha_c's share is fitted with the rest;
+  // with one batch it is held at half the fitted compute, as Pollux's
+  // fit_perf_params does with a single batch size (kComputeFixedShare):
+  // larger batches look cheaper per sample until measurements at them say
+  // otherwise.
+  double StepSecondsAt(uint32_t n, double local_batch, uint32_t accumulation_steps) const;
+  // Share of the fitted compute that does not grow with the local batch
+  // when one batch was measured (Pollux's held alpha_c); with observations
+  // at batches at least kMinBatchSpread apart it is fitted instead.
+  static constexpr double kComputeFixedShare = 0.5;
+  static constexpr double kMinBatchSpread = 1.25;
+  // The share in use (fitted or held).
+  double compute_fixed_share() const { return compute_fixed_share_; }
+  // The local batch the model's compute was fitted at (samples per worker
+  // per step).
+  double local_batch() const { return local_batch_; }
   // The fitted sync costs as shares of compute (all 0 when empty).
   ScalingShares shares() const;
   // Largest size with enough observations (0 when none).
@@ -137,6 +158,7 @@ class ThroughputModel {
   uint32_t gpus_per_replica_ = 1;
   uint32_t gpus_per_node_ = 0;
   double local_batch_ = 1;
+  double compute_fixed_share_ = kComputeFixedShare;
   uint32_t largest_observed_ = 0;
   uint32_t smallest_observed_ = 0;
   double rms_log_error_ = 0;

@@ -135,6 +135,17 @@ struct Recommendation {
   // Planner only: utility change from one replica more / fewer.
   std::optional<double> value_one_more;
   std::optional<double> value_one_fewer;
+  // Goodput-planned jobs only (spec.batch_scaling set and gradient
+  // statistics reported): the batch to run at `replicas` (per worker per
+  // micro-step, and extra micro-steps per optimizer step), the progress it
+  // is predicted to make (samples at the initial batch M0 per second) and
+  // its statistical efficiency EFF(total batch). A batch change at the same
+  // replicas (past a 5% gain) keeps the generation: it never on its own
+  // restarts a job (src/engine/batch_plan.h).
+  std::optional<uint32_t> local_batch_size;
+  std::optional<uint32_t> accumulation_steps;
+  std::optional<double> predicted_goodput;
+  std::optional<double> statistical_efficiency;
 
   // Whether `other` asks the cluster for the same thing.
   bool SameTarget(const Recommendation& other) const {
@@ -145,7 +156,9 @@ struct Recommendation {
   bool SameVisibleDecision(const Recommendation& other) const {
     return SameTarget(other) && action == other.action && reason == other.reason &&
            binding_constraint == other.binding_constraint &&
-           queue_position == other.queue_position && policy == other.policy && gpus == other.gpus;
+           queue_position == other.queue_position && policy == other.policy && gpus == other.gpus &&
+           local_batch_size == other.local_batch_size &&
+           accumulation_steps == other.accumulation_steps;
   }
 };
 

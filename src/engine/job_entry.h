@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -63,6 +64,9 @@ struct Fitted {
   // The statistics it was fitted on (with the restored ones), kept only
   // with a state store: what a checkpoint writes.
   std::vector<SizeStats> stats;
+  // The job's gradient noise scale over the same window (samples; nullopt =
+  // no gradient statistics reported): what goodput planning reads.
+  std::optional<double> noise_scale;
   static constexpr uint32_t kCachedSizes = 256;
   double SamplesPerSecond(uint32_t n) const {
     return n >= 1 && n <= samples_per_second.size() ? samples_per_second[n - 1]

@@ -59,6 +59,7 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
   if (spec.local_batch_size > 0) model_options.default_local_batch = spec.local_batch_size;
   fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
   if (options_.keep_stats) fitted.stats.assign(stats.begin(), stats.end());
+  fitted.noise_scale = store_.GradientNoiseScale(spec.job_id, now);
   if (!fitted.model.empty()) {
     const uint32_t sizes = std::min(spec.max_replicas, Fitted::kCachedSizes);
     fitted.samples_per_second.reserve(sizes);

@@ -43,9 +43,14 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
     PlanSlot& slot, bool refitted, bool capacity_known, absl::Time now, PlannerJob& job_out,
     std::shared_ptr<const PlanInput>& source) const {
   JobEntry& entry = slot.entry;
+  std::optional<GoodputPlan> goodput =
+      GoodputPlan::Of(options_.plan_on_goodput, entry.spec, *slot.fitted,
+                      RunningReplicas(entry.status), slot.batch);
   if (const std::shared_ptr<const PlanInput>& cached = slot.plan_input;
       cached != nullptr && cached->version == entry.version && cached->fitted == slot.fitted &&
-      cached->capacity_known == capacity_known) {
+      cached->capacity_known == capacity_known &&
+      cached->goodput.has_value() == goodput.has_value() &&
+      (!goodput.has_value() || cached->goodput->running() == goodput->running())) {
     if (source != cached) {
       job_out = cached->job;
       source = cached;
@@ -113,7 +118,19 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
     default_prior = ThroughputModel::FromShares(kDefaultPriorShares, shape);
   }
   job.throughput.reserve(job.max_replicas - job.min_replicas + 1);
-  for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
+  if (input->planned_by_cluster && goodput.has_value()) {
+    // Goodput-planned: progress (samples at M0) per second at each size,
+    // with the batch the job would run there; a size where no batch fits
+    // the job's bounds gains nothing.
+    for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
+      const std::optional<BatchChoice> choice = goodput->At(n);
+      job.throughput.push_back(choice.has_value() ? choice->goodput : 0);
+    }
+    if (!job.throughput.empty() && job.throughput.front() > 0)
+      job.samples_per_second_at_min = job.throughput.front();
+    input->goodput = std::move(goodput);
+  }
+  for (uint32_t n = job.min_replicas + job.throughput.size(); n <= job.max_replicas; ++n) {
     // Planner jobs: predicted samples/s. Others: any rising curve, so the
     // planner grows them toward their wish when GPUs allow.
     double predicted = 0;
@@ -213,7 +230,7 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
   recs.reserve(prepared.size());
   result.registrations.reserve(prepared.size());
   size_t i = 0;
-  for (const auto& [id, slot] : slots) {
+  for (auto& [id, slot] : slots) {
     const JobEntry& entry = slot.entry;
     const Prepared& p = prepared[i];
     PlannedJob& planned = plan.jobs[i];  // its reason is moved out
@@ -248,6 +265,17 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
     rec.decided_at = now;
     rec.policy = std::string(p.input->policy);
     rec.gpus = planned.replicas * p.spec->gpus_per_replica;
+    if (p.input->planned_by_cluster && p.input->goodput.has_value() && planned.replicas > 0) {
+      if (const std::optional<BatchChoice> choice = p.input->goodput->At(planned.replicas);
+          choice.has_value()) {
+        rec.local_batch_size = choice->local_batch;
+        rec.accumulation_steps = choice->accumulation_steps;
+        rec.predicted_goodput = choice->goodput;
+        rec.statistical_efficiency = choice->efficiency;
+        slot.batch =
+            RecommendedBatch{{choice->local_batch, choice->accumulation_steps}, planned.replicas};
+      }
+    }
     if (p.input->planned_by_cluster && planned.replicas > 0) {
       if (planned.replicas < planner_jobs[i - 1].max_replicas)
         rec.value_one_more = planned.value_one_more;

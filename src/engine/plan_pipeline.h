@@ -31,6 +31,7 @@
 #include "rescale/metrics_store.h"
 #include "rescale/mutex.h"
 #include "rescale/policy.h"
+#include "src/engine/batch_plan.h"
 #include "src/engine/job_entry.h"
 #include "src/engine/job_registry.h"
 #include "src/engine/job_views.h"
@@ -79,6 +80,9 @@ class PlanPipeline {
     PolicyDecision wish;
     absl::Duration cooldown;  // the job's, before any backoff
     PlannerJob job;           // in_cooldown and waiting_seconds unset
+    // Goodput planning (batch_plan.h); nullopt = planned on throughput. It
+    // points into `fitted`, which this input keeps alive.
+    std::optional<GoodputPlan> goodput;
   };
   // A plan's copy of one job, kept from plan to plan and brought up to date
   // only for the jobs changed since, with what plans keep between them.
@@ -100,6 +104,9 @@ class PlanPipeline {
     // The plan-written policy memory as last checkpointed.
     bool checkpointed_exploration_stopped = false;
     std::vector<std::pair<absl::Time, uint32_t>> checkpointed_recommendations;
+    // The batch last recommended (goodput-planned jobs): what the job runs
+    // once that size is applied.
+    std::optional<RecommendedBatch> batch;
   };
   using SlotMap = absl::btree_map<std::string, PlanSlot>;
   struct PlanResult {
