@@ -57,6 +57,9 @@ std::vector<uint32_t> Running(const std::vector<ClusterJob>& jobs) {
 
 std::vector<std::string> SimulatorPolicies() {
   std::vector<std::string> names = DecisionEngine::KnownPolicies();
+  // The planner deciding on throughput alone (EngineOptions::plan_on_goodput
+  // false): the ablation of goodput planning.
+  names.emplace_back("planner-throughput");
   for (std::string_view name : kClusterNative) names.emplace_back(name);
   return names;
 }
@@ -69,7 +72,8 @@ bool IsSimulatorPolicy(std::string_view policy) {
 PolicyKind KindOf(std::string_view policy) {
   if (std::find(kClusterNative.begin(), kClusterNative.end(), policy) != kClusterNative.end())
     return PolicyKind::kClusterNative;
-  return policy == "planner" ? PolicyKind::kPlanner : PolicyKind::kPlannerWrapped;
+  return policy == "planner" || policy == "planner-throughput" ? PolicyKind::kPlanner
+                                                               : PolicyKind::kPlannerWrapped;
 }
 
 std::string_view KindName(PolicyKind kind) {
@@ -88,6 +92,7 @@ std::string EnginePolicyFor(std::string_view policy) {
   if (policy == "kubedl-raw") return "kubedl";
   if (policy == "hpa-raw") return "hpa";
   if (policy == "fifo" || policy == "tiresias") return "static-min";
+  if (policy == "planner-throughput") return "planner";
   return std::string(policy);
 }
 

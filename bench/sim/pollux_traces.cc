@@ -1,12 +1,6 @@
 // The embedded Pollux traces and their packed-placement tables (see
 // pollux_traces.h).
-//
-// Embedding. The CSVs are pulled into the object file by the assembler's
-// .incbin, with the directory given by the compile definition
-// RESCALE_SIM_POLLUX_TRACES_DIR (the repo's tests/data/pollux). That keeps a
-// single copy of the data in the repo, unchanged, and a self-contained
-// binary, without a generated source file. The build does not track the
-// CSVs as dependencies; they are a frozen copy of a published artifact.
+// The CSVs are embedded at compile time (embed.h).
 #include "bench/sim/pollux_traces.h"
 
 #include <algorithm>
@@ -16,30 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "bench/sim/csv.h"
-
-#ifndef RESCALE_SIM_POLLUX_TRACES_DIR
-#error "CMake must define RESCALE_SIM_POLLUX_TRACES_DIR (the repo's tests/data/pollux folder)"
-#endif
-
-// Defines `<symbol>_begin` and `<symbol>_end` around the bytes of `file`,
-// followed by a NUL so the text is also a C string.
-#define RESCALE_SIM_EMBED(symbol, file)                   \
-  __asm__(                                                \
-      ".pushsection .rodata\n"                            \
-      ".global " #symbol                                  \
-      "_begin\n"                                          \
-      ".hidden " #symbol "_begin\n" #symbol               \
-      "_begin:\n"                                         \
-      ".incbin \"" RESCALE_SIM_POLLUX_TRACES_DIR "/" file \
-      "\"\n"                                              \
-      ".global " #symbol                                  \
-      "_end\n"                                            \
-      ".hidden " #symbol "_end\n" #symbol                 \
-      "_end:\n"                                           \
-      ".byte 0\n"                                         \
-      ".popsection\n");                                   \
-  extern "C" const char symbol##_begin[];                 \
-  extern "C" const char symbol##_end[];
+#include "bench/sim/embed.h"
 
 RESCALE_SIM_EMBED(rescale_sim_bert_placements, "bert/placements.csv")
 RESCALE_SIM_EMBED(rescale_sim_bert_scalability, "bert/scalability.csv")

@@ -358,6 +358,9 @@ std::string ReportMarkdown(const RunDescription& run, const std::vector<PolicySu
                           run.node_gpus, run.foreign_load, run.foreign_interval_seconds,
                           run.node_aware ? "told" : "not told");
   }
+  out += run.efficiency ? ". Statistical efficiency on (measured applications progress by M x "
+                          "EFF(M) samples at M0 per step, from the Pollux validation traces)"
+                        : ". Statistical efficiency off (a larger batch is free)";
   absl::StrAppendFormat(
       &out,
       ". Seed %d, plan interval %.0f s, step noise sigma %.3g, declared-size noise sigma "

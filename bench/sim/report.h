@@ -43,7 +43,8 @@ struct RunDescription {
   double foreign_load = 0;
   double foreign_interval_seconds = 0;
   bool node_aware = false;
-  std::string baseline;  // policy the ratios divide by
+  bool efficiency = true;  // --efficiency on
+  std::string baseline;    // policy the ratios divide by
 };
 
 // The comparison table: one row per policy, times in seconds with their

@@ -75,6 +75,7 @@ struct RunFlags {
   double foreign_load = 0;
   double foreign_interval = 1800;
   bool node_aware = false;
+  std::string efficiency = "on";
   unsigned threads = 0;
   double max_days = 30;
   double max_factor = 4;
@@ -144,6 +145,12 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
                   "of each size that fit on the nodes (SetCapacity slots), false = the "
                   "allocatable total only")
       ->default_str("false");
+  cmd->add_option("--efficiency", f.efficiency,
+                  "on = statistical efficiency from the Pollux validation traces (a step at "
+                  "total batch M counts M x EFF(M) samples at M0; the planner adapts the "
+                  "batch), off = every sample counts fully (a larger batch is free)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--threads", f.threads, "concurrent runs (0 = one per core)")
       ->capture_default_str();
   cmd->add_option("--max-days", f.max_days, "stop this many virtual days after the last arrival")
@@ -231,6 +238,7 @@ SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const 
   o.foreign_load = f.foreign_load;
   o.foreign_interval_seconds = f.foreign_interval;
   o.node_aware = f.node_aware;
+  o.efficiency = f.efficiency == "on";
   o.max_seconds_after_last_arrival = f.max_days * 86400;
   return o;
 }
@@ -261,6 +269,7 @@ RunDescription DescribeRun(const RunFlags& f, const std::string& path, const Wor
   run.foreign_load = f.foreign_load;
   run.foreign_interval_seconds = f.foreign_interval;
   run.node_aware = f.node_aware;
+  run.efficiency = f.efficiency == "on";
   run.baseline = p.baseline;
   return run;
 }

@@ -26,6 +26,8 @@ EngineOptions EngineOptionsFor(const SimulationOptions& options, uint32_t jobs,
   engine.policy.horizon = absl::Seconds(options.horizon_seconds);
   engine.model.gpus_per_node = options.gpus_per_node;
   engine.planner.objective = options.objective;
+  // planner-throughput: the same planner, deciding on throughput alone.
+  engine.plan_on_goodput = options.policy != "planner-throughput";
   // Samples are ingested once per interval, stamped inside it: the store
   // must accept samples an interval old, and keep a cell for every size a
   // job may try.

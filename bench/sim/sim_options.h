@@ -33,6 +33,12 @@ struct SimulationOptions {
   // (exp(sigma*z), z standard normal per job from the seed and the job's
   // index); 0 = the exact work. Misestimates only what the engine is told.
   double size_noise = 0;
+  // The statistical-efficiency world (pollux_efficiency.h; --efficiency
+  // on|off): jobs of the measured applications progress by samples at M0
+  // (each step counts M x EFF(M)) and report gradient statistics; the
+  // `planner` adapts their batch. false: every sample counts fully, a larger
+  // batch is free, and every output is what it was before this world.
+  bool efficiency = true;
   // EngineOptions::policy defaults (rescaled's --cooldown and --horizon).
   double cooldown_seconds = 60;
   double horizon_seconds = 600;

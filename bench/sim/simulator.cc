@@ -51,11 +51,14 @@ class Simulation {
     SimJob* job;
     uint32_t target;
     uint64_t generation;
+    // The recommended batch (goodput-planned jobs): local, accumulation.
+    std::optional<std::pair<uint32_t, uint32_t>> batch;
   };
   // As rescale-adapter does: every shrink and suspension before any growth,
   // each reported with ReportApplied; then the capacity invariant.
   absl::Status ApplyChanges(std::vector<Change> changes);
-  void Apply(SimJob& job, uint32_t target);
+  absl::Status Apply(SimJob& job, uint32_t target,
+                     const std::optional<std::pair<uint32_t, uint32_t>>& batch);
   void DrawIntervalNoise(SimJob& job);
   void RecordTimeline();
   absl::Status CheckCapacity() const;
@@ -109,14 +112,13 @@ void Simulation::DrawIntervalNoise(SimJob& job) {
   job.interval_noise = 1;
   if (options_.step_noise > 0 && job.running()) {
     const double sigma = options_.step_noise;
-    const double steps =
-        std::max(1.0, options_.plan_interval_seconds / job.curve.StepSeconds(job.replicas));
+    const double steps = std::max(1.0, options_.plan_interval_seconds / job.StepSeconds());
     const double sd = std::sqrt(std::expm1(sigma * sigma) / steps);
     // A mean of positive steps is positive; the floor only guards the tail
     // of the normal approximation for tiny K.
     job.interval_noise = std::max(0.1, 1 + sd * normal_(rng_));
   }
-  job.rate = job.running() ? job.curve.SamplesPerSecond(job.replicas) / job.interval_noise : 0;
+  job.rate = job.running() ? job.ProgressPerSecond() / job.interval_noise : 0;
 }
 
 // The job's work times exp(sigma x z), z standard normal from a generator
@@ -158,6 +160,10 @@ absl::Status Simulation::Prepare() {
           absl::StrFormat("job \"%s\": %s", desc.id, curve.status().message()));
     }
     job.curve = *std::move(curve);
+    if (absl::Status s = job.PrepareBatch(options_.efficiency, options_.policy == "planner");
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("job \"%s\": %s", desc.id, s.message()));
+    }
     job.requested = std::max(
         desc.min_replicas,
         std::min(desc.requested_replicas, largest_capacity / std::max(desc.gpus_per_replica, 1u)));
@@ -232,13 +238,13 @@ void Simulation::Advance(double t) {
     const double from = now_ + restarting;
     if (from < t) {
       job.done += job.rate * (t - from);
-      const double step = job.curve.StepSeconds(job.replicas);
+      const double step = job.StepSeconds();
       const double period = step * job.interval_noise;
       if (!job.segments.empty() && job.segments.back().replicas == job.replicas &&
           job.segments.back().to == from && job.segments.back().step_period == period) {
         job.segments.back().to = t;
       } else {
-        job.segments.push_back({job.replicas, from, t, step, job.steps, period});
+        job.segments.push_back({job.replicas, from, t, step, job.steps, period, job.WorkerBatch()});
       }
       job.steps += (t - from) / period;
     }
@@ -260,6 +266,7 @@ absl::Status Simulation::Arrive(SimJob& job) {
   spec.local_batch_size = d.local_batch_size;
   spec.policy = EnginePolicyFor(options_.policy);
   spec.total_samples = job.total_samples;
+  if (job.adaptive) spec.batch_scaling = job.Limits();
   absl::StatusOr<JobView> view = engine_->RegisterJob(std::move(spec));
   if (!view.ok()) {
     return absl::InternalError(
@@ -321,6 +328,17 @@ absl::Status Simulation::Tick() {
         s.world_size = seg.replicas;
         s.step_seconds = seg.step_seconds * StepNoise();
         s.batch_size = job.desc->local_batch_size;
+        if (job.efficiency != nullptr) {
+          // An instrumented trainer's report: its batch per step, and the
+          // gradient statistics where it is in training, at M0 (AdaptDL's).
+          s.batch_size = static_cast<uint32_t>(std::lround(seg.worker_batch));
+          const GradientStats stats =
+              job.efficiency->StatsAt(job.efficiency->EpochAt(job.done / job.desc->work_samples),
+                                      seg.replicas * seg.worker_batch);
+          s.grad_sqr = stats.sqr;
+          s.grad_var = stats.var;
+          s.grad_batch = job.efficiency->initial_batch();
+        }
         const double at = seg.from + (k + 0.5) * length / count;
         // The job's step at that instant; strictly increasing per job (so
         // per pod), or the store would drop the sample as a resend.
@@ -348,8 +366,12 @@ absl::Status Simulation::Tick() {
   return absl::OkStatus();
 }
 
-void Simulation::Apply(SimJob& job, uint32_t target) {
+absl::Status Simulation::Apply(SimJob& job, uint32_t target,
+                               const std::optional<std::pair<uint32_t, uint32_t>>& batch) {
   const uint32_t before = job.replicas;
+  // The batch changes only with the size (workers read it at start).
+  if (target > 0 && target != before && job.adaptive && batch.has_value())
+    RETURN_IF_ERROR(job.SetBatch(batch->first, batch->second));
   const double cost = job.desc->restart_cost_seconds;
   if (target == 0) {
     job.phase = Phase::kSuspended;
@@ -376,6 +398,7 @@ void Simulation::Apply(SimJob& job, uint32_t target) {
   DrawIntervalNoise(job);
   result_.allocations.push_back(
       {now_, static_cast<uint32_t>(&job - jobs_.data()), job.replicas, job.gpus()});
+  return absl::OkStatus();
 }
 
 absl::Status Simulation::ApplyRecommendations() {
@@ -387,8 +410,19 @@ absl::Status Simulation::ApplyRecommendations() {
       SimJob& job = jobs_[it->second];
       if (job.phase == Phase::kDone || job.phase == Phase::kNotArrived) continue;
       const uint32_t target = rec.suspend ? 0 : rec.replicas;
-      if (target == job.replicas) continue;
-      changes.push_back({&job, target, rec.generation});
+      if (target == job.replicas) {
+        // An instrumented trainer takes a new batch at its size in place,
+        // without a restart (as AdaptDL's data loader does).
+        if (target > 0 && job.adaptive && rec.local_batch_size.has_value()) {
+          RETURN_IF_ERROR(job.SetBatch(*rec.local_batch_size, rec.accumulation_steps.value_or(0)));
+          job.rate = job.ProgressPerSecond() / job.interval_noise;
+        }
+        continue;
+      }
+      std::optional<std::pair<uint32_t, uint32_t>> batch;
+      if (rec.local_batch_size.has_value())
+        batch.emplace(*rec.local_batch_size, rec.accumulation_steps.value_or(0));
+      changes.push_back({&job, target, rec.generation, batch});
     }
     if (changes.empty()) return absl::OkStatus();
     RETURN_IF_ERROR(ApplyChanges(std::move(changes)));
@@ -400,7 +434,7 @@ absl::Status Simulation::ApplyRecommendations() {
 absl::Status Simulation::ApplyChanges(std::vector<Change> changes) {
   OrderForApply(changes, [](const Change& c) { return std::pair(c.job->replicas, c.target); });
   for (const Change& c : changes) {
-    Apply(*c.job, c.target);
+    RETURN_IF_ERROR(Apply(*c.job, c.target, c.batch));
     ++result_.reports;
     // What actually runs, which for kubedl-raw and hpa-raw may be less than
     // the wish: the policy reacts to it as it would in the real cluster.
@@ -449,7 +483,7 @@ absl::Status Simulation::ApplyClusterNative() {
     std::vector<Change> changes;
     for (size_t i = 0; i < jobs_.size(); ++i) {
       if (view[i].active && targets[i] != jobs_[i].replicas)
-        changes.push_back({&jobs_[i], targets[i], generation[i]});
+        changes.push_back({&jobs_[i], targets[i], generation[i], std::nullopt});
     }
     if (changes.empty()) return absl::OkStatus();
     RETURN_IF_ERROR(ApplyChanges(std::move(changes)));
@@ -524,9 +558,9 @@ absl::Status Simulation::ReportNodes() {
   if (reported_ == report) return absl::OkStatus();
   absl::StatusOr<ClusterView> view = engine_->SetCapacity(report);
   if (!view.ok()) {
-    return absl::InternalError(
-        absl::StrFormat("SetCapacity(%d GPUs, %d classes): %s", report.total_gpus,
-                        report.slots.size(), view.status().ToString()));
+    return absl::InternalError(absl::StrFormat("SetCapacity(%d GPUs, %d classes): %s",
+                                               report.total_gpus, report.slots.size(),
+                                               view.status().ToString()));
   }
   reported_ = std::move(report);
   return absl::OkStatus();
