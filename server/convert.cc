@@ -173,6 +173,11 @@ void ToProto(const Recommendation& rec, v1::Recommendation* proto) {
   proto->set_gpus(rec.gpus);
   if (rec.value_one_more) proto->set_value_one_more(*rec.value_one_more);
   if (rec.value_one_fewer) proto->set_value_one_fewer(*rec.value_one_fewer);
+  // Unset stays unset: clients tell a goodput-planned job by their presence.
+  if (rec.local_batch_size) proto->set_local_batch_size(*rec.local_batch_size);
+  if (rec.accumulation_steps) proto->set_accumulation_steps(*rec.accumulation_steps);
+  if (rec.predicted_goodput) proto->set_predicted_goodput(*rec.predicted_goodput);
+  if (rec.statistical_efficiency) proto->set_statistical_efficiency(*rec.statistical_efficiency);
 }
 
 void ToProto(const JobView& view, v1::Job* proto) {

@@ -13,6 +13,13 @@
 // suspended); StreamIsActive (trigger type external-push) sends the
 // activity at once, then again each time it changes.
 //
+// The batch of a goodput-planned job (Recommendation.local_batch_size,
+// accumulation_steps) is not served: KEDA's contract carries metric names
+// and values only, nothing KEDA writes to the workload, and a second metric
+// would not do either, as the HPA scales to the largest of its metrics.
+// rescale-adapter carries the batch, as annotations of the change it
+// patches (client/adapter/pytorchjob.h).
+//
 // Calls are authorised as reads of the job's namespace (role viewer or
 // above). KEDA authenticates with a client certificate (TriggerAuthentication
 // caCert, tlsClientCert, tlsClientKey): it sends no bearer token. Every

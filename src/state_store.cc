@@ -169,6 +169,14 @@ std::string RecommendationToJson(const Recommendation& rec) {
               {"gpus", rec.gpus}};
   if (rec.value_one_more) out["value_one_more"] = DoubleToJson(*rec.value_one_more);
   if (rec.value_one_fewer) out["value_one_fewer"] = DoubleToJson(*rec.value_one_fewer);
+  // Goodput-planned jobs only. Kept so that a restarted rescaled, or a
+  // follower, serves the batch the adapter may already have applied.
+  if (rec.local_batch_size) out["local_batch_size"] = *rec.local_batch_size;
+  if (rec.accumulation_steps) out["accumulation_steps"] = *rec.accumulation_steps;
+  if (rec.predicted_goodput) out["predicted_goodput"] = DoubleToJson(*rec.predicted_goodput);
+  if (rec.statistical_efficiency) {
+    out["statistical_efficiency"] = DoubleToJson(*rec.statistical_efficiency);
+  }
   return out.dump();
 }
 
@@ -192,6 +200,16 @@ absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text) {
     if (j.contains("value_one_more")) rec.value_one_more = DoubleFromJson(j.at("value_one_more"));
     if (j.contains("value_one_fewer"))
       rec.value_one_fewer = DoubleFromJson(j.at("value_one_fewer"));
+    // Absent from records of jobs planned on throughput, and of every
+    // recommendation written before goodput planning.
+    if (j.contains("local_batch_size"))
+      rec.local_batch_size = j.at("local_batch_size").get<uint32_t>();
+    if (j.contains("accumulation_steps"))
+      rec.accumulation_steps = j.at("accumulation_steps").get<uint32_t>();
+    if (j.contains("predicted_goodput"))
+      rec.predicted_goodput = DoubleFromJson(j.at("predicted_goodput"));
+    if (j.contains("statistical_efficiency"))
+      rec.statistical_efficiency = DoubleFromJson(j.at("statistical_efficiency"));
     return rec;
   } catch (const json::exception& e) {
     return absl::DataLossError(

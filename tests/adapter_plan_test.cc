@@ -1,7 +1,8 @@
 // Tests of rescale-adapter's plan boundaries: the adapter applies a plan
 // whole, releases first, when the plan's changes reach it in several reads
 // with the applier waking in between, and still applies a rescaled that
-// sends no PLAN_END (plan_id 0) as it did before.
+// sends no PLAN_END (plan_id 0) as it did before. Also what only a scripted
+// rescaled can send an adapter-registered job: a recommended batch.
 //
 // rescaled is scripted here (ScriptedRescaled): the test decides which
 // event the stream carries and when, which a real rescaled cannot be made
@@ -98,12 +99,24 @@ class ScriptedRescaled final : public v1::JobService::Service,
   grpc::Status RegisterJob(grpc::ServerContext*, const v1::RegisterJobRequest* request,
                            v1::Job* job) override {
     *job->mutable_spec() = request->spec();
+    RecordSpec(request->spec());
     return grpc::Status::OK;
   }
   grpc::Status UpdateJob(grpc::ServerContext*, const v1::UpdateJobRequest* request,
                          v1::Job* job) override {
     *job->mutable_spec() = request->spec();
+    RecordSpec(request->spec());
     return grpc::Status::OK;
+  }
+  // Waits until a RegisterJob or UpdateJob carried a spec `want` holds for.
+  bool WaitForSpec(const std::function<bool(const v1::JobSpec&)>& want) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kDeadline, [&] {
+      for (const v1::JobSpec& spec : specs_) {
+        if (want(spec)) return true;
+      }
+      return false;
+    });
   }
   grpc::Status DeregisterJob(grpc::ServerContext*, const v1::DeregisterJobRequest*,
                              v1::DeregisterJobResponse*) override {
@@ -139,11 +152,20 @@ class ScriptedRescaled final : public v1::JobService::Service,
   }
 
  private:
+  void RecordSpec(const v1::JobSpec& spec) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      specs_.push_back(spec);
+    }
+    cv_.notify_all();
+  }
+
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<v1::RecommendationEvent> script_;
+  std::vector<v1::JobSpec> specs_;  // every spec registered or updated, in order
   bool closed_ = false;
 };
 
@@ -309,6 +331,70 @@ TEST_CASE("a rescaled that sends no PLAN_END (plan_id 0) has each change applied
   h.rescaled.Push(Type::MODIFIED, "default/a-grow", 3, 2, 0);
   REQUIRE(h.log.WaitFor(Kind::kApplied, "default/a-grow", 2));
   CHECK(Workers(h.kube.Object(grow)) == 3);
+}
+
+TEST_CASE("a recommended batch is annotated with its change; one without a batch leaves it") {
+  Harness h;
+  const std::string path = JobPath("a-grow");
+  auto job_patches = [&] {
+    std::vector<json> bodies;
+    for (const RecordedRequest& request : h.kube.Writes()) {
+      if (request.method == "PATCH" && request.path == path) {
+        bodies.push_back(json::parse(request.body));
+      }
+    }
+    return bodies;
+  };
+  json job = PyTorchJob("a-grow", 1);
+  job["metadata"]["annotations"]["rescale.io/local-batch-size"] = "32";  // as the user declared
+  h.kube.Put(job);
+  h.rescaled.Push(Type::ADDED, "default/a-grow", 1, 1, 1);
+  h.rescaled.Push(Type::SYNCED, "", 0, 0, 1);
+  h.StartAdapter();
+  REQUIRE(h.log.WaitFor(Kind::kApplied, "default/a-grow", 1));
+  REQUIRE(h.rescaled.WaitForSpec([](const v1::JobSpec& spec) {
+    return spec.job_id() == "default/a-grow" && spec.local_batch_size() == 32;
+  }));
+
+  // Goodput-planned: 3 replicas at 64 per micro-step, 2 extra micro-steps.
+  v1::RecommendationEvent grow;
+  grow.set_type(Type::MODIFIED);
+  grow.set_plan_id(2);
+  v1::Recommendation* rec = grow.mutable_recommendation();
+  rec->set_job_id("default/a-grow");
+  rec->set_replicas(3);
+  rec->set_generation(2);
+  rec->set_reason("scripted");
+  rec->set_local_batch_size(64);
+  rec->set_accumulation_steps(2);
+  h.rescaled.Push(grow);
+  h.rescaled.Push(Type::PLAN_END, "", 0, 0, 2);
+  REQUIRE(h.log.WaitFor(Kind::kApplied, "default/a-grow", 2));
+  std::vector<json> patches = job_patches();
+  REQUIRE(patches.size() == 1);
+  // In the same patch as the replicas: new workers start with their batch.
+  CHECK(patches[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3);
+  CHECK(patches[0]["metadata"]["annotations"]["rescale.io/local-batch-size"] == "64");
+  CHECK(patches[0]["metadata"]["annotations"]["rescale.io/accumulation-steps"] == "2");
+  // The job, seen changed, registers at the batch its workers now run.
+  REQUIRE(h.rescaled.WaitForSpec([](const v1::JobSpec& spec) {
+    return spec.job_id() == "default/a-grow" && spec.local_batch_size() == 64;
+  }));
+
+  // Planned on throughput again: the change names no batch, and the workers
+  // keep the one they were given.
+  h.rescaled.Push(Type::MODIFIED, "default/a-grow", 2, 3, 3);
+  h.rescaled.Push(Type::PLAN_END, "", 0, 0, 3);
+  REQUIRE(h.log.WaitFor(Kind::kApplied, "default/a-grow", 3));
+  patches = job_patches();
+  REQUIRE(patches.size() == 2);
+  CHECK(patches[1]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2);
+  CHECK_FALSE(patches[1]["metadata"]["annotations"].contains("rescale.io/local-batch-size"));
+  CHECK_FALSE(patches[1]["metadata"]["annotations"].contains("rescale.io/accumulation-steps"));
+  const json annotations = h.kube.Object(path)["metadata"]["annotations"];
+  CHECK(annotations.value("rescale.io/local-batch-size", "") == "64");
+  CHECK(annotations.value("rescale.io/accumulation-steps", "") == "2");
+  CHECK(annotations.value("rescale.io/generation", "") == "3");
 }
 
 }  // namespace

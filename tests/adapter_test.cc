@@ -582,6 +582,46 @@ TEST_CASE("the annotations of a change are valid strings and go in the change's 
   CHECK_NOTHROW(json(reason).dump());
 }
 
+TEST_CASE("a recommended batch goes in the change's patch, and only when there is one") {
+  v1::Recommendation recommendation;
+  recommendation.set_replicas(4);
+  recommendation.set_generation(7);
+  recommendation.set_reason("planner");
+  // Planned on throughput: the job's declared rescale.io/local-batch-size is
+  // not the adapter's to touch, so the patch names no batch at all.
+  auto annotations = rescale::adapter::RecommendationAnnotations(recommendation, "planner");
+  CHECK(annotations.count("rescale.io/local-batch-size") == 0);
+  CHECK(annotations.count("rescale.io/accumulation-steps") == 0);
+  CHECK_FALSE(
+      rescale::adapter::WorkerPatch("42", 4, std::nullopt, annotations)["metadata"]["annotations"]
+          .contains("rescale.io/local-batch-size"));
+
+  recommendation.set_local_batch_size(64);
+  recommendation.set_accumulation_steps(2);
+  annotations = rescale::adapter::RecommendationAnnotations(recommendation, "planner");
+  CHECK(rescale::adapter::WorkerPatch("42", 4, std::nullopt, annotations) ==
+        json::parse(R"({"metadata":{"resourceVersion":"42",
+                          "annotations":{"rescale.io/recommended-replicas":"4",
+                                         "rescale.io/generation":"7",
+                                         "rescale.io/reason":"planner",
+                                         "rescale.io/local-batch-size":"64",
+                                         "rescale.io/accumulation-steps":"2"}},
+                        "spec":{"pytorchReplicaSpecs":{"Worker":{"replicas":4}}}})"));
+  // A batch without accumulation says so: workers given 2 before stop.
+  recommendation.clear_accumulation_steps();
+  CHECK(rescale::adapter::RecommendationAnnotations(recommendation, "planner")
+            .at("rescale.io/accumulation-steps") == "0");
+
+  // The job then registers at the batch its workers run.
+  JobParams params;
+  params.annotations = {{"rescale.io/local-batch-size", "32"}};
+  json object = PyTorchJob(params);
+  for (const auto& [key, value] : annotations) object["metadata"]["annotations"][key] = value;
+  absl::StatusOr<rescale::adapter::JobInfo> job = rescale::adapter::ParsePyTorchJob(object);
+  REQUIRE(job.ok());
+  CHECK(rescale::adapter::ToJobSpec(*job).local_batch_size() == 64);
+}
+
 TEST_CASE("ParseTrainJob registers min and max as numNodes and reads GPUs per node") {
   TrainJobParams p;
   p.num_nodes = 3;

@@ -162,6 +162,45 @@ TEST_CASE("recommendations carry enums and decision time, never is left unset") 
   CHECK_FALSE(status_proto.has_last_applied_at());
 }
 
+TEST_CASE("a recommendation's batch and goodput reach the wire only when the plan set them") {
+  // Through the wire format too: presence must survive serialization, so a
+  // client can tell "not goodput-planned" from an explicit 0.
+  auto round_trip = [](const rescale::Recommendation& rec) {
+    v1::Recommendation sent;
+    ToProto(rec, &sent);
+    v1::Recommendation received;
+    REQUIRE(received.ParseFromString(sent.SerializeAsString()));
+    return received;
+  };
+  rescale::Recommendation rec;
+  rec.job_id = "ns/job";
+  rec.replicas = 4;
+  rec.predicted_samples_per_second = 900;
+
+  const v1::Recommendation plain = round_trip(rec);
+  CHECK(plain.replicas() == 4);
+  CHECK_FALSE(plain.has_local_batch_size());
+  CHECK_FALSE(plain.has_accumulation_steps());
+  CHECK_FALSE(plain.has_predicted_goodput());
+  CHECK_FALSE(plain.has_statistical_efficiency());
+
+  rec.local_batch_size = 64;
+  rec.accumulation_steps = 0;  // goodput-planned without accumulation: set, not absent
+  rec.predicted_goodput = 512.25;
+  rec.statistical_efficiency = 0.625;
+  const v1::Recommendation planned = round_trip(rec);
+  REQUIRE(planned.has_local_batch_size());
+  CHECK(planned.local_batch_size() == 64);
+  REQUIRE(planned.has_accumulation_steps());
+  CHECK(planned.accumulation_steps() == 0);
+  CHECK(planned.predicted_goodput() == 512.25);
+  CHECK(planned.statistical_efficiency() == 0.625);
+  CHECK(planned.predicted_samples_per_second() == 900);
+
+  rec.accumulation_steps = 3;
+  CHECK(round_trip(rec).accumulation_steps() == 3);
+}
+
 TEST_CASE("watch events carry their plan id; SYNCED and PLAN_END no recommendation") {
   rescale::RecommendationEvent change;
   change.type = rescale::RecommendationEvent::Type::kModified;

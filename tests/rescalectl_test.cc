@@ -208,7 +208,7 @@ TEST_CASE("register reads a YAML manifest and get job shows the same values in e
     CHECK(SplitWords(lines[0]) ==
           std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY",
                                    "POLICY", "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS",
-                                   "STATE", "QUEUE", "PROGRESS", "ETA"});
+                                   "STATE", "QUEUE", "PROGRESS", "ETA", "BATCH", "EFFICIENCY"});
     // get job is one job, not the cluster: no summary line.
     CHECK(got.err.empty());
     auto rows = ParseTable(got.out);
@@ -1598,7 +1598,7 @@ TEST_CASE("the jobs table appends GPUS, STATE and QUEUE after the eleven contrac
   CHECK(SplitWords(SplitLines(text)[0]) ==
         std::vector<std::string>{"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY",
                                  "POLICY", "CURRENT", "RECOMMENDED", "ACTION", "AGE", "GPUS",
-                                 "STATE", "QUEUE", "PROGRESS", "ETA"});
+                                 "STATE", "QUEUE", "PROGRESS", "ETA", "BATCH", "EFFICIENCY"});
   const auto rows = ParseTable(text);
   REQUIRE(rows.size() == 3);
   CHECK(rows[0].at("GPUS") == "6");
@@ -1644,6 +1644,109 @@ TEST_CASE("the jobs table shows progress against total_samples and the remaining
   CHECK(rows[1].at("ETA") == "0s");
   CHECK(rows[2].at("PROGRESS") == "-");
   CHECK(rows[2].at("ETA") == "-");
+}
+
+TEST_CASE("the jobs table shows the recommended batch and its efficiency after ETA",
+          "[rescalectl][output]") {
+  google::protobuf::RepeatedPtrField<rescale::v1::Job> jobs;
+  rescale::v1::Job* single = jobs.Add();
+  *single = JobWith(true, 4, 4, false);
+  single->mutable_spec()->set_job_id("default/single");
+  single->mutable_recommendation()->set_local_batch_size(64);
+  single->mutable_recommendation()->set_accumulation_steps(0);
+  single->mutable_recommendation()->set_statistical_efficiency(0.8125);
+  single->mutable_status()->set_statistical_efficiency(0.5);  // the running batch's: not shown
+  rescale::v1::Job* accumulating = jobs.Add();
+  *accumulating = JobWith(true, 2, 2, false);
+  accumulating->mutable_spec()->set_job_id("default/accumulating");
+  accumulating->mutable_recommendation()->set_local_batch_size(64);
+  accumulating->mutable_recommendation()->set_accumulation_steps(2);
+  accumulating->mutable_recommendation()->set_statistical_efficiency(1.046);
+  rescale::v1::Job* running_only = jobs.Add();
+  *running_only = JobWith(true, 2, 2, false);
+  running_only->mutable_spec()->set_job_id("default/running-only");
+  running_only->mutable_status()->set_statistical_efficiency(0.9);
+  rescale::v1::Job* plain = jobs.Add();
+  *plain = JobWith(true, 2, 2, false);
+  plain->mutable_spec()->set_job_id("default/plain");
+  rescale::v1::Job* fresh = jobs.Add();
+  *fresh = JobWith(false, 0, 0, false);
+  fresh->mutable_spec()->set_job_id("default/fresh");
+
+  const std::string text = rescale::cli::FormatJobsTable(jobs, absl::FromUnixSeconds(0));
+  INFO(text);
+  const auto rows = ParseTable(text);
+  REQUIRE(rows.size() == 5);
+  CHECK(rows[0].at("BATCH") == "64");
+  CHECK(rows[0].at("EFFICIENCY") == "81%");  // the recommended batch's
+  // Two extra micro-steps: three of 64 per optimizer step.
+  CHECK(rows[1].at("BATCH") == "64x3");
+  CHECK(rows[1].at("EFFICIENCY") == "105%");  // below the initial batch: above 1
+  // Planned on throughput, but reporting gradient statistics.
+  CHECK(rows[2].at("BATCH") == "-");
+  CHECK(rows[2].at("EFFICIENCY") == "90%");
+  CHECK(rows[3].at("BATCH") == "-");
+  CHECK(rows[3].at("EFFICIENCY") == "-");
+  CHECK(rows[4].at("BATCH") == "-");
+  CHECK(rows[4].at("EFFICIENCY") == "-");
+}
+
+TEST_CASE("describe shows a goodput-planned recommendation's batch, goodput and efficiency",
+          "[rescalectl][output]") {
+  rescale::v1::Job job = JobWith(true, 4, 4, false);
+  job.mutable_status()->set_statistical_efficiency(0.5);
+  std::string text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+  std::string recommendation = text.substr(text.find("Recommendation:\n"));
+  // Planned on throughput: none of the rows.
+  for (const char* key :
+       {"Local Batch Size", "Accumulation Steps", "Predicted Goodput", "Statistical Efficiency"}) {
+    CHECK_FALSE(DescribedValue(recommendation, key).has_value());
+  }
+
+  auto* rec = job.mutable_recommendation();
+  rec->set_local_batch_size(64);
+  rec->set_accumulation_steps(2);
+  rec->set_predicted_goodput(431.46);
+  rec->set_statistical_efficiency(0.8125);
+  text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+  INFO(text);
+  recommendation = text.substr(text.find("Recommendation:\n"));
+  CHECK(DescribedValue(recommendation, "Local Batch Size") == "64 per worker");
+  CHECK(DescribedValue(recommendation, "Accumulation Steps") ==
+        "2 (3 micro-steps per optimizer step; total batch 768)");
+  CHECK(DescribedValue(recommendation, "Predicted Goodput") ==
+        "431.5 (samples/s at the initial batch)");
+  CHECK(DescribedValue(recommendation, "Statistical Efficiency") == "0.81");
+  // The Status section keeps the efficiency of the batch the job runs now.
+  CHECK(DescribedValue(text, "Statistical Efficiency") == "0.50");
+
+  rec->set_accumulation_steps(0);
+  recommendation = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+  recommendation = recommendation.substr(recommendation.find("Recommendation:\n"));
+  CHECK(DescribedValue(recommendation, "Accumulation Steps") ==
+        "0 (1 micro-step per optimizer step; total batch 256)");
+}
+
+TEST_CASE("-o json and -o yaml carry the recommendation's batch fields only when set",
+          "[rescalectl][output]") {
+  rescale::v1::Job job = JobWith(true, 4, 4, false);
+  nlohmann::json json = nlohmann::json::parse(rescale::cli::MessageToJson(job, true));
+  for (const char* key :
+       {"localBatchSize", "accumulationSteps", "predictedGoodput", "statisticalEfficiency"}) {
+    CHECK_FALSE(json.at("recommendation").contains(key));
+  }
+  auto* rec = job.mutable_recommendation();
+  rec->set_local_batch_size(64);
+  rec->set_accumulation_steps(0);
+  rec->set_predicted_goodput(431.5);
+  rec->set_statistical_efficiency(0.8125);
+  json = nlohmann::json::parse(rescale::cli::MessageToJson(job, true));
+  const nlohmann::json& fields = json.at("recommendation");
+  CHECK(fields.at("localBatchSize") == 64);
+  CHECK(fields.at("accumulationSteps") == 0);  // set: present even at 0
+  CHECK(fields.at("predictedGoodput") == 431.5);
+  CHECK(fields.at("statisticalEfficiency") == 0.8125);
+  CHECK(rescale::cli::YamlToJson(YAML::Load(rescale::cli::MessageToYaml(job))) == json);
 }
 
 TEST_CASE("describe shows progress in compact counts and the remaining time at the running size",

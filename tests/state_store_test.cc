@@ -96,6 +96,20 @@ void CheckSameRecommendation(const Recommendation& got, const Recommendation& wa
   CHECK(got.gpus == want.gpus);
   CHECK(got.value_one_more == want.value_one_more);
   CHECK(got.value_one_fewer == want.value_one_fewer);
+  CHECK(got.local_batch_size == want.local_batch_size);
+  CHECK(got.accumulation_steps == want.accumulation_steps);
+  CHECK(got.predicted_goodput == want.predicted_goodput);
+  CHECK(got.statistical_efficiency == want.statistical_efficiency);
+}
+
+// A goodput-planned job's recommendation: SampleRecommendation with a batch.
+Recommendation SampleGoodputRecommendation(const std::string& id, uint64_t generation) {
+  Recommendation rec = SampleRecommendation(id, generation);
+  rec.local_batch_size = 64;
+  rec.accumulation_steps = 2;
+  rec.predicted_goodput = 431.5;
+  rec.statistical_efficiency = 0.8125;
+  return rec;
 }
 
 StoredMeasurements SampleMeasurements(const std::string& id) {
@@ -415,6 +429,67 @@ TEST_CASE("sqlite state store: another program's SQLite file is refused") {
   REQUIRE(!store.ok());
   CHECK_THAT(std::string(store.status().message()),
              Catch::Contains(path) && Catch::Contains("not a Rescale state file"));
+}
+
+TEST_CASE("a recommendation's batch and goodput are kept when set, and old records still load") {
+  using state_internal::RecommendationFromJson;
+  using state_internal::RecommendationToJson;
+  const Recommendation planned = SampleGoodputRecommendation("ns/a", 5);
+  absl::StatusOr<Recommendation> read = RecommendationFromJson(RecommendationToJson(planned));
+  REQUIRE(read.ok());
+  CheckSameRecommendation(*read, planned);
+
+  // Planned without accumulation: an explicit 0 stays set.
+  Recommendation no_accumulation = planned;
+  no_accumulation.accumulation_steps = 0;
+  read = RecommendationFromJson(RecommendationToJson(no_accumulation));
+  REQUIRE(read.ok());
+  CHECK(read->accumulation_steps == std::optional<uint32_t>(0));
+
+  // Planned on throughput: none of the keys written, none read back.
+  const Recommendation plain = SampleRecommendation("ns/b", 9);
+  const std::string text = RecommendationToJson(plain);
+  for (const char* key :
+       {"local_batch_size", "accumulation_steps", "predicted_goodput", "statistical_efficiency"}) {
+    CHECK(text.find(key) == std::string::npos);
+  }
+  read = RecommendationFromJson(text);
+  REQUIRE(read.ok());
+  CheckSameRecommendation(*read, plain);
+
+  // A record as rescaled wrote it before goodput planning.
+  read = RecommendationFromJson(
+      R"({"job_id":"ns/old","replicas":2,"suspend":false,"action":1,"generation":3,)"
+      R"("reason":"r","binding_constraint":1,"current_samples_per_second":10.5,)"
+      R"("predicted_samples_per_second":12,"queue_position":0,"decided_at":null,)"
+      R"("policy":"planner","gpus":2})");
+  INFO(read.status());
+  REQUIRE(read.ok());
+  CHECK(read->replicas == 2);
+  CHECK_FALSE(read->local_batch_size.has_value());
+  CHECK_FALSE(read->accumulation_steps.has_value());
+  CHECK_FALSE(read->predicted_goodput.has_value());
+  CHECK_FALSE(read->statistical_efficiency.has_value());
+}
+
+TEST_CASE("sqlite state store: a goodput recommendation loads with its batch from a new store") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    std::unique_ptr<StateStore> store = MustOpen("sqlite:" + path);
+    REQUIRE(store->PutJob(SampleJob("ns/a")).ok());
+    REQUIRE(store->PutJob(SampleJob("ns/b")).ok());
+    REQUIRE(store
+                ->PutRecommendations(
+                    {{SampleGoodputRecommendation("ns/a", 5), SampleRecommendation("ns/b", 9)}})
+                .ok());
+  }
+  absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
+  INFO(state.status());
+  REQUIRE(state.ok());
+  REQUIRE(state->recommendations.size() == 2);
+  CheckSameRecommendation(state->recommendations[0], SampleGoodputRecommendation("ns/a", 5));
+  CheckSameRecommendation(state->recommendations[1], SampleRecommendation("ns/b", 9));
 }
 
 TEST_CASE("sqlite state store: a record that does not parse stops Load, naming the job") {

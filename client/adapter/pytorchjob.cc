@@ -246,10 +246,18 @@ json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> wo
 
 std::map<std::string, std::string> RecommendationAnnotations(
     const v1::Recommendation& recommendation, const std::string& reason) {
-  return {{kRecommendedReplicasAnnotation,
-           std::to_string(recommendation.suspend() ? 0 : recommendation.replicas())},
-          {kGenerationAnnotation, std::to_string(recommendation.generation())},
-          {kReasonAnnotation, SanitizeText(reason, kMaxReasonAnnotationBytes)}};
+  std::map<std::string, std::string> annotations = {
+      {kRecommendedReplicasAnnotation,
+       std::to_string(recommendation.suspend() ? 0 : recommendation.replicas())},
+      {kGenerationAnnotation, std::to_string(recommendation.generation())},
+      {kReasonAnnotation, SanitizeText(reason, kMaxReasonAnnotationBytes)}};
+  if (recommendation.has_local_batch_size()) {
+    annotations[kLocalBatchSizeAnnotation] = std::to_string(recommendation.local_batch_size());
+    // Written with the batch even when 0: a stale value from an earlier
+    // batch would otherwise make the workers accumulate.
+    annotations[kAccumulationStepsAnnotation] = std::to_string(recommendation.accumulation_steps());
+  }
+  return annotations;
 }
 
 namespace {

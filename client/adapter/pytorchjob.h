@@ -47,6 +47,14 @@ inline constexpr char kParameterAnnotationPrefix[] = "rescale.io/parameter.";
 inline constexpr char kRecommendedReplicasAnnotation[] = "rescale.io/recommended-replicas";
 inline constexpr char kGenerationAnnotation[] = "rescale.io/generation";
 inline constexpr char kReasonAnnotation[] = "rescale.io/reason";
+// A goodput-planned recommendation's batch goes with its change, in the same
+// patch: kLocalBatchSizeAnnotation (the one the job declares its batch in,
+// so its workers, which read it when they start, and its next registration
+// both see the batch they run) and the extra micro-steps per optimizer step
+// (Recommendation.accumulation_steps). Left as they are by a recommendation
+// without a batch: the workers keep the batch they were last given, and the
+// user's declared batch is never removed.
+inline constexpr char kAccumulationStepsAnnotation[] = "rescale.io/accumulation-steps";
 // Longest rescale.io/reason value written, in bytes: a readable sentence,
 // far below the API server's 256 KiB for all annotations together.
 inline constexpr size_t kMaxReasonAnnotationBytes = 1024;
@@ -136,7 +144,10 @@ nlohmann::json WorkerPatch(const std::string& resource_version, std::optional<ui
 // The rescale.io/recommended-replicas, rescale.io/generation and
 // rescale.io/reason annotations for applying `recommendation`, with
 // `reason` (the recommendation's reason as applied, see AppliedReason) made
-// a valid annotation value by SanitizeText(reason, kMaxReasonAnnotationBytes).
+// a valid annotation value by SanitizeText(reason, kMaxReasonAnnotationBytes);
+// when the recommendation has a batch (local_batch_size set), also
+// rescale.io/local-batch-size and rescale.io/accumulation-steps ("0" when
+// unset).
 std::map<std::string, std::string> RecommendationAnnotations(
     const v1::Recommendation& recommendation, const std::string& reason);
 

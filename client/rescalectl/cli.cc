@@ -497,7 +497,11 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
       get, "jobs", "List registered jobs", [&](Session& s) { return GetJobs(s, jobs_namespace); },
       "STATE is Running, Starting (recommended, not yet applied), Waiting\n"
       "(queued for capacity; QUEUE is its place), Suspended or Pending (no\n"
-      "recommendation yet). In table mode a line on stderr then gives the\n"
+      "recommendation yet). BATCH is the batch recommended to a goodput-planned\n"
+      "job, LOCAL or LOCALxSTEPS: LOCAL samples per worker per micro-step, STEPS\n"
+      "micro-steps per optimizer step (64x3 = 3 micro-steps of 64), '-' when\n"
+      "none. EFFICIENCY is that batch's statistical efficiency (else the running\n"
+      "batch's), '-' when unknown. In table mode a line on stderr then gives the\n"
       "cluster's GPU utilisation, waiting jobs and the plan's optimality gap.");
   get_jobs->add_option("-n,--namespace", jobs_namespace, "Only jobs in this namespace");
 

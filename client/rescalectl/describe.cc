@@ -156,6 +156,25 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
     rec_section.Add("GPUs", absl::StrCat(rec.gpus()));
     rec_section.Add("Current Samples/s", Rate(rec.current_samples_per_second()));
     rec_section.Add("Predicted Samples/s", Rate(rec.predicted_samples_per_second()));
+    // Goodput-planned jobs only: the batch the workers are to run at these
+    // replicas, and the progress it buys.
+    if (rec.has_local_batch_size()) {
+      const uint64_t micro_steps = uint64_t{rec.accumulation_steps()} + 1;
+      rec_section.Add("Local Batch Size", absl::StrCat(rec.local_batch_size(), " per worker"));
+      rec_section.Add(
+          "Accumulation Steps",
+          absl::StrCat(rec.accumulation_steps(), " (", micro_steps,
+                       micro_steps == 1 ? " micro-step" : " micro-steps",
+                       " per optimizer step; total batch ",
+                       uint64_t{rec.replicas()} * rec.local_batch_size() * micro_steps, ")"));
+    }
+    if (rec.has_predicted_goodput()) {
+      rec_section.Add("Predicted Goodput",
+                      Rate(rec.predicted_goodput()) + " (samples/s at the initial batch)");
+    }
+    if (rec.has_statistical_efficiency()) {
+      rec_section.Add("Statistical Efficiency", FormatDouble("%.2f", rec.statistical_efficiency()));
+    }
     // Why this size and not a neighbour: the planner's utility would change
     // by these amounts. Unset when the neighbouring size is not allowed.
     if (rec.has_value_one_more()) {

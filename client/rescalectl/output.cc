@@ -70,6 +70,26 @@ std::string RemainingTime(const v1::JobStatus& status) {
   return HumanDuration(absl::Seconds(status.estimated_remaining_seconds()));
 }
 
+std::string RecommendedBatch(const v1::Recommendation& rec) {
+  if (!rec.has_local_batch_size()) return "-";
+  if (rec.accumulation_steps() == 0) return absl::StrCat(rec.local_batch_size());
+  // Micro-steps, not the extra ones: "64x3" then multiplies out to the
+  // samples per worker per optimizer step, as an "x" reads.
+  return absl::StrCat(rec.local_batch_size(), "x", uint64_t{rec.accumulation_steps()} + 1);
+}
+
+std::string EfficiencyPercent(const v1::Job& job) {
+  double efficiency = 0;
+  if (job.recommendation().has_statistical_efficiency()) {
+    efficiency = job.recommendation().statistical_efficiency();
+  } else if (job.status().has_statistical_efficiency()) {
+    efficiency = job.status().statistical_efficiency();
+  } else {
+    return "-";
+  }
+  return FormatDouble("%.0f%%", 100 * efficiency);
+}
+
 std::string UtilizationPercent(const v1::Cluster& cluster) {
   double utilization = cluster.utilization();
   if (utilization <= 0 && cluster.total_gpus() > 0) {

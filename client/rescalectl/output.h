@@ -79,11 +79,15 @@ class Table {
 };
 
 // get jobs / get job: NAMESPACE NAME MIN MAX GPUS/REPLICA PRIORITY POLICY
-// CURRENT RECOMMENDED ACTION AGE GPUS STATE QUEUE. The first eleven columns
-// are a contract with scripts and keep their names and places; newer ones
-// are appended. `now` computes AGE. GPUS is the recommendation's GPUs (what
-// the job holds at the recommended size), STATE is JobState, QUEUE the
-// 1-based wait-queue position or "-".
+// CURRENT RECOMMENDED ACTION AGE GPUS STATE QUEUE PROGRESS ETA BATCH
+// EFFICIENCY. The first eleven columns are a contract with scripts and keep
+// their names and places; newer ones are appended. `now` computes AGE. GPUS
+// is the recommendation's GPUs (what the job holds at the recommended size),
+// STATE is JobState, QUEUE the 1-based wait-queue position or "-". BATCH is
+// the recommended batch of a goodput-planned job, "64" or "64x3" (local batch
+// x micro-steps per optimizer step), else "-"; EFFICIENCY the statistical
+// efficiency of that batch, else of the one the job runs, as a percentage,
+// else "-".
 std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                             absl::Time now);
 
@@ -112,7 +116,10 @@ std::string FormatRecommendationsTable(
 // curve (FormatThroughputCurve) and Recommendation sections. The
 // Recommendation section shows the planner's marginal values ("Value of one
 // more replica:", "Value of one fewer replica:", %.4f) when the server set
-// them, and the queue position when the job waits.
+// them, the queue position when the job waits, and for a goodput-planned job
+// its batch ("Local Batch Size:", "Accumulation Steps:" with the micro-steps
+// and the total batch), "Predicted Goodput:" and "Statistical Efficiency:"
+// (%.2f), each when set.
 std::string DescribeJob(const v1::Job& job, absl::Time now);
 
 // The "Throughput curve" section of describe job. With no points: the single

@@ -50,6 +50,18 @@ std::string ProgressPercent(const v1::Job& job);
 // The estimated remaining time as an age ("5m", "2h13m"), or "-" when unset.
 std::string RemainingTime(const v1::JobStatus& status);
 
+// The batch a goodput-planned recommendation asks for, as LOCAL or
+// LOCALxSTEPS: LOCAL samples per worker per micro-step, STEPS micro-steps
+// per optimizer step (accumulation_steps + 1), so the product is what each
+// worker processes per optimizer step: "64", or "64x3" for accumulation_steps
+// 2. "-" when the recommendation sets no batch (planned on throughput).
+std::string RecommendedBatch(const v1::Recommendation& rec);
+
+// Statistical efficiency as a percentage, "81%": of the recommended batch
+// when the recommendation has one, else of the batch the job runs now
+// (JobStatus), else "-".
+std::string EfficiencyPercent(const v1::Job& job);
+
 // allocated / total as a percentage, "75%". Servers from before
 // Cluster.utilization existed send 0; the field's definition gives the same
 // number from the counts.

@@ -59,7 +59,8 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
                             absl::Time now) {
   // The first eleven columns are a contract with scripts; new ones go last.
   Table table({"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY", "POLICY", "CURRENT",
-               "RECOMMENDED", "ACTION", "AGE", "GPUS", "STATE", "QUEUE", "PROGRESS", "ETA"});
+               "RECOMMENDED", "ACTION", "AGE", "GPUS", "STATE", "QUEUE", "PROGRESS", "ETA", "BATCH",
+               "EFFICIENCY"});
   for (const auto& job : jobs) {
     const auto& spec = job.spec();
     const auto& status = job.status();
@@ -91,6 +92,8 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
             : absl::StrCat(job.recommendation().queue_position()),
         ProgressPercent(job),
         RemainingTime(status),
+        RecommendedBatch(job.recommendation()),
+        EfficiencyPercent(job),
     });
   }
   return table.Render();
