@@ -5,6 +5,7 @@
 // measurements) at sizes <= 4 and compares predictions at 8 and 16 with the
 // measured packed placements; it prints the error table (run with -s).
 #include "rescale/throughput_model.h"
+#include "tests/trace_csv.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -476,31 +477,8 @@ TEST_CASE("observations with a node count teach the cross-node cost", "[model]")
 
 // ---- validation on the Pollux traces -----------------------------------------------
 
-using CsvRow = std::map<std::string, std::string>;
-
-std::vector<CsvRow> ReadCsv(const std::string& path) {
-  std::ifstream in(path);
-  INFO(path);
-  REQUIRE(in.good());
-  std::vector<CsvRow> rows;
-  std::string line;
-  std::vector<std::string> header;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    std::vector<std::string> fields;
-    std::stringstream stream(line);
-    for (std::string field; std::getline(stream, field, ',');) fields.push_back(field);
-    if (header.empty()) {
-      header = fields;
-      continue;
-    }
-    CsvRow row;
-    for (size_t i = 0; i < header.size() && i < fields.size(); ++i) row[header[i]] = fields[i];
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
+using testing::CsvRow;
+using testing::ReadCsv;
 
 // One measured configuration: world size, nodes, per-GPU batch, step time.
 struct Measurement {
