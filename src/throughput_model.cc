@@ -500,9 +500,9 @@ ThroughputModel ThroughputModel::Fit(std::span<const Observation> observations,
   std::vector<FitRow> rows;
   rows.reserve(measured.size() + prior_steps.size());
   for (const Measured& m : measured)
-    rows.push_back({m.replicas, m.where, m.step, m.weight, true, m.batch});
+    rows.push_back({m.replicas, m.where, m.step, m.weight, true, m.batch, 1.0});
   for (const PriorStep& p : prior_steps) {
-    rows.push_back({p.replicas, p.where, p.step, p.weight, false});
+    rows.push_back({p.replicas, p.where, p.step, p.weight, false, 0.0, 1.0});
   }
   std::sort(rows.begin(), rows.end(), [](const FitRow& a, const FitRow& b) {
     if (a.replicas != b.replicas) return a.replicas < b.replicas;
