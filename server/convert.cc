@@ -187,6 +187,7 @@ void ToProto(const JobView& view, v1::Job* proto) {
   if (!view.curve.empty()) {
     proto->mutable_curve()->set_model(view.curve_model);
     proto->mutable_curve()->set_fit_rms_log_error(view.curve_fit_rms_log_error);
+    proto->mutable_curve()->set_planned_on(view.curve_planned_on);
   }
   if (view.recommendation) ToProto(*view.recommendation, proto->mutable_recommendation());
   for (const PodStatus& pod : view.pods) {

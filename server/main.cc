@@ -89,6 +89,10 @@ ABSL_FLAG(std::string, objective,
 ABSL_FLAG(uint32_t, gpus_per_node, kEngine.model.gpus_per_node,
           "GPUs per node: the throughput model adds an inter-node term for sizes that span "
           "nodes (replicas packed onto the fewest nodes); 0 = unknown, one node assumed");
+ABSL_FLAG(bool, plan_on_measured_points, kEngine.plan_on_measured_points,
+          "plan on a job's measured sizes themselves where the throughput model misses one by "
+          "more than 10% beyond its noise (prior points always are); off: measurements taken at "
+          "varying placements are left to the model");
 ABSL_FLAG(absl::Duration, applied_debounce, kEngine.applied_debounce,
           "a burst of ReportApplied calls is planned once, this long after the first");
 ABSL_FLAG(absl::Duration, plan_coalesce, kEngine.plan_coalesce,
@@ -182,6 +186,7 @@ int main(int argc, char** argv) {
   engine.plan_interval = absl::GetFlag(FLAGS_plan_interval);
   engine.applied_debounce = absl::GetFlag(FLAGS_applied_debounce);
   engine.plan_coalesce = absl::GetFlag(FLAGS_plan_coalesce);
+  engine.plan_on_measured_points = absl::GetFlag(FLAGS_plan_on_measured_points);
   engine.plan_thread_nice = absl::GetFlag(FLAGS_plan_thread_nice);
   const int64_t capacity = absl::GetFlag(FLAGS_capacity_gpus);
   if (capacity < -1 || capacity > UINT32_MAX) {

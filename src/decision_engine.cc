@@ -99,7 +99,8 @@ DecisionEngine::DecisionEngine(EngineOptions options, Clock* clock)
   views_ = std::make_unique<engine::JobViews>(
       engine::JobViewsOptions{.model = options_.model,
                               .min_samples = options_.policy.min_samples,
-                              .keep_stats = options_.state != nullptr},
+                              .keep_stats = options_.state != nullptr,
+                              .measured_points = options_.plan_on_measured_points},
       store_, board_, *clock_);
   registry_ = std::make_unique<engine::JobRegistry>(
       options_.max_jobs, *clock_, store_, board_, writer_.get(),
@@ -204,7 +205,7 @@ void DecisionEngine::ReportAppliedAsync(const std::string& job_id, uint32_t repl
                           if (!e.ok()) return done(e.status());
                           PlanAfterChangeAsync(options_.applied_debounce,
                                                [this, entry = *std::move(e), done](bool) {
-                                                 done(views_->StatusOf(entry, /*model=*/nullptr));
+                                                 done(views_->StatusOf(entry, /*fitted=*/nullptr));
                                                });
                         });
 }
@@ -320,7 +321,7 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
   ASSIGN_OR_RETURN(const engine::JobEntry applied,
                    registry_->Apply(job_id, replicas, suspended, generation));
   PlanAfterChange(options_.applied_debounce);
-  return views_->StatusOf(applied, /*model=*/nullptr);
+  return views_->StatusOf(applied, /*fitted=*/nullptr);
 }
 
 absl::StatusOr<Recommendation> DecisionEngine::GetRecommendation(const std::string& job_id) const {

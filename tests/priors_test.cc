@@ -22,6 +22,7 @@
 #include "rescale/job_rules.h"
 #include "rescale/policy.h"
 #include "tests/engine_helpers.h"
+#include "tests/plan_brute_force.h"
 
 namespace rescale {
 namespace {
@@ -30,6 +31,8 @@ using testing::MustCreate;
 using testing::MustRecommendation;
 using testing::MustRegister;
 using testing::MustSetCapacity;
+using testing::PlannerJobOf;
+using testing::BruteForce;
 
 using Catch::Matchers::Contains;
 
@@ -94,30 +97,6 @@ TEST_CASE("a lone job with a linear prior on an idle 8-GPU cluster gets 8 GPUs a
 
 // ---- brute force over the planner's objective ---------------------------------
 
-// Every assignment of {0} U [min, max] to each job within the capacity; the
-// best objective among them.
-PlanObjective BruteForce(const std::vector<PlannerJob>& jobs, uint64_t capacity,
-                         const ClusterPlannerOptions& options) {
-  std::optional<PlanObjective> best;
-  std::vector<uint32_t> n(jobs.size(), 0);
-  while (true) {
-    uint64_t gpus = 0;
-    for (size_t i = 0; i < jobs.size(); ++i) gpus += uint64_t{n[i]} * jobs[i].gpus_per_replica;
-    if (gpus <= capacity) {
-      const PlanObjective value = EvaluatePlan(jobs, n, options);
-      if (!best || CompareObjectives(value, *best) > 0) best = value;
-    }
-    size_t i = 0;
-    for (; i < jobs.size(); ++i) {
-      n[i] = n[i] == 0 ? jobs[i].min_replicas : n[i] + 1;
-      if (n[i] <= jobs[i].max_replicas) break;
-      n[i] = 0;
-    }
-    if (i == jobs.size()) break;
-  }
-  return *best;
-}
-
 TEST_CASE(
     "with a prior on every job and no samples, the plan is the brute-force optimum of the "
     "objective on the reported curves") {
@@ -152,18 +131,9 @@ TEST_CASE(
     std::vector<PlannerJob> jobs;
     std::vector<uint32_t> planned;
     for (const JobView& view : views) {
-      PlannerJob job;
-      job.job_id = view.spec.job_id;
-      job.min_replicas = view.spec.min_replicas;
-      job.max_replicas = view.spec.max_replicas;
-      job.gpus_per_replica = view.spec.gpus_per_replica;
-      job.priority = view.spec.priority;
-      job.restart_cost_seconds = view.spec.restart_cost_seconds;
-      job.started_at = view.status.registered_at;
-      for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
-        REQUIRE(view.curve.size() >= n);
-        job.throughput.push_back(view.curve[n - 1].samples_per_second);
-      }
+      REQUIRE(view.curve.size() >= view.spec.max_replicas);
+      const PlannerJob job = PlannerJobOf(
+          view, [&](uint32_t n) { return view.curve[n - 1].samples_per_second; });
       jobs.push_back(job);
       REQUIRE(view.recommendation.has_value());
       CHECK(view.recommendation->replicas <= job.max_replicas);
@@ -172,7 +142,7 @@ TEST_CASE(
     ClusterPlannerOptions planner = options.planner;
     planner.horizon_seconds = absl::ToDoubleSeconds(options.policy.horizon);
     const PlanObjective engine_value = EvaluatePlan(jobs, planned, planner);
-    const PlanObjective best = BruteForce(jobs, capacity, planner);
+    const PlanObjective best = BruteForce(jobs, capacity, planner).value;
     INFO("instance " << instance << ", capacity " << capacity << ", jobs " << jobs.size());
     CHECK(CompareObjectives(engine_value, best, 1e-6) == 0);
   }

@@ -1333,6 +1333,16 @@ TEST_CASE(
   CHECK(described.find("Reason:", recommendation) != std::string::npos);
   CHECK(described.find("Binding Constraint:", recommendation) != std::string::npos);
   CHECK(described.find("CAPACITY", recommendation) != std::string::npos);
+
+  // No "Planned on" line while the model represents the points; one right
+  // under the model's when the server plans on the points.
+  CHECK(section.find("Planned on:") == std::string::npos);
+  job.mutable_curve()->set_planned_on(
+      "the prior points at n=1,2,4: the model misses n=4 by +41% (band 10% beyond the point's "
+      "noise), so linear between them and the model's shape beyond");
+  const std::string on_points = rescale::cli::FormatThroughputCurve(job);
+  CHECK(on_points.find("(fit error 4.2% RMS)\n  Planned on: the prior points at n=1,2,4: the "
+                       "model misses n=4 by +41%") != std::string::npos);
 }
 
 TEST_CASE("a 128-point curve table is thinned to a spread of sizes but keeps every observed one",

@@ -211,6 +211,9 @@ std::string FormatThroughputCurve(const v1::Job& job) {
                         : std::string(" (no sizes observed yet)"),
                     "\n");
   }
+  // The model missed a point: the table and every plan use the points.
+  if (!curve.planned_on().empty())
+    absl::StrAppend(&text, "  Planned on: ", curve.planned_on(), "\n");
 
   const std::vector<const v1::CurvePoint*> points = PointsByReplicas(curve);
   const std::vector<const v1::CurvePoint*> rows = CurveTableRows(job, points);

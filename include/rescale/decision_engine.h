@@ -164,6 +164,16 @@ struct EngineOptions {
   // every job on throughput (the ablation rescale-sim's planner-throughput
   // runs).
   bool plan_on_goodput = true;
+  // Plans use a job's points themselves where the model misses one of them
+  // (rescale/point_curve.h). A prior point always counts; a measured size
+  // counts only when this is set. Off by default: a size is measured at
+  // whatever placement the scheduler gave it (spread over nodes, beside
+  // other jobs), which the model's packed curve deliberately does not
+  // follow; in rescale-sim's Pollux workloads, where placements vary, it
+  // lengthened the planner's average JCT (docs/policies.md). Set it where
+  // placements are steady (one node per job, a dedicated pool). Measured
+  // sizes always join the points once a prior triggers them.
+  bool plan_on_measured_points = false;
   ModelOptions model;
   // Where the jobs, their applied state, the capacity and the generations
   // are kept across restarts (see StateStore); null = nowhere. Create loads

@@ -22,6 +22,7 @@
 #ifndef RESCALE_THROUGHPUT_MODEL_H_
 #define RESCALE_THROUGHPUT_MODEL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -143,6 +144,12 @@ class ThroughputModel {
   uint32_t largest_observed() const { return largest_observed_; }
   // Root-mean-square log error of step time over the observations used.
   double rms_log_error() const { return rms_log_error_; }
+  // Whether the fit used size n: measured there, or a prior point it kept
+  // (one no measurement replaced or contradicted).
+  bool FittedAt(uint32_t n) const {
+    return std::any_of(anchors_.begin(), anchors_.end(),
+                       [n](const Anchor& anchor) { return anchor.replicas == n; });
+  }
   // One line for people, e.g. "step(n) = 0.21 + [n>1](0.012 + 0.031*(n-2)) s,
   // batch 32, fitted at n=1,2,4, rms log error 0.015".
   std::string Describe() const;

@@ -180,6 +180,9 @@ struct JobView {
   std::vector<CurvePoint> curve;
   std::string curve_model;  // the fitted model, for people
   double curve_fit_rms_log_error = 0;
+  // Set when the model misses the job's measured or prior points and plans
+  // use the points themselves (rescale/point_curve.h): which, and why.
+  std::string curve_planned_on;
   std::optional<Recommendation> recommendation;
   std::vector<PodStatus> pods;
   // Set on the reply of a change whose plan had not run yet (see

@@ -52,8 +52,16 @@ std::optional<GoodputPlan> GoodputPlan::Of(bool enabled, const JobSpec& spec, co
 std::optional<BatchChoice> GoodputPlan::At(uint32_t n) const {
   if (n == 0) return std::nullopt;
   const ThroughputModel& model = fit_->model;
-  auto step = [&model, n](uint32_t local, uint32_t accumulation) {
-    return model.StepSecondsAt(n, local, accumulation);
+  // On the points when the model misses them: the model's batch term, its
+  // step scaled to the points' rate at n.
+  double slower = 1;
+  if (fit_->points.has_value()) {
+    const double on_points = fit_->SamplesPerSecond(n);
+    const double on_model = model.SamplesPerSecond(n);
+    if (on_points > 0 && on_model > 0) slower = on_model / on_points;
+  }
+  auto step = [&model, n, slower](uint32_t local, uint32_t accumulation) {
+    return slower * model.StepSecondsAt(n, local, accumulation);
   };
   std::optional<BatchChoice> best = BestBatch(step, n, limits_, stats_);
   if (n == running_replicas_ && running_.has_value()) {

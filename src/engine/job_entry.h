@@ -12,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "rescale/metrics_store.h"
+#include "rescale/point_curve.h"
 #include "rescale/policy.h"
 #include "rescale/state_store.h"
 #include "rescale/throughput_model.h"
@@ -67,10 +68,15 @@ struct Fitted {
   // The job's gradient noise scale over the same window (samples; nullopt =
   // no gradient statistics reported): what goodput planning reads.
   std::optional<double> noise_scale;
+  // Set when the model misses the job's measured or prior points: the
+  // curve plans are made on (rescale/point_curve.h).
+  std::optional<PointCurve> points;
   static constexpr uint32_t kCachedSizes = 256;
+  // Samples/s at n: on the points when the model misses them, else the
+  // model's.
   double SamplesPerSecond(uint32_t n) const {
-    return n >= 1 && n <= samples_per_second.size() ? samples_per_second[n - 1]
-                                                    : model.SamplesPerSecond(n);
+    if (n >= 1 && n <= samples_per_second.size()) return samples_per_second[n - 1];
+    return points.has_value() ? points->SamplesPerSecond(n) : model.SamplesPerSecond(n);
   }
 };
 

@@ -61,10 +61,15 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
   if (options_.keep_stats) fitted.stats.assign(stats.begin(), stats.end());
   fitted.noise_scale = store_.GradientNoiseScale(spec.job_id, now);
   if (!fitted.model.empty()) {
+    // Evidence the model cannot fit is planned on as it is.
+    fitted.points = PointCurve::IfModelMisses(fitted.observations, spec.prior, fitted.model,
+                                              options_.min_samples, options_.measured_points);
     const uint32_t sizes = std::min(spec.max_replicas, Fitted::kCachedSizes);
     fitted.samples_per_second.reserve(sizes);
     for (uint32_t n = 1; n <= sizes; ++n)
-      fitted.samples_per_second.push_back(fitted.model.SamplesPerSecond(n));
+      fitted.samples_per_second.push_back(fitted.points.has_value()
+                                              ? fitted.points->SamplesPerSecond(n)
+                                              : fitted.model.SamplesPerSecond(n));
   }
   return fitted;
 }
@@ -111,9 +116,15 @@ std::vector<CurvePoint> JobViews::CurveOf(const JobSpec& spec, const Fitted& fit
   for (uint32_t n = 1; n <= last; ++n) {
     CurvePoint p;
     p.replicas = n;
-    p.samples_per_second = fitted.model.SamplesPerSecond(n);
+    p.samples_per_second = fitted.SamplesPerSecond(n);
     p.uncertainty = fitted.model.Uncertainty(n);
     p.efficiency = fitted.model.Efficiency(n);
+    if (fitted.points.has_value()) {
+      // The band is the model's, relative; the efficiency the points' own.
+      const double at_one = fitted.SamplesPerSecond(1);
+      p.uncertainty *= p.samples_per_second / fitted.model.SamplesPerSecond(n);
+      p.efficiency = at_one > 0 ? p.samples_per_second / (n * at_one) : 0;
+    }
     for (const Observation& o : fitted.observations) {
       if (o.replicas != n || o.step_seconds <= 0) continue;
       p.observed = true;
@@ -133,7 +144,7 @@ uint64_t JobViews::SamplesProcessed(const JobEntry& entry) const {
   return processed;
 }
 
-JobStatus JobViews::StatusOf(const JobEntry& entry, const ThroughputModel* model) const {
+JobStatus JobViews::StatusOf(const JobEntry& entry, const Fitted* fitted) const {
   JobStatus status = entry.status;
   status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
   status.samples_processed = SamplesProcessed(entry);
@@ -153,9 +164,8 @@ JobStatus JobViews::StatusOf(const JobEntry& entry, const ThroughputModel* model
   // is a curve needed; a caller without one (ReportApplied) pays for a fit
   // only for a running job with a known total.
   if (!entry.spec.total_samples.has_value() || !IsRunning(status)) return status;
-  const double rate = model != nullptr
-                          ? model->SamplesPerSecond(RunningReplicas(status))
-                          : FitNow(entry).model.SamplesPerSecond(RunningReplicas(status));
+  const double rate = fitted != nullptr ? fitted->SamplesPerSecond(RunningReplicas(status))
+                                        : FitNow(entry).SamplesPerSecond(RunningReplicas(status));
   if (rate <= 0) return status;
   const uint64_t total = *entry.spec.total_samples;
   const uint64_t left = total > status.samples_processed ? total - status.samples_processed : 0;
@@ -167,10 +177,11 @@ JobView JobViews::ViewOf(const JobEntry& entry) const {
   JobView view;
   view.spec = entry.spec;
   const Fitted fitted = FitNow(entry);
-  view.status = StatusOf(entry, &fitted.model);
+  view.status = StatusOf(entry, &fitted);
   view.curve = CurveOf(entry.spec, fitted);
   view.curve_model = fitted.model.Describe();
   view.curve_fit_rms_log_error = fitted.model.rms_log_error();
+  if (fitted.points.has_value()) view.curve_planned_on = fitted.points->Describe();
   view.recommendation = board_.Get(entry.spec.job_id);
   view.pods = store_.Pods(entry.spec.job_id);
   return view;

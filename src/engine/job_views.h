@@ -27,6 +27,9 @@ struct JobViewsOptions {
   uint64_t min_samples = 0;
   // Whether fits keep their statistics (a state store checkpoints them).
   bool keep_stats = false;
+  // Whether a measured size the model misses is a reason to plan on the
+  // points (EngineOptions::plan_on_measured_points).
+  bool measured_points = false;
 };
 
 class JobViews {
@@ -50,9 +53,9 @@ class JobViews {
   uint64_t SamplesProcessed(const JobEntry& entry) const;
   // The entry's status with the store's counts and the job's progress:
   // samples processed (restored ones included) and the time the rest takes
-  // at the running size, from `model` (null: fitted here, and only when the
+  // at the running size, from `fitted` (null: fitted here, and only when the
   // estimate needs it).
-  JobStatus StatusOf(const JobEntry& entry, const ThroughputModel* model) const;
+  JobStatus StatusOf(const JobEntry& entry, const Fitted* fitted) const;
   // The job's view: spec, status, fitted curve, pods, recommendation.
   JobView ViewOf(const JobEntry& entry) const;
 
