@@ -103,6 +103,7 @@ void ToProto(const JobStatus& status, v1::JobStatus* proto) {
   proto->set_samples_accepted(status.samples_accepted);
   proto->set_samples_processed(status.samples_processed);
   if (status.gradient_noise_scale) proto->set_gradient_noise_scale(*status.gradient_noise_scale);
+  if (status.progress_samples) proto->set_progress_samples(*status.progress_samples);
   if (status.statistical_efficiency) {
     proto->set_statistical_efficiency(*status.statistical_efficiency);
   }

@@ -439,5 +439,56 @@ TEST_CASE("observations at two batches fit how compute grows with the batch", "[
         ThroughputModel::kComputeFixedShare);
 }
 
+// ---- progress in samples at M0 ----------------------------------------------------
+
+TEST_CASE("a goodput-planned job's progress and time left count samples at M0") {
+  ManualClock clock;
+  auto engine = MustCreate(EngineOptions{}, &clock);
+  JobSpec scaling = Spec("ns/scaling", true);
+  JobSpec plain = Spec("ns/plain", false);
+  scaling.total_samples = plain.total_samples = 100'000;
+  for (const JobSpec& spec : {scaling, plain}) {
+    MustRegister(*engine, spec);
+    const Recommendation rec = MustRecommendation(*engine, spec.job_id);
+    REQUIRE(engine->ReportApplied(spec.job_id, 4, false, rec.generation).ok());
+  }
+  // Noise scale 100 against M0 = 64: EFF(64) = 1 at 2 workers of 32,
+  // EFF(128) = 164 / 228 at 4. Each size: 20 samples from as many pods as
+  // workers (at most 4) is 10 steps at 2 and 5 at 4, 640 samples either way.
+  constexpr double kNoise = 100;
+  const double eff_at_4 = (kNoise + 64) / (kNoise + 128);
+  for (const JobSpec& spec : {scaling, plain}) {
+    const std::optional<double> noise =
+        spec.batch_scaling.has_value() ? std::optional<double>(kNoise) : std::nullopt;
+    IngestAt(*engine, spec.job_id, 2, MeasuredStep(2), kBatch, noise);
+    IngestAt(*engine, spec.job_id, 4, MeasuredStep(4), kBatch, noise);
+  }
+  engine->Replan();
+
+  absl::StatusOr<JobView> view = engine->GetJob("ns/scaling");
+  REQUIRE(view.ok());
+  const JobStatus& status = view->status;
+  CHECK(status.samples_processed == 1280);
+  REQUIRE(status.progress_samples.has_value());
+  CHECK(double(*status.progress_samples) == Approx(640 + 640 * eff_at_4).margin(1));
+  REQUIRE(status.statistical_efficiency.has_value());
+  CHECK(*status.statistical_efficiency == Approx(eff_at_4).epsilon(1e-9));
+  // The rest of the 100,000 at M0, at the rate of progress at 4 workers.
+  REQUIRE(status.estimated_remaining_seconds.has_value());
+  REQUIRE(view->curve.size() >= 4);
+  const double rate = view->curve[3].samples_per_second * eff_at_4;
+  CHECK(*status.estimated_remaining_seconds ==
+        Approx((100'000 - double(*status.progress_samples)) / rate).epsilon(1e-9));
+
+  // Without gradient statistics: raw samples, raw throughput, as before.
+  view = engine->GetJob("ns/plain");
+  REQUIRE(view.ok());
+  CHECK(view->status.samples_processed == 1280);
+  CHECK_FALSE(view->status.progress_samples.has_value());
+  REQUIRE(view->status.estimated_remaining_seconds.has_value());
+  CHECK(*view->status.estimated_remaining_seconds ==
+        Approx((100'000 - 1280.0) / view->curve[3].samples_per_second).epsilon(1e-9));
+}
+
 }  // namespace
 }  // namespace rescale

@@ -1787,6 +1787,14 @@ TEST_CASE("describe shows progress in compact counts and the remaining time at t
   CHECK(DescribedValue(text, "Progress") == "1.2M samples (total unknown)");
   CHECK(DescribedValue(text, "Estimated Remaining") == "<none>");
   CHECK(DescribedValue(text, "Gradient Noise Scale") == "<none>");
+
+  // A goodput-planned job: progress in samples at M0, against which the
+  // total counts, then the raw count; the PROGRESS column follows it.
+  job.mutable_spec()->set_total_samples(3'000'000);
+  job.mutable_status()->set_progress_samples(900'000);
+  text = rescale::cli::DescribeJob(job, absl::FromUnixSeconds(0));
+  CHECK(DescribedValue(text, "Progress") == "900.0K of 3.0M samples at M0 (30%); 1.2M processed");
+  CHECK(rescale::cli::ProgressPercent(job) == "30%");
 }
 
 TEST_CASE("describe shows the gradient noise scale of a job that reports gradient statistics",

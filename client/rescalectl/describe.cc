@@ -79,11 +79,18 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
   status_section.Add("Last Applied At", FormatTimestamp(status.last_applied_at(), now, "<never>"));
   status_section.Add("Registered At", FormatTimestamp(status.registered_at(), now, "<unknown>"));
   status_section.Add("Samples Accepted", absl::StrCat(status.samples_accepted()));
-  std::string progress = CompactCount(status.samples_processed());
+  // Goodput-planned jobs progress in samples at the initial batch M0, which
+  // is what total_samples counts for them; the raw count follows.
+  const bool at_m0 = status.has_progress_samples();
+  std::string progress =
+      CompactCount(at_m0 ? status.progress_samples() : status.samples_processed());
+  const char* unit = at_m0 ? " samples at M0" : " samples";
   absl::StrAppend(&progress, spec.has_total_samples()
-                                 ? absl::StrCat(" of ", CompactCount(spec.total_samples()),
-                                                " samples (", ProgressPercent(job), ")")
-                                 : " samples (total unknown)");
+                                 ? absl::StrCat(" of ", CompactCount(spec.total_samples()), unit,
+                                                " (", ProgressPercent(job), ")")
+                                 : absl::StrCat(unit, " (total unknown)"));
+  if (at_m0)
+    absl::StrAppend(&progress, "; ", CompactCount(status.samples_processed()), " processed");
   status_section.Add("Progress", progress);
   // The estimate is at the size the job runs now, which only a running
   // status has (unset otherwise).

@@ -60,8 +60,11 @@ std::string CompactCount(uint64_t count) {
 
 std::string ProgressPercent(const v1::Job& job) {
   if (!job.spec().has_total_samples() || job.spec().total_samples() == 0) return "-";
-  const double fraction = static_cast<double>(job.status().samples_processed()) /
-                          static_cast<double>(job.spec().total_samples());
+  // A job planned on goodput counts its progress in samples at M0.
+  const uint64_t done = job.status().has_progress_samples() ? job.status().progress_samples()
+                                                            : job.status().samples_processed();
+  const double fraction =
+      static_cast<double>(done) / static_cast<double>(job.spec().total_samples());
   return absl::StrCat(static_cast<int>(std::floor(100 * std::min(fraction, 1.0))), "%");
 }
 

@@ -80,16 +80,25 @@ struct JobStatus {
   // Training samples processed, derived from the step samples
   // (MetricsStore::SamplesProcessed).
   uint64_t samples_processed = 0;
-  // (total_samples - samples_processed) / the model's throughput at the
-  // running size, 0 once done; unset when total_samples is unset, the job is
-  // not running or its throughput is unknown.
+  // Progress in samples at the initial batch M0 (JobSpec::batch_scaling),
+  // for a job that reports gradient statistics: at each size, the samples
+  // processed there times the statistical efficiency of the total batch it
+  // ran at, under the noise scale measured now. total_samples then counts
+  // samples at M0. Unset for every other job (progress = samples_processed).
+  std::optional<uint64_t> progress_samples;
+  // (total_samples - progress) / the rate of progress at the running size
+  // (the model's throughput, times the running batch's statistical
+  // efficiency when progress_samples is set), 0 once done; unset when
+  // total_samples is unset, the job is not running or its throughput is
+  // unknown.
   std::optional<double> estimated_remaining_seconds;
   // Per-sample gradient noise over |G|^2, in samples, over the recent
   // window of the samples that carried gradient statistics, else over the
   // lifetime (Pollux's phi); unset when none did or |G|^2 is 0.
   std::optional<double> gradient_noise_scale;
-  // EFF of the total batch it runs at now (current replicas x
-  // local_batch_size) against its initial batch, from the noise scale
+  // EFF of the total batch it runs at now (current replicas x the batch per
+  // worker its steps report at that size, else local_batch_size) against
+  // its initial batch, from the noise scale
   // (rescale/goodput.h); unset without batch_scaling, a noise scale or a
   // running size.
   std::optional<double> statistical_efficiency;

@@ -71,6 +71,9 @@ struct Fitted {
   // Set when the model misses the job's measured or prior points: the
   // curve plans are made on (rescale/point_curve.h).
   std::optional<PointCurve> points;
+  // Progress in samples at the job's initial batch M0 (JobViews::Fit), for
+  // a job with batch_scaling and a noise scale; else nullopt.
+  std::optional<double> progress_at_m0;
   static constexpr uint32_t kCachedSizes = 256;
   // Samples/s at n: on the points when the model misses them, else the
   // model's.

@@ -2,6 +2,8 @@
 #include "src/engine/job_views.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "rescale/goodput.h"
 #include "rescale/job_rules.h"
@@ -40,6 +42,25 @@ void FillFromStored(JobEntry& entry, JobSpec spec, StoredJob& kept) {
   entry.memory.scale_events = std::move(kept.scale_events);
 }
 
+std::optional<double> ProgressAtInitialBatch(const JobSpec& spec, std::span<const SizeStats> stats,
+                                             std::optional<double> noise_scale) {
+  if (!spec.batch_scaling.has_value() || spec.batch_scaling->initial_batch == 0 ||
+      !noise_scale.has_value() || !std::isfinite(*noise_scale) || *noise_scale < 0)
+    return std::nullopt;
+  // {1, phi / M0}: statistics with the measured noise scale (EFF depends
+  // on phi and M0 only).
+  const double m0 = spec.batch_scaling->initial_batch;
+  const GradientStats at_phi{.sqr = 1, .var = *noise_scale / m0};
+  double progress = 0;
+  for (const SizeStats& s : stats) {
+    const double per_worker = s.mean_batch > 0 ? s.mean_batch : spec.local_batch_size;
+    const double batch = s.world_size * per_worker;
+    progress += static_cast<double>(s.samples_processed) *
+                (batch > 0 ? StatisticalEfficiency(at_phi, m0, batch) : 1.0);
+  }
+  return progress;
+}
+
 Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now) const {
   Fitted fitted;
   for (const SizeStats& s : stats) {
@@ -60,6 +81,7 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
   fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
   if (options_.keep_stats) fitted.stats.assign(stats.begin(), stats.end());
   fitted.noise_scale = store_.GradientNoiseScale(spec.job_id, now);
+  fitted.progress_at_m0 = ProgressAtInitialBatch(spec, stats, fitted.noise_scale);
   if (!fitted.model.empty()) {
     // Evidence the model cannot fit is planned on as it is.
     fitted.points = PointCurve::IfModelMisses(fitted.observations, spec.prior, fitted.model,
@@ -149,27 +171,43 @@ JobStatus JobViews::StatusOf(const JobEntry& entry, const Fitted* fitted) const 
   status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
   status.samples_processed = SamplesProcessed(entry);
   status.gradient_noise_scale = store_.GradientNoiseScale(entry.spec.job_id, clock_.Now());
-  if (status.gradient_noise_scale.has_value() && entry.spec.batch_scaling.has_value() &&
-      IsRunning(status) && entry.spec.local_batch_size > 0) {
-    // The noise scale phi is M0 x var / sqr, so {sqr 1, var phi / M0} are
-    // statistics with the same EFF at every batch.
-    const double m0 = entry.spec.batch_scaling->initial_batch;
-    const double running =
-        static_cast<double>(RunningReplicas(status)) * entry.spec.local_batch_size;
-    status.statistical_efficiency =
-        StatisticalEfficiency({.sqr = 1, .var = *status.gradient_noise_scale / m0}, m0, running);
+  const bool running = IsRunning(status);
+  // A job whose efficiency is known counts its progress in samples at M0,
+  // from the per-size statistics a fit holds: only then is one needed.
+  const bool by_efficiency =
+      status.gradient_noise_scale.has_value() && entry.spec.batch_scaling.has_value();
+  const bool estimate = entry.spec.total_samples.has_value() && running;
+  std::optional<Fitted> fitted_here;
+  if (fitted == nullptr && (by_efficiency || estimate))
+    fitted = &fitted_here.emplace(FitNow(entry));
+  double rate_factor = 1;
+  if (by_efficiency && fitted->progress_at_m0.has_value()) {
+    status.progress_samples = static_cast<uint64_t>(*fitted->progress_at_m0);
+    if (running) {
+      // The total batch it runs: the per-worker batch its steps report at
+      // this size (accumulation included), else the spec's.
+      const uint32_t n = RunningReplicas(status);
+      double per_worker = entry.spec.local_batch_size;
+      for (const Observation& o : fitted->observations)
+        if (o.replicas == n && o.mean_batch > 0) per_worker = o.mean_batch;
+      const double m0 = entry.spec.batch_scaling->initial_batch;
+      if (per_worker > 0 && m0 > 0) {
+        status.statistical_efficiency = StatisticalEfficiency(
+            {.sqr = 1, .var = *status.gradient_noise_scale / m0}, m0, n * per_worker);
+        rate_factor = *status.statistical_efficiency;
+      }
+    }
   }
   // At the size it runs now: the estimate answers "when does it finish if
-  // nothing changes", and a job that does not run does not finish. Only then
-  // is a curve needed; a caller without one (ReportApplied) pays for a fit
-  // only for a running job with a known total.
-  if (!entry.spec.total_samples.has_value() || !IsRunning(status)) return status;
-  const double rate = fitted != nullptr ? fitted->SamplesPerSecond(RunningReplicas(status))
-                                        : FitNow(entry).SamplesPerSecond(RunningReplicas(status));
-  if (rate <= 0) return status;
-  const uint64_t total = *entry.spec.total_samples;
-  const uint64_t left = total > status.samples_processed ? total - status.samples_processed : 0;
-  status.estimated_remaining_seconds = static_cast<double>(left) / rate;
+  // nothing changes", and a job that does not run does not finish.
+  if (!estimate) return status;
+  const double rate = fitted->SamplesPerSecond(RunningReplicas(status)) * rate_factor;
+  if (!(rate > 0)) return status;
+  const double total = static_cast<double>(*entry.spec.total_samples);
+  const double done = status.progress_samples.has_value()
+                          ? static_cast<double>(*status.progress_samples)
+                          : static_cast<double>(status.samples_processed);
+  status.estimated_remaining_seconds = std::max(0.0, total - done) / rate;
   return status;
 }
 

@@ -6,6 +6,7 @@
 #ifndef RESCALE_SRC_ENGINE_JOB_VIEWS_H_
 #define RESCALE_SRC_ENGINE_JOB_VIEWS_H_
 
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -31,6 +32,16 @@ struct JobViewsOptions {
   // points (EngineOptions::plan_on_measured_points).
   bool measured_points = false;
 };
+
+// The job's progress in samples at its initial batch M0: the samples it
+// processed at each size times the statistical efficiency of the total batch
+// it ran there (world size x the mean batch its steps reported), under the
+// noise scale measured now. nullopt without batch_scaling or a noise scale.
+// The one rule the status, the time left and the jct objective share.
+// Under today's noise scale, not the one each step ran at: early steps,
+// when the noise scale was smaller, count as what they would be worth now.
+std::optional<double> ProgressAtInitialBatch(const JobSpec& spec, std::span<const SizeStats> stats,
+                                             std::optional<double> noise_scale);
 
 class JobViews {
  public:

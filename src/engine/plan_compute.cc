@@ -99,13 +99,17 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
   // the planner turns into seconds with the fitted rate at min_replicas. A
   // job without a fitted curve has no rate to do that with: it counts as
   // having had no service (least attained service puts new jobs first).
+  // A goodput-planned job counts in samples at M0 (its rate below is
+  // goodput too).
   if (!fit.model.empty()) {
-    const uint64_t processed = views_.SamplesProcessed(entry);
+    const bool at_m0 =
+        input->planned_by_cluster && goodput.has_value() && fit.progress_at_m0.has_value();
+    const double processed =
+        at_m0 ? *fit.progress_at_m0 : static_cast<double>(views_.SamplesProcessed(entry));
     job.samples_per_second_at_min = fit.SamplesPerSecond(job.min_replicas);
-    job.attained_samples = static_cast<double>(processed);
+    job.attained_samples = processed;
     if (spec.total_samples.has_value()) {
-      job.remaining_samples = static_cast<double>(
-          *spec.total_samples > processed ? *spec.total_samples - processed : 0);
+      job.remaining_samples = std::max(0.0, static_cast<double>(*spec.total_samples) - processed);
     }
   }
   // A planner job with neither data nor prior: the default prior's curve
