@@ -222,9 +222,10 @@ absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text) {
 // kMeasurementFields. Rows written as keyed objects (the first version-2
 // files) are still read.
 constexpr const char* kMeasurementFields[] = {
-    "world_size",         "sample_count", "lifetime_count",  "step_seconds",
-    "spread_seconds",     "mean_batch",   "steps_processed", "samples_processed",
-    "samples_per_second", "from_window",  "last_sample_at"};
+    "world_size",         "sample_count",  "lifetime_count",  "step_seconds",
+    "spread_seconds",     "mean_batch",    "steps_processed", "samples_processed",
+    "samples_per_second", "from_window",   "last_sample_at",  "gradient_count",
+    "gradient_sqr",       "gradient_noise"};
 
 std::string MeasurementsToJson(const std::vector<SizeStats>& sizes) {
   json out = json::array();
@@ -233,7 +234,8 @@ std::string MeasurementsToJson(const std::vector<SizeStats>& sizes) {
         json::array({s.world_size, s.sample_count, s.lifetime_count, DoubleToJson(s.step_seconds),
                      DoubleToJson(s.spread_seconds), DoubleToJson(s.mean_batch), s.steps_processed,
                      s.samples_processed, DoubleToJson(s.samples_per_second), s.from_window,
-                     TimeToJson(s.last_sample_at)}));
+                     TimeToJson(s.last_sample_at), s.gradient_count, DoubleToJson(s.gradient_sqr),
+                     DoubleToJson(s.gradient_noise)}));
   }
   return out.dump();
 }
@@ -258,6 +260,13 @@ absl::StatusOr<std::vector<SizeStats>> MeasurementsFromJson(std::string_view tex
       s.samples_per_second = DoubleFromJson(field(8));
       s.from_window = field(9).get<bool>();
       s.last_sample_at = TimeFromJson(field(10));
+      // Gradient statistics came later: rows written before have none.
+      const bool has_gradients = row.is_array() ? row.size() > 13 : row.contains("gradient_count");
+      if (has_gradients) {
+        s.gradient_count = field(11).get<uint64_t>();
+        s.gradient_sqr = DoubleFromJson(field(12));
+        s.gradient_noise = DoubleFromJson(field(13));
+      }
       sizes.push_back(s);
     }
     return sizes;

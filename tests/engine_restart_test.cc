@@ -141,6 +141,51 @@ TEST_CASE("a restarted engine fits on the checkpointed measurements and keeps it
   CHECK(after.generation == before.generation);
 }
 
+TEST_CASE("a restarted engine keeps a goodput job's noise scale and progress at M0") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  ManualClock clock;
+  std::optional<double> noise_before;
+  std::optional<uint64_t> progress_before;
+  {
+    auto engine = Start(path, &clock);
+    JobSpec spec = Spec("ns/g", 1, 8);
+    spec.policy = "";
+    spec.total_samples = 1'000'000;
+    spec.batch_scaling = BatchLimits{.initial_batch = 32, .max_batch = 1024};
+    MustRegister(*engine, spec);
+    REQUIRE(engine->ReportApplied("ns/g", 4, false, 0).ok());
+    // Per-sample noise 50 over |G|^2 1 (the step's variance over 4 x 32):
+    // a noise scale of 50, so 128 samples per step count 82/178 at M0.
+    std::vector<StepSample> samples(40);
+    for (size_t k = 0; k < samples.size(); ++k) {
+      samples[k].job_id = "ns/g";
+      samples[k].pod = k % 2 ? "g-worker-0" : "g-worker-1";
+      samples[k].world_size = 4;
+      samples[k].step_seconds = 0.3;
+      samples[k].grad_sqr = 1;
+      samples[k].grad_var = 50.0 / 128;
+    }
+    REQUIRE(engine->Ingest(samples).accepted == samples.size());
+    clock.Advance(absl::Seconds(31));  // past plan_interval: the next plan checkpoints
+    engine->Replan();
+    const JobView view = *engine->GetJob("ns/g");
+    noise_before = view.status.gradient_noise_scale;
+    progress_before = view.status.progress_samples;
+    REQUIRE(noise_before.has_value());
+    CHECK(*noise_before == Approx(50));
+    REQUIRE(progress_before.has_value());
+    CHECK(double(*progress_before) == Approx(view.status.samples_processed * 82.0 / 178).margin(1));
+  }
+  // Nothing reported since the restart: the checkpoint's statistics.
+  auto engine = Start(path, &clock);
+  absl::StatusOr<JobView> view = engine->GetJob("ns/g");
+  REQUIRE(view.ok());
+  REQUIRE(view->status.gradient_noise_scale.has_value());
+  CHECK(*view->status.gradient_noise_scale == Approx(*noise_before).epsilon(1e-12));
+  CHECK(view->status.progress_samples == progress_before);
+}
+
 TEST_CASE("a restarted engine keeps a kubedl job's finished exploration") {
   TempDir dir;
   const std::string path = dir.File("state.db");
@@ -331,8 +376,9 @@ TEST_CASE("a plan whose new recommendations cannot be recorded is not published"
   engine->StopTimer();
 }
 
-TEST_CASE("a follower's engine copies the leader's state, and forgets an old registration's "
-          "recommendation") {
+TEST_CASE(
+    "a follower's engine copies the leader's state, and forgets an old registration's "
+    "recommendation") {
   ManualClock clock;
   std::shared_ptr<StateStore> shared = *OpenStateStore("memory");
   EngineOptions leader_options;

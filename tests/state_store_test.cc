@@ -128,6 +128,11 @@ StoredMeasurements SampleMeasurements(const std::string& id) {
     s.samples_per_second = n * 32 / s.step_seconds;
     s.from_window = n != 4;
     s.last_sample_at = absl::FromUnixNanos(1'700'000'000'000'000'000 + n);
+    if (n != 4) {  // gradient statistics reported at 1 and 2 only
+      s.gradient_count = 30 * n;
+      s.gradient_sqr = 0.25 * n;
+      s.gradient_noise = 12.5 + n;
+    }
     m.sizes.push_back(s);
   }
   m.exploration_stopped = true;
@@ -155,6 +160,9 @@ void CheckSameMeasurements(const StoredMeasurements& got, const StoredMeasuremen
     CHECK(a.samples_per_second == b.samples_per_second);
     CHECK(a.from_window == b.from_window);
     CHECK(a.last_sample_at == b.last_sample_at);
+    CHECK(a.gradient_count == b.gradient_count);
+    CHECK(a.gradient_sqr == b.gradient_sqr);
+    CHECK(a.gradient_noise == b.gradient_noise);
   }
 }
 
@@ -375,6 +383,26 @@ TEST_CASE("capacity slots read back from their text form, and nothing else does"
     INFO(bad);
     CHECK_FALSE(SlotsFromText(bad).ok());
   }
+}
+
+TEST_CASE("sqlite state store: measurement rows written before gradient statistics are read") {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({1, {}, 0}).ok());
+  // A positional row of the eleven fields before gradient statistics.
+  RunSql(path,
+         "INSERT INTO measurements (job_id, record) VALUES ('ns/a', "
+         "'[[2, 7, 9, 0.25, 0.01, 32, 5, 320, 256.0, true, null]]')");
+  absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
+  INFO(state.status().ToString());
+  REQUIRE(state.ok());
+  REQUIRE(state->measurements.size() == 1);
+  REQUIRE(state->measurements[0].sizes.size() == 1);
+  const SizeStats& s = state->measurements[0].sizes[0];
+  CHECK(s.samples_processed == 320);
+  CHECK(s.gradient_count == 0);
+  CHECK(s.gradient_sqr == 0);
+  CHECK(s.gradient_noise == 0);
 }
 
 TEST_CASE("sqlite state store: measurements written as keyed objects are still read") {

@@ -42,6 +42,19 @@ void FillFromStored(JobEntry& entry, JobSpec spec, StoredJob& kept) {
   entry.memory.scale_events = std::move(kept.scale_events);
 }
 
+std::optional<double> NoiseScaleOf(std::span<const SizeStats> sizes) {
+  // Each size's statistics are means over its gradient_count samples; the
+  // store's scale is the ratio of the sums.
+  double sqr = 0, noise = 0;
+  for (const SizeStats& s : sizes) {
+    if (s.gradient_count == 0) continue;
+    sqr += static_cast<double>(s.gradient_count) * s.gradient_sqr;
+    noise += static_cast<double>(s.gradient_count) * s.gradient_noise;
+  }
+  if (!(sqr > 0) || !std::isfinite(noise)) return std::nullopt;
+  return std::max(0.0, noise) / sqr;
+}
+
 std::optional<double> ProgressAtInitialBatch(const JobSpec& spec, std::span<const SizeStats> stats,
                                              std::optional<double> noise_scale) {
   if (!spec.batch_scaling.has_value() || spec.batch_scaling->initial_batch == 0 ||
@@ -81,6 +94,8 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
   fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
   if (options_.keep_stats) fitted.stats.assign(stats.begin(), stats.end());
   fitted.noise_scale = store_.GradientNoiseScale(spec.job_id, now);
+  // After a restart, until the job reports again: the checkpointed sizes'.
+  if (!fitted.noise_scale.has_value()) fitted.noise_scale = NoiseScaleOf(stats);
   fitted.progress_at_m0 = ProgressAtInitialBatch(spec, stats, fitted.noise_scale);
   if (!fitted.model.empty()) {
     // Evidence the model cannot fit is planned on as it is.
@@ -171,6 +186,8 @@ JobStatus JobViews::StatusOf(const JobEntry& entry, const Fitted* fitted) const 
   status.samples_accepted = store_.SamplesAccepted(entry.spec.job_id);
   status.samples_processed = SamplesProcessed(entry);
   status.gradient_noise_scale = store_.GradientNoiseScale(entry.spec.job_id, clock_.Now());
+  if (!status.gradient_noise_scale.has_value() && entry.restored != nullptr)
+    status.gradient_noise_scale = NoiseScaleOf(*entry.restored);
   const bool running = IsRunning(status);
   // A job whose efficiency is known counts its progress in samples at M0,
   // from the per-size statistics a fit holds: only then is one needed.

@@ -33,6 +33,11 @@ struct JobViewsOptions {
   bool measured_points = false;
 };
 
+// The gradient noise scale of `sizes`' statistics (SizeStats::gradient_*),
+// as the store computes it from its own; nullopt when none carry any. Read
+// from checkpointed sizes after a restart, until the job reports again.
+std::optional<double> NoiseScaleOf(std::span<const SizeStats> sizes);
+
 // The job's progress in samples at its initial batch M0: the samples it
 // processed at each size times the statistical efficiency of the total batch
 // it ran there (world size x the mean batch its steps reported), under the
