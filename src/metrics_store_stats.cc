@@ -349,8 +349,13 @@ std::optional<double> MetricsStore::GradientNoiseScale(std::string_view job_id,
   const JobState* job = FindLocked(job_id);
   if (job == nullptr) return std::nullopt;
   const int64_t window_start = absl::ToUnixNanos(now - options_.window);
-  // Sums over the sizes' windows, and over their lifetimes for when no
-  // window holds any.
+  const absl::Duration span = options_.gradient_window > absl::ZeroDuration()
+                                  ? std::min(options_.gradient_window, options_.window)
+                                  : options_.window / (kSnapshots - 1);
+  const int64_t latest_start = absl::ToUnixNanos(now - span);
+  // Sums over the sizes' gradient windows and windows, and over their
+  // lifetimes for when no window holds any.
+  Histogram latest;
   Histogram recent;
   Histogram lifetime;
   for (int i = 0; i < job->max_sizes; ++i) {
@@ -359,13 +364,19 @@ std::optional<double> MetricsStore::GradientNoiseScale(std::string_view job_id,
     const Histogram cumulative = cell->Load();
     const int base = BaseOf(*cell, window_start).index;
     const Histogram windowed = base >= 0 ? cumulative.Minus(cell->snapshots[base]) : cumulative;
-    for (auto [into, from] : {std::pair{&recent, &windowed}, std::pair{&lifetime, &cumulative}}) {
+    const int latest_base = BaseOf(*cell, latest_start).index;
+    const Histogram newest =
+        latest_base >= 0 ? cumulative.Minus(cell->snapshots[latest_base]) : cumulative;
+    for (auto [into, from] : {std::pair{&latest, &newest}, std::pair{&recent, &windowed},
+                              std::pair{&lifetime, &cumulative}}) {
       into->grad_count += from->grad_count;
       into->grad_sqr_sum += from->grad_sqr_sum;
       into->grad_noise_sum += from->grad_noise_sum;
     }
   }
-  const Histogram& use = WindowHoldsGradients(recent) ? recent : lifetime;
+  const Histogram& use = WindowHoldsGradients(latest)   ? latest
+                         : WindowHoldsGradients(recent) ? recent
+                                                        : lifetime;
   if (use.grad_count == 0 || !(use.grad_sqr_sum > 0)) return std::nullopt;
   return std::max(0.0, use.grad_noise_sum) / use.grad_sqr_sum;
 }

@@ -97,34 +97,50 @@ TEST_CASE("the noise scale is the per-sample noise over |G|^2, whatever batch it
   CHECK_FALSE(noise_only.GradientNoiseScale(kJob, kNow).has_value());
 }
 
-TEST_CASE("the noise scale follows the window as training moves on", "[gradients]") {
+TEST_CASE("the noise scale follows the gradient window as training moves on", "[gradients]") {
   MetricsStoreOptions options;
   options.window = absl::Minutes(6);  // snapshots every minute
-  MetricsStore store(options);
-  REQUIRE(store.AddJob(kJob, 8, 32).ok());
-  // Early in training: large |G|^2, scale 128 (noise 0.5 x 128 / 0.5).
-  REQUIRE(store.Ingest(std::vector<StepSample>(10, WithGradients(0.5, 0.5)), kNow).accepted == 10);
-  store.Tick(kNow);
-  CHECK(store.GradientNoiseScale(kJob, kNow) == Approx(128));
-  for (int minute = 1; minute <= 3; ++minute) store.Tick(kNow + absl::Minutes(minute));
-  // Later: |G|^2 shrinks, the scale grows (0.5 x 128 / 0.05 = 1280).
-  const absl::Time later = kNow + absl::Minutes(3);
-  REQUIRE(store.Ingest(std::vector<StepSample>(10, WithGradients(0.05, 0.5)), later).accepted ==
-          10);
-  // Both in the window: the means, 64 / 0.275.
-  CHECK(store.GradientNoiseScale(kJob, later) == Approx(64 / 0.275));
-  for (int minute = 4; minute <= 8; ++minute) store.Tick(kNow + absl::Minutes(minute));
-  // The early samples aged out: only the recent statistics count.
-  CHECK(store.GradientNoiseScale(kJob, kNow + absl::Minutes(8)) == Approx(1280));
-  // Once the window holds none, the lifetime's stand in.
-  for (int minute = 9; minute <= 20; ++minute) store.Tick(kNow + absl::Minutes(minute));
-  CHECK(store.GradientNoiseScale(kJob, kNow + absl::Minutes(20)) == Approx(64 / 0.275));
+  // The default gradient window (one step of the window: a minute here),
+  // and one as long as the window.
+  MetricsStoreOptions whole = options;
+  whole.gradient_window = options.window;
+  for (MetricsStoreOptions o : {options, whole}) {
+    const bool latest = o.gradient_window == absl::ZeroDuration();
+    INFO((latest ? "default gradient window" : "gradient window = window"));
+    MetricsStore store(o);
+    REQUIRE(store.AddJob(kJob, 8, 32).ok());
+    // Early in training: large |G|^2, scale 128 (noise 0.5 x 128 / 0.5).
+    REQUIRE(store.Ingest(std::vector<StepSample>(10, WithGradients(0.5, 0.5)), kNow).accepted ==
+            10);
+    store.Tick(kNow);
+    CHECK(store.GradientNoiseScale(kJob, kNow) == Approx(128));
+    for (int minute = 1; minute <= 3; ++minute) store.Tick(kNow + absl::Minutes(minute));
+    // Later: |G|^2 shrinks, the scale grows (0.5 x 128 / 0.05 = 1280).
+    const absl::Time later = kNow + absl::Minutes(3);
+    REQUIRE(store.Ingest(std::vector<StepSample>(10, WithGradients(0.05, 0.5)), later).accepted ==
+            10);
+    // The gradient window holds only the new statistics: the scale now.
+    // Over the whole window, both count: the ratio of the means, 64 /
+    // 0.275, ruled by the early |G|^2.
+    CHECK(store.GradientNoiseScale(kJob, later) == Approx(latest ? 1280 : 64 / 0.275));
+    // Once the gradient window holds none, the window's stand in; later
+    // only the recent statistics are in the window either way.
+    store.Tick(kNow + absl::Minutes(4));
+    store.Tick(kNow + absl::Minutes(5));
+    CHECK(store.GradientNoiseScale(kJob, kNow + absl::Minutes(5)) == Approx(64 / 0.275));
+    for (int minute = 6; minute <= 8; ++minute) store.Tick(kNow + absl::Minutes(minute));
+    CHECK(store.GradientNoiseScale(kJob, kNow + absl::Minutes(8)) == Approx(1280));
+    // Once the window holds none, the lifetime's stand in.
+    for (int minute = 9; minute <= 20; ++minute) store.Tick(kNow + absl::Minutes(minute));
+    CHECK(store.GradientNoiseScale(kJob, kNow + absl::Minutes(20)) == Approx(64 / 0.275));
+  }
 }
 
 TEST_CASE("gradient statistics from concurrent writers are all counted, while Tick rolls windows",
           "[gradients][concurrency]") {
   MetricsStoreOptions options;
-  options.window = absl::Seconds(6);  // a snapshot per simulated second
+  options.window = absl::Seconds(6);         // a snapshot per simulated second
+  options.gradient_window = options.window;  // the sums over every sample below
   MetricsStore store(options);
   REQUIRE(store.AddJob(kJob, 8, 32).ok());
   constexpr int kThreads = 3;
