@@ -126,8 +126,9 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
     // Goodput-planned: progress (samples at M0) per second at each size,
     // with the batch the job would run there; a size where no batch fits
     // the job's bounds gains nothing.
+    input->choices.reserve(job.max_replicas - job.min_replicas + 1);
     for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
-      const std::optional<BatchChoice> choice = goodput->At(n);
+      const std::optional<BatchChoice>& choice = input->choices.emplace_back(goodput->At(n));
       job.throughput.push_back(choice.has_value() ? choice->goodput : 0);
     }
     if (!job.throughput.empty() && job.throughput.front() > 0)
@@ -269,8 +270,16 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
     rec.decided_at = now;
     rec.policy = std::string(p.input->policy);
     rec.gpus = planned.replicas * p.spec->gpus_per_replica;
+    // The batch the planner's curve had at the size planned (a size past
+    // the curve's end, where a running job may stay, is asked afresh).
+    const uint32_t min_replicas = planner_jobs[i - 1].min_replicas;
     if (p.input->planned_by_cluster && p.input->goodput.has_value() && planned.replicas > 0) {
-      if (const std::optional<BatchChoice> choice = p.input->goodput->At(planned.replicas);
+      const std::vector<std::optional<BatchChoice>>& choices = p.input->choices;
+      const size_t at = planned.replicas - std::min(planned.replicas, min_replicas);
+      if (const std::optional<BatchChoice> choice =
+              planned.replicas >= min_replicas && at < choices.size()
+                  ? choices[at]
+                  : p.input->goodput->At(planned.replicas);
           choice.has_value()) {
         rec.local_batch_size = choice->local_batch;
         rec.accumulation_steps = choice->accumulation_steps;

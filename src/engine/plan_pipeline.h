@@ -83,6 +83,10 @@ class PlanPipeline {
     // Goodput planning (batch_plan.h); nullopt = planned on throughput. It
     // points into `fitted`, which this input keeps alive.
     std::optional<GoodputPlan> goodput;
+    // Its batch and goodput at n = job.min_replicas + i (goodput planning
+    // only): what the planner's curve was made of, and what the
+    // recommendation carries for the size planned.
+    std::vector<std::optional<BatchChoice>> choices;
   };
   // A plan's copy of one job, kept from plan to plan and brought up to date
   // only for the jobs changed since, with what plans keep between them.
