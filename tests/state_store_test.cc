@@ -385,20 +385,26 @@ TEST_CASE("capacity slots read back from their text form, and nothing else does"
   }
 }
 
-TEST_CASE("sqlite state store: measurement rows written before gradient statistics are read") {
+// Job ns/a's measurements (of one size) a fresh state file loads once
+// `record` was written into its measurements table, as an older server wrote
+// it.
+StoredMeasurements LoadWrittenRow(const std::string& record) {
   TempDir dir;
   const std::string path = dir.File("state.db");
   REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({1, {}, 0}).ok());
-  // A positional row of the eleven fields before gradient statistics.
-  RunSql(path,
-         "INSERT INTO measurements (job_id, record) VALUES ('ns/a', "
-         "'[[2, 7, 9, 0.25, 0.01, 32, 5, 320, 256.0, true, null]]')");
+  RunSql(path, "INSERT INTO measurements (job_id, record) VALUES ('ns/a', '" + record + "')");
   absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
   INFO(state.status().ToString());
   REQUIRE(state.ok());
   REQUIRE(state->measurements.size() == 1);
   REQUIRE(state->measurements[0].sizes.size() == 1);
-  const SizeStats& s = state->measurements[0].sizes[0];
+  return state->measurements[0];
+}
+
+TEST_CASE("sqlite state store: measurement rows written before gradient statistics are read") {
+  // A positional row of the eleven fields before gradient statistics.
+  const SizeStats s =
+      LoadWrittenRow("[[2, 7, 9, 0.25, 0.01, 32, 5, 320, 256.0, true, null]]").sizes[0];
   CHECK(s.samples_processed == 320);
   CHECK(s.gradient_count == 0);
   CHECK(s.gradient_sqr == 0);
@@ -406,23 +412,13 @@ TEST_CASE("sqlite state store: measurement rows written before gradient statisti
 }
 
 TEST_CASE("sqlite state store: measurements written as keyed objects are still read") {
-  TempDir dir;
-  const std::string path = dir.File("state.db");
-  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({1, {}, 0}).ok());
   // How the first version-2 files wrote a size: an object with named fields.
-  RunSql(path,
-         "INSERT INTO measurements (job_id, record) VALUES ('ns/a', '[{\"world_size\": 2, "
-         "\"sample_count\": 7, "
-         "\"lifetime_count\": 9, \"step_seconds\": 0.25, \"spread_seconds\": 0.01, "
-         "\"mean_batch\": 32, \"steps_processed\": 5, \"samples_processed\": 320, "
-         "\"samples_per_second\": \"inf\", \"from_window\": true, \"last_sample_at\": "
-         "null}]')");
-  absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
-  INFO(state.status().ToString());
-  REQUIRE(state.ok());
-  REQUIRE(state->measurements.size() == 1);
-  REQUIRE(state->measurements[0].sizes.size() == 1);
-  const SizeStats& s = state->measurements[0].sizes[0];
+  const StoredMeasurements kept = LoadWrittenRow(
+      "[{\"world_size\": 2, \"sample_count\": 7, \"lifetime_count\": 9, \"step_seconds\": "
+      "0.25, \"spread_seconds\": 0.01, \"mean_batch\": 32, \"steps_processed\": 5, "
+      "\"samples_processed\": 320, \"samples_per_second\": \"inf\", \"from_window\": true, "
+      "\"last_sample_at\": null}]");
+  const SizeStats& s = kept.sizes[0];
   CHECK(s.world_size == 2);
   CHECK(s.sample_count == 7);
   CHECK(s.lifetime_count == 9);
@@ -432,8 +428,8 @@ TEST_CASE("sqlite state store: measurements written as keyed objects are still r
   CHECK(s.from_window);
   CHECK(s.last_sample_at == absl::InfinitePast());
   // Written before the policies' memory was kept: none.
-  CHECK(!state->measurements[0].exploration_stopped);
-  CHECK(state->measurements[0].recent_recommendations.empty());
+  CHECK(!kept.exploration_stopped);
+  CHECK(kept.recent_recommendations.empty());
 }
 
 TEST_CASE("sqlite state store: a file that is not a database is refused and left as it was") {
