@@ -13,6 +13,15 @@ packages=(
   pkg-config
   # scripts/check-doc-links.py (the doc_links test)
   python3
+  # the Python trainer SDK (client/python), built and tested with Debian's
+  # /usr/bin/python3: its gRPC runtime, pip/setuptools to install it, pytest,
+  # and PyTorch (CPU, gloo) for rescale.torch and the real DDP tests
+  python3-grpcio
+  python3-protobuf
+  python3-pip
+  python3-setuptools
+  python3-pytest
+  python3-torch
   protobuf-compiler
   protobuf-compiler-grpc
   libprotobuf-dev
