@@ -32,3 +32,6 @@ foreach(test_file ${RESCALE_PYTHON_TESTS})
   set_tests_properties(python_${test_name} PROPERTIES LABELS python
     ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python;RESCALED=$<TARGET_FILE:rescaled>;PYTHONDONTWRITEBYTECODE=1")
 endforeach()
+# It asserts the job settles on the size with the best measured throughput,
+# which other tests' load on the same two cores would distort.
+set_tests_properties(python_test_launch PROPERTIES RUN_SERIAL TRUE)
