@@ -5,6 +5,8 @@
 #   make test            install missing deps, build, run every test (ctest)
 #   make test-sanitize   the tests under ASan+UBSan, concurrency tests under TSan
 #   make bench           build and run rescale-bench
+#   make bench-python    the Python reporter's overhead on a training loop
+#   make demo            train examples/pytorch under rescale-launch, sized by rescaled
 #   make docker          build docker/Dockerfile (needs a container engine)
 #   make format          clang-format every C++ file (.clang-format: Google, 100 columns)
 #   make check-thread-safety  build the tree with clang -Wthread-safety -Werror (build-tsa/):
@@ -19,7 +21,7 @@ CMAKE_FLAGS ?=
 ARGS ?=
 CTEST := ctest --output-on-failure -j $(JOBS) --timeout 300
 
-.PHONY: all deps build run test test-sanitize test-asan test-tsan check-thread-safety fuzz bench docker format clean
+.PHONY: all deps build run test demo bench-python test-sanitize test-asan test-tsan check-thread-safety fuzz bench docker format clean
 
 all: build
 
@@ -56,6 +58,12 @@ test-tsan: deps
 		suppressions=$(CURDIR)/tests/tsan.supp" $(CTEST) -L concurrency
 
 test-sanitize: test-asan test-tsan
+
+demo: build
+	scripts/demo.sh
+
+bench-python: build
+	PYTHONPATH=build/python /usr/bin/python3 bench/python/reporter_overhead.py
 
 # Clang's thread-safety analysis over every target (libraries, programs,
 # tests, benchmarks): the annotations of rescale/mutex.h are checked, and a
