@@ -33,6 +33,7 @@ tests drive the send loop deterministically with pump().
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import dataclasses
@@ -42,6 +43,7 @@ import random
 import socket
 import threading
 import time
+import weakref
 from typing import Callable, Mapping, Optional
 
 import grpc
@@ -142,6 +144,12 @@ class _StepTimer:
         self.grad_sqr, self.grad_var, self.grad_batch = float(sqr), float(var), int(batch)
 
 
+def _close_at_exit(ref, timeout):
+    reporter = ref()
+    if reporter is not None:
+        reporter.close(timeout)
+
+
 class Reporter:
     def __init__(self, job: Optional[str] = None, *, server: Optional[str] = None,
                  pod: Optional[str] = None, world_size: Optional[int] = None,
@@ -154,7 +162,7 @@ class Reporter:
                  wall_ns: Callable[[], int] = time.time_ns,
                  timer: Callable[[], float] = time.perf_counter,
                  uniform01: Optional[Callable[[], float]] = None,
-                 start: bool = True):
+                 start: bool = True, exit_timeout: float = 2.0):
         env = os.environ if env is None else env
         if max_batch < 1 or buffer_capacity < 1:
             raise ValueError("max_batch and buffer_capacity: must be at least 1")
@@ -201,6 +209,10 @@ class Reporter:
             self._thread = threading.Thread(target=self._run, name="rescale-reporter",
                                             daemon=True)
             self._thread.start()
+            # A trainer that exits without close() still delivers its last
+            # samples, for at most exit_timeout seconds (rescaled down: lost,
+            # and the exit is not held longer).
+            atexit.register(_close_at_exit, weakref.ref(self), exit_timeout)
 
     # ---- the training side: never blocks on the network, never raises ----
 

@@ -230,3 +230,16 @@ def test_token_goes_with_every_call(start_rescaled, tmp_path):
     stats = anonymous.stats()
     assert (stats.accepted, stats.failed_rpcs, stats.pending) == (0, 1, 1)
     assert anonymous.last_error().code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_trainer_that_exits_without_close_still_delivers(rescaled):
+    import subprocess
+    import sys
+    rescaled.register("team-a/exit", local_batch_size=2)
+    script = ("import rescale\n"
+              "r = rescale.Reporter(flush_interval=60)\n"  # nothing due before exit
+              "for s in range(7): r.record(s, 0.02, 2)\n")
+    env = {"PYTHONPATH": ":".join(sys.path), "RESCALE_JOB": "team-a/exit",
+           "RESCALE_SERVER": rescaled.address, "POD_NAME": "p", "WORLD_SIZE": "1"}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
+    assert rescaled.status("team-a/exit").samples_accepted == 7
