@@ -193,6 +193,30 @@ class _CallDetails(grpc.ClientCallDetails):
         self.compression = compression
 
 
+class Backoff:
+    """The retry schedule of every Rescale client (client/common/backoff.h):
+    after the n-th consecutive failure wait initial x 2^(n-1), at most
+    `maximum`, with equal jitter (a uniformly random delay in [d/2, d]) so
+    clients that failed together do not retry together. Not thread-safe:
+    its owner guards it."""
+
+    def __init__(self, initial: float, maximum: float,
+                 uniform01: Optional[Callable[[], float]] = None):
+        import random
+        self.initial, self.maximum = initial, maximum
+        self._uniform01 = uniform01 or random.random
+        self.failures = 0
+
+    def next_delay(self) -> float:
+        """Counts a failure; the delay before the next attempt."""
+        self.failures += 1
+        delay = min(self.maximum, self.initial * 2 ** min(self.failures - 1, 30))
+        return delay * (0.5 + 0.5 * self._uniform01())
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
 class ServerList:
     """The replicas a client was given and the one it talks to now. Thread-safe."""
 

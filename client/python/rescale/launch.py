@@ -36,7 +36,6 @@ import dataclasses
 import logging
 import os
 import queue
-import random
 import signal
 import socket
 import subprocess
@@ -82,6 +81,10 @@ def worker_env(base: dict, *, rank: int, world: int, master_addr: str, master_po
         "OMP_NUM_THREADS": base.get("OMP_NUM_THREADS", "1"),
     })
     return env
+
+
+class Interrupted(Exception):
+    """The launcher was signalled while it waited for rescaled."""
 
 
 class Workers:
@@ -144,6 +147,8 @@ class Launcher:
         self.applied = None           # (replicas, suspended, generation) last reported
         self.target = None            # the newest recommendation
         self.stop_watch = threading.Event()
+        self.interrupted = threading.Event()  # SIGINT or SIGTERM to the launcher
+        self.signalled = 0
         self.sizes = []               # sizes the workers ran at, in order (for the log)
 
     # ---- rescaled calls, retried until they land ----
@@ -151,8 +156,10 @@ class Launcher:
     def _call(self, method: str, stub_class, request, what: str, permanent=(),
               give_up_after: Optional[float] = None):
         """The call, retried with backoff until it lands; raises on a
-        `permanent` code, or after `give_up_after` seconds of failures."""
-        delay = 0.2
+        `permanent` code, or after `give_up_after` seconds of failures. A
+        signal to the launcher ends the retrying of a call without a limit
+        (Interrupted), and shortens a limited one to a last try."""
+        backoff = _connection.Backoff(0.2, 10.0)
         started = self.clock()
         while True:
             address, channel = self.servers.current()
@@ -162,11 +169,15 @@ class Launcher:
                 if error.code() in permanent or (
                         give_up_after is not None and self.clock() - started > give_up_after):
                     raise
+                if self.interrupted.is_set():
+                    if give_up_after is None:
+                        raise Interrupted() from error
+                    raise
                 self.servers.after_failure(address, error)
+                delay = backoff.next_delay()
                 log.warning("%s: %s: %s (retrying in %.1f s)", what, error.code().name,
                             error.details(), delay)
-                time.sleep(delay * (0.5 + 0.5 * random.random()))  # backoff between attempts
-                delay = min(delay * 2, 10.0)
+                self.interrupted.wait(delay)  # the backoff; a signal cuts it short
 
     def spec(self):
         a = self.args
@@ -243,7 +254,7 @@ class Launcher:
 
     def _watch(self):
         namespace = self.args.job.split("/", 1)[0] if "/" in self.args.job else ""
-        delay = 0.2
+        backoff = _connection.Backoff(0.2, 10.0)
         while not self.stop_watch.is_set():
             address, channel = self.servers.current()
             try:
@@ -251,7 +262,7 @@ class Launcher:
                     rescale_pb2.WatchRecommendationsRequest(namespace=namespace))
                 self._stream = stream
                 for event in stream:
-                    delay = 0.2
+                    backoff.reset()
                     if event.recommendation.job_id == self.args.job and event.type in (
                             rescale_pb2.RecommendationEvent.ADDED,
                             rescale_pb2.RecommendationEvent.MODIFIED):
@@ -261,11 +272,9 @@ class Launcher:
                     return
                 self.servers.after_failure(address, error)
                 self.events.put(Event("watch_error"))
-                log.warning("watch: %s: %s (reconnecting in %.1f s)", error.code().name,
-                            error.details(), delay)
-            if self.stop_watch.wait(delay * (0.5 + 0.5 * random.random())):
+                log.warning("watch: %s: %s (reconnecting)", error.code().name, error.details())
+            if self.stop_watch.wait(backoff.next_delay()):
                 return
-            delay = min(delay * 2, 10.0)
 
     # ---- the loop ----
 
@@ -324,11 +333,14 @@ class Launcher:
             self.report_applied(rec.replicas, False, rec.generation)
 
     def run(self) -> int:
-        self.register()
-        watcher = threading.Thread(target=self._watch, name="rescale-watch", daemon=True)
-        watcher.start()
         try:
+            self.register()
+            threading.Thread(target=self._watch, name="rescale-watch", daemon=True).start()
             return self._loop()
+        except Interrupted:
+            signalled = self.signalled
+            log.info("signal %d while waiting for rescaled: stopping", signalled)
+            return 128 + signalled
         finally:
             self.stop_watch.set()
             stream = getattr(self, "_stream", None)
@@ -338,6 +350,12 @@ class Launcher:
             self.final_report()
             self.deregister()
             self.servers.close()
+
+    def signal(self, number: int) -> None:
+        """SIGINT/SIGTERM: stop the workers, deregister, exit 128 + number."""
+        self.signalled = number
+        self.interrupted.set()
+        self.events.put(Event("signal", code=number))
 
     def _loop(self) -> int:
         while True:
@@ -429,7 +447,7 @@ def main(argv=None) -> int:
     command = ([args.command] if args.no_python else [sys.executable, "-u", args.command])
     launcher = Launcher(args, command + list(args.command_args), connection)
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda number, frame: launcher.events.put(Event("signal", code=number)))
+        signal.signal(sig, lambda number, frame: launcher.signal(number))
     return launcher.run()
 
 

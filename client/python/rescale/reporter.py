@@ -178,19 +178,19 @@ class Reporter:
         self._max_batch = max_batch
         self._flush_interval = flush_interval
         self._capacity = buffer_capacity
-        self._initial_backoff = initial_backoff
-        self._max_backoff = max_backoff
         self._clock = clock
         self._wall_ns = wall_ns
         self._timer = timer
-        self._uniform01 = uniform01 or random.Random(hash((self.job, self.pod))).random
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._buffer = collections.deque()  # guarded by _lock; oldest first
         self._oldest_at = None              # guarded by _lock: clock() of buffer[0]
         self._in_flight = 0                 # guarded by _lock: first n are being sent
         self._closed = False                # guarded by _lock
-        self._failures = 0                  # guarded by _lock: consecutive failed sends
+        # guarded by _lock; its failures are the consecutive failed sends
+        self._backoff = _connection.Backoff(
+            initial_backoff, max_backoff,
+            uniform01 or random.Random(hash((self.job, self.pod))).random)
         self._retry_at = float("-inf")      # guarded by _lock
         self._stats = ReporterStats()       # guarded by _lock
         self._last_error = None             # guarded by _lock
@@ -354,9 +354,9 @@ class Reporter:
                 for _ in batch:
                     self._buffer.popleft()
                 self._oldest_at = self._clock() if self._buffer else None
-            recovered = self._failures if error is None else 0
+            recovered = self._backoff.failures if error is None else 0
             if error is None:
-                self._failures = 0
+                self._backoff.reset()
                 self._retry_at = float("-inf")
                 self._last_error = None
                 self._stats.acked += len(batch)
@@ -369,11 +369,8 @@ class Reporter:
                 if permanent:
                     self._stats.abandoned += len(batch)
                 else:
-                    self._failures += 1
-                    delay = min(self._max_backoff,
-                                self._initial_backoff * 2 ** min(self._failures - 1, 30))
-                    self._retry_at = self._clock() + delay * (0.5 + 0.5 * self._uniform01())
-            failures = self._failures
+                    self._retry_at = self._clock() + self._backoff.next_delay()
+            failures = self._backoff.failures
             self._wake.notify_all()
         if error is not None and (permanent or failures == 1):
             # Once per outage, not once per retry.

@@ -44,3 +44,16 @@ def test_measures_sizes_settles_and_counts_samples_once(start_rescaled, tmp_path
     assert measured[sizes[-1]] >= 0.90 * best, (sizes, measured)
     assert summary["samples"] == launch.total  # the trainer's own count: exactly once
     assert processed == pytest.approx(launch.total, rel=0.02)
+
+
+def test_a_signal_stops_a_launcher_waiting_for_rescaled(tmp_path):
+    import signal
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        down = f"127.0.0.1:{s.getsockname()[1]}"
+    launch = Launch(down, "demo/nobody", tmp_path, "--min", "1", "--max", "1",
+                    "--deregister-timeout", "1")
+    launch.wait_for(r"RegisterJob: UNAVAILABLE")
+    launch.process.send_signal(signal.SIGTERM)
+    assert launch.process.wait(timeout=60) == 128 + signal.SIGTERM, launch.output()
