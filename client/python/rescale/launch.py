@@ -281,6 +281,10 @@ class Launcher:
     def worker_base_env(self, rec) -> dict:
         env = dict(os.environ)
         env.update(self.connection.environ())
+        if self.args.worker_token_file:
+            # The workers' reporters need only the reporter role.
+            env.pop("RESCALE_TOKEN", None)
+            env["RESCALE_TOKEN_FILE"] = self.args.worker_token_file
         env["RESCALE_JOB"] = self.args.job
         env["POD_NAME"] = f"{socket.gethostname()}-{self.args.job.replace('/', '-')}"
         env["RESCALE_GENERATION"] = str(rec.generation)
@@ -426,7 +430,10 @@ def parse_args(argv):
     p.add_argument("--cert-file", default=None)
     p.add_argument("--key-file", default=None)
     p.add_argument("--tls-server-name", default=None)
-    p.add_argument("--token-file", default=None)
+    p.add_argument("--token-file", default=None,
+                   help="the launcher's token (role controller); default $RESCALE_TOKEN_FILE")
+    p.add_argument("--worker-token-file", default=None,
+                   help="the workers' token (role reporter); default: the launcher's")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("command", help="training script (or, with --no-python, program)")
     p.add_argument("command_args", nargs=argparse.REMAINDER)
