@@ -57,3 +57,28 @@ def test_a_signal_stops_a_launcher_waiting_for_rescaled(tmp_path):
     launch.wait_for(r"RegisterJob: UNAVAILABLE")
     launch.process.send_signal(signal.SIGTERM)
     assert launch.process.wait(timeout=60) == 128 + signal.SIGTERM, launch.output()
+
+
+def test_workers_get_the_connection_and_their_own_token():
+    import rescale
+    from rescale.launch import Launcher
+    from rescale.v1 import rescale_pb2
+    args = parse_args(["--job", "team-a/mlp", "--max", "4", "--local-batch-size", "32",
+                       "--total-samples", "1000", "--worker-token-file", "/run/reporter-token",
+                       "train.py"])
+    connection = rescale.Connection(servers=["a:1", "b:2"], token="controller-token-0123456789",
+                                    ca_file="/etc/ca.crt")
+    launcher = Launcher(args, ["python3", "train.py"], connection)
+    rec = rescale_pb2.Recommendation(job_id="team-a/mlp", replicas=2, generation=7,
+                                     local_batch_size=48, accumulation_steps=1)
+    env = launcher.worker_base_env(rec)
+    assert env["RESCALE_SERVER"] == "a:1,b:2" and env["RESCALE_CA_FILE"] == "/etc/ca.crt"
+    assert env["RESCALE_TOKEN_FILE"] == "/run/reporter-token" and "RESCALE_TOKEN" not in env
+    assert (env["RESCALE_JOB"], env["RESCALE_GENERATION"], env["RESCALE_TOTAL_SAMPLES"]) == (
+        "team-a/mlp", "7", "1000")
+    assert (env["RESCALE_LOCAL_BATCH_SIZE"], env["RESCALE_ACCUMULATION_STEPS"]) == ("48", "1")
+    # Without a batch in the recommendation: the job's own local batch.
+    rec.ClearField("local_batch_size")
+    env = launcher.worker_base_env(rec)
+    assert (env["RESCALE_LOCAL_BATCH_SIZE"], env["RESCALE_ACCUMULATION_STEPS"]) == ("32", "0")
+    launcher.servers.close()
