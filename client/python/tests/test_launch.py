@@ -82,3 +82,19 @@ def test_workers_get_the_connection_and_their_own_token():
     env = launcher.worker_base_env(rec)
     assert (env["RESCALE_LOCAL_BATCH_SIZE"], env["RESCALE_ACCUMULATION_STEPS"]) == ("32", "0")
     launcher.servers.close()
+
+
+def test_no_python_command_and_its_exit_code(rescaled, tmp_path):
+    import subprocess
+    import sys
+    import grpc
+    # A failing program: the launcher exits with its code and deregisters the job.
+    result = subprocess.run(
+        [sys.executable, "-m", "rescale.launch", "--server", rescaled.address, "--job",
+         "demo/shell", "--max", "1", "--no-python", "/bin/sh", "-c",
+         'test "$WORLD_SIZE" = 1 && test "$RESCALE_JOB" = demo/shell && exit 3'],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, result.stdout + result.stderr
+    with pytest.raises(grpc.RpcError) as gone:
+        rescaled.status("demo/shell")
+    assert gone.value.code() == grpc.StatusCode.NOT_FOUND
