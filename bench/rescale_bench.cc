@@ -21,6 +21,9 @@
 //   BM_ClusterPlan/<jobs>                 PlanCluster, 10 GPUs per job; counters
 //                                        gap (must stay <= 1%), waiting,
 //                                        utilization
+//   BM_ClusterPlanQueues/<jobs>/<queues>  the same jobs in queues and
+//                                        cohorts (target: 10,000 in 50
+//                                        queues <= 50 ms)
 //   BM_EngineReplan/<jobs>/<changed %>/<4th size>
 //                                        DecisionEngine::Replan (fit, policy,
 //                                        plan, publish) of jobs measured at
@@ -58,7 +61,6 @@
 #include "server/etcd/etcd_client.h"
 #include "server/etcd/etcd_state_store.h"
 // The etcd backend is started the way the tests start it.
-#include "tests/child_process.h"
 #include "rescale/clock.h"
 #include "rescale/cluster_planner.h"
 #include "rescale/decision_engine.h"
@@ -66,6 +68,7 @@
 #include "rescale/recommendation_board.h"
 #include "rescale/state_store.h"
 #include "rescale/throughput_model.h"
+#include "tests/child_process.h"
 
 // ---- allocation accounting (for BM_StoreMemory) -------------------------------
 // Counted only while BM_StoreMemory runs (g_counting): the other benchmarks
@@ -234,7 +237,16 @@ void BM_StoreMemory(benchmark::State& state) {
     std::vector<rescale::StepSample> one(1);
     for (const std::string& id : ids) {
       for (int size = 1; size <= kSizes; ++size) {
-        one[0] = {id, pods[0], static_cast<uint32_t>(size), 0.5, 0, 0, std::nullopt, std::nullopt, std::nullopt, 0};
+        one[0] = {id,
+                  pods[0],
+                  static_cast<uint32_t>(size),
+                  0.5,
+                  0,
+                  0,
+                  std::nullopt,
+                  std::nullopt,
+                  std::nullopt,
+                  0};
         store.Ingest(one, kNow);
       }
     }
@@ -406,6 +418,43 @@ void BM_ClusterPlan(benchmark::State& state) {
 }
 BENCHMARK(BM_ClusterPlan)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 
+// PlanCluster with queues (issue 33: 10,000 jobs in 50 queues within 50
+// ms): the same jobs dealt round-robin to <queues> queues of equal nominal
+// quota (the capacity split evenly), in cohorts of ten, weights 1-3; one
+// queue in ten has no jobs, so its quota is lent. Counters: waiting,
+// utilization, short = GPUs by which queues fall below their guarantee.
+void BM_ClusterPlanQueues(benchmark::State& state) {
+  std::vector<rescale::PlannerJob> jobs = ClusterPlanInstance(static_cast<int>(state.range(0)));
+  const uint64_t capacity = 10 * jobs.size();
+  const auto count = static_cast<uint32_t>(state.range(1));
+  std::vector<rescale::QueueSpec> queues(count);
+  for (uint32_t k = 0; k < count; ++k) {
+    queues[k].name = absl::StrCat("team-", k);
+    queues[k].nominal_gpus = capacity / count;
+    queues[k].cohort = absl::StrCat("cohort-", k / 10);
+    queues[k].weight = 1 + k % 3;
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const auto k = static_cast<uint32_t>(i % count);
+    jobs[i].queue = k % 10 == 9 ? k - 1 : k;  // queues 9, 19, ... stay empty
+  }
+  rescale::ClusterPlan plan;
+  for (auto _ : state) {
+    plan = rescale::PlanCluster(jobs, capacity, {}, {}, queues);
+    benchmark::DoNotOptimize(plan);
+  }
+  uint64_t waiting = 0, short_gpus = 0;
+  for (const rescale::PlannedJob& j : plan.jobs) waiting += j.replicas == 0;
+  for (const rescale::PlannedQueue& q : plan.queues) {
+    if (q.in_use_gpus < q.guaranteed_gpus) short_gpus += q.guaranteed_gpus - q.in_use_gpus;
+  }
+  state.counters["waiting"] = static_cast<double>(waiting);
+  state.counters["utilization"] = double(plan.allocated_gpus) / double(capacity);
+  state.counters["short"] = static_cast<double>(short_gpus);
+  if (plan.allocated_gpus > capacity) state.SkipWithError("plan over capacity");
+}
+BENCHMARK(BM_ClusterPlanQueues)->Args({10000, 50})->Unit(benchmark::kMillisecond);
+
 // An engine as rescaled holds it after an adapter registered `jobs` jobs
 // (min 1, max 16, 10 GPUs per job of capacity) and their agents reported
 // 20 samples from two pods at each of three sizes, the cluster applying the
@@ -543,8 +592,7 @@ struct StateBackend {
     auto client_api =
         std::make_shared<rescale::server::EtcdClient>(std::vector<std::string>{endpoint});
     std::shared_ptr<rescale::server::EtcdStateStore> etcd_store =
-        rescale::server::EtcdStateStore::Open("etcd://" + endpoint + "/bench", client_api,
-                                              "/bench")
+        rescale::server::EtcdStateStore::Open("etcd://" + endpoint + "/bench", client_api, "/bench")
             .value();
     const int64_t lease = client_api->LeaseGrant(absl::Seconds(60)).value();
     grpc::ClientContext campaign;
@@ -566,7 +614,9 @@ const char* BackendName(int64_t backend) { return backend == 0 ? "sqlite" : "etc
 void ReportPercentiles(benchmark::State& state, std::vector<double>& ms) {
   if (ms.empty()) return;
   std::sort(ms.begin(), ms.end());
-  auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<size_t>(q * ms.size()))]; };
+  auto at = [&](double q) {
+    return ms[std::min(ms.size() - 1, static_cast<size_t>(q * ms.size()))];
+  };
   state.counters["p50_ms"] = at(0.50);
   state.counters["p99_ms"] = at(0.99);
   state.counters["max_ms"] = ms.back();
@@ -585,9 +635,9 @@ void BM_StatePutJob(benchmark::State& state) {
     ++job.current_replicas;
     const auto started = std::chrono::steady_clock::now();
     if (!backend.store->PutJob(job).ok()) std::abort();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                           started)
-                     .count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+            .count());
   }
   ReportPercentiles(state, ms);
 }

@@ -154,6 +154,8 @@ v1::BindingConstraint ToProto(BindingConstraint c) {
       return v1::INSUFFICIENT_DATA;
     case BindingConstraint::kNodeSlots:
       return v1::NODE_SLOTS;
+    case BindingConstraint::kQuota:
+      return v1::QUOTA;
   }
   return v1::BINDING_CONSTRAINT_UNSPECIFIED;
 }

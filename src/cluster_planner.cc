@@ -231,8 +231,12 @@ ClusterPlan Finish(const Problem& p, const Solution& solution, std::optional<uin
 }  // namespace planner_internal
 
 ClusterPlan PlanCluster(std::span<const PlannerJob> jobs, std::optional<uint64_t> capacity,
-                        const ClusterPlannerOptions& options, std::span<const ReplicaSlots> slots) {
+                        const ClusterPlannerOptions& options, std::span<const ReplicaSlots> slots,
+                        std::span<const QueueSpec> queues) {
   Problem p = BuildProblem(jobs, options);
+  if (planner_internal::QueuesMatter(queues, jobs, capacity)) {
+    return planner_internal::PlanWithQueues(std::move(p), capacity, options, slots, queues);
+  }
   // Without per-node information the plan is exactly the one before slots
   // existed; with it, PlanWithSlots starts from that plan too and returns it
   // unchanged whenever it already fits the slots.
@@ -247,10 +251,15 @@ PlanObjective EvaluatePlan(std::span<const PlannerJob> jobs, std::span<const uin
 }
 
 int CompareObjectives(const PlanObjective& a, const PlanObjective& b, double relative_tolerance) {
+  auto compare = [&](double x, double y) {
+    const double scale = std::max({1.0, std::abs(x), std::abs(y)});
+    if (std::abs(x - y) <= relative_tolerance * scale) return 0;
+    return x < y ? -1 : 1;
+  };
+  if (a.queue_levels != b.queue_levels) return a.queue_levels < b.queue_levels ? -1 : 1;
+  if (int c = compare(a.fair_share, b.fair_share); c != 0) return c;
   if (a.levels != b.levels) return a.levels < b.levels ? -1 : 1;
-  const double scale = std::max({1.0, std::abs(a.utility), std::abs(b.utility)});
-  if (std::abs(a.utility - b.utility) <= relative_tolerance * scale) return 0;
-  return a.utility < b.utility ? -1 : 1;
+  return compare(a.utility, b.utility);
 }
 
 }  // namespace rescale

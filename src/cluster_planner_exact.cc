@@ -64,27 +64,19 @@ int64_t OptionScore(const ScoreWeights& w, const JobModel& m, uint32_t n) {
   return score;
 }
 
-// A partial plan's value in the DP: levels 1-3 packed, then level 4, then
-// the tie rule (earlier-started jobs running), then fewer GPUs.
-struct DpValue {
-  int64_t score = 0;
-  double utility = 0;
-  uint64_t seniority_mask = 0;
-  uint64_t gpus = 0;
-};
-
-bool Better(const DpValue& a, const DpValue& b) {
-  if (a.score != b.score) return a.score > b.score;
-  if (!NearlyEqual(a.utility, b.utility)) return a.utility > b.utility;
-  if (a.seniority_mask != b.seniority_mask) return a.seniority_mask > b.seniority_mask;
-  return a.gpus < b.gpus;
-}
-
 uint64_t SeniorityBit(const JobModel& m) {
   return m.seniority < 64 ? uint64_t{1} << (63 - m.seniority) : 0;
 }
 
 }  // namespace
+
+bool Better(const DpValue& a, const DpValue& b) {
+  if (a.valid != b.valid) return a.valid;
+  if (a.score != b.score) return a.score > b.score;
+  if (!NearlyEqual(a.utility, b.utility)) return a.utility > b.utility;
+  if (a.seniority_mask != b.seniority_mask) return a.seniority_mask > b.seniority_mask;
+  return a.gpus < b.gpus;
+}
 
 std::vector<uint32_t> SolveSeparable(const Problem& p) {
   std::vector<uint32_t> replicas(p.size(), 0);
@@ -109,19 +101,25 @@ std::vector<uint32_t> SolveSeparable(const Problem& p) {
   return replicas;
 }
 
-// dp[c] is the best value of the jobs so far within c cells.
-std::vector<uint32_t> SolveExactDp(const Problem& p, const ScoreWeights& weights, uint64_t cells,
-                                   uint64_t unit) {
+// dp[c] is the best value of the jobs so far within c cells (exactly c
+// cells with exact_fill).
+KnapsackTable RunKnapsack(const Problem& p, const ScoreWeights& weights, uint64_t cells,
+                          uint64_t unit, bool exact_fill) {
   struct Option {
     uint32_t replicas;
     uint64_t cells;
     DpValue value;
   };
   const size_t n = p.size();
-  const size_t width = cells + 1;
+  KnapsackTable table;
+  table.width = cells + 1;
+  const size_t width = table.width;
   std::vector<DpValue> best(width), next(width);
   for (DpValue& v : best) v = DpValue{};
-  std::vector<uint32_t> choice(n * width, 0);
+  if (exact_fill) {
+    for (size_t c = 1; c < width; ++c) best[c].valid = false;
+  }
+  table.choice.assign(n * width, 0);
   std::vector<Option> options;
   for (size_t j = 0; j < n; ++j) {
     const JobModel& m = p.models[j];
@@ -135,7 +133,7 @@ std::vector<uint32_t> SolveExactDp(const Problem& p, const ScoreWeights& weights
              {OptionScore(weights, m, r), p.Utility(j, r), SeniorityBit(m), m.Gpus(r)}});
       }
     }
-    uint32_t* row = &choice[j * width];
+    uint32_t* row = &table.choice[j * width];
     for (size_t c = 0; c < width; ++c) {
       DpValue top = best[c];
       top.score += off.score;
@@ -143,6 +141,7 @@ std::vector<uint32_t> SolveExactDp(const Problem& p, const ScoreWeights& weights
       for (const Option& o : options) {
         if (o.cells > c) break;  // options are in increasing size
         const DpValue& base = best[c - o.cells];
+        if (!base.valid) continue;
         DpValue cand{base.score + o.value.score, base.utility + o.value.utility,
                      base.seniority_mask | o.value.seniority_mask, base.gpus + o.value.gpus};
         if (Better(cand, top)) {
@@ -155,14 +154,25 @@ std::vector<uint32_t> SolveExactDp(const Problem& p, const ScoreWeights& weights
     }
     best.swap(next);
   }
-  std::vector<uint32_t> replicas(n, 0);
-  uint64_t c = cells;
-  for (size_t j = n; j-- > 0;) {
-    const uint32_t r = choice[j * width + c];
+  table.best = std::move(best);
+  return table;
+}
+
+std::vector<uint32_t> Reconstruct(const Problem& p, const KnapsackTable& table, uint64_t cell,
+                                  uint64_t unit) {
+  std::vector<uint32_t> replicas(p.size(), 0);
+  uint64_t c = cell;
+  for (size_t j = p.size(); j-- > 0;) {
+    const uint32_t r = table.choice[j * table.width + c];
     replicas[j] = r;
     c -= p.models[j].Gpus(r) / unit;
   }
   return replicas;
+}
+
+std::vector<uint32_t> SolveExactDp(const Problem& p, const ScoreWeights& weights, uint64_t cells,
+                                   uint64_t unit) {
+  return Reconstruct(p, RunKnapsack(p, weights, cells, unit, /*exact_fill=*/false), cells, unit);
 }
 
 }  // namespace rescale::planner_internal

@@ -5,6 +5,8 @@
 //   cluster_planner_exact.cc    separable solver and exact DP (solvers 1, 2)
 //   cluster_planner_scale.cc    scalable solver and its upper bound (solver 3)
 //   cluster_planner_explain.cc  binding constraint and reason per job
+//   cluster_planner_slots.cc    node slots
+//   cluster_planner_queues.cc   queues, quotas and cohorts
 // Only those files include it; the public API is rescale/cluster_planner.h.
 #ifndef RESCALE_SRC_CLUSTER_PLANNER_INTERNAL_H_
 #define RESCALE_SRC_CLUSTER_PLANNER_INTERNAL_H_
@@ -124,6 +126,32 @@ std::vector<uint32_t> SolveSeparable(const Problem& p);
 std::vector<uint32_t> SolveExactDp(const Problem& p, const ScoreWeights& weights, uint64_t cells,
                                    uint64_t unit);
 
+// A partial plan's value in the DP: levels 1-3 packed, then level 4, then
+// the tie rule (earlier-started jobs running), then fewer GPUs. `valid` is
+// false for a cell no plan fills exactly (KnapsackTable with exact_fill).
+struct DpValue {
+  int64_t score = 0;
+  double utility = 0;
+  uint64_t seniority_mask = 0;
+  uint64_t gpus = 0;
+  bool valid = true;
+};
+bool Better(const DpValue& a, const DpValue& b);
+
+// The DP's table after every job of `p`: best[c] is the best value within c
+// cells, or, with exact_fill, of plans using exactly c cells; choice holds
+// each job's replicas per cell, for Reconstruct.
+struct KnapsackTable {
+  size_t width = 0;
+  std::vector<DpValue> best;
+  std::vector<uint32_t> choice;  // job j, cell c at j * width + c
+};
+KnapsackTable RunKnapsack(const Problem& p, const ScoreWeights& weights, uint64_t cells,
+                          uint64_t unit, bool exact_fill);
+// The replicas of the plan behind table.best[cell].
+std::vector<uint32_t> Reconstruct(const Problem& p, const KnapsackTable& table, uint64_t cell,
+                                  uint64_t unit);
+
 // ---- scalable solver (cluster_planner_scale.cc) ----------------------------
 
 struct ScaleSolution {
@@ -154,6 +182,10 @@ ClusterPlan Finish(const Problem& p, const Solution& solution, std::optional<uin
 
 // ---- node slots (cluster_planner_slots.cc) ---------------------------------
 
+// The problem restricted to the models at `indices` (in that order), with
+// priorities and seniority re-ranked within the part.
+Problem Part(const Problem& p, std::span<const uint32_t> indices);
+
 // PlanCluster with per-class slot limits (non-empty `slots`).
 ClusterPlan PlanWithSlots(Problem p, std::optional<uint64_t> capacity,
                           const ClusterPlannerOptions& options,
@@ -182,6 +214,17 @@ void ExplainSlots(const Problem& p, std::span<const uint32_t> replicas,
                   std::span<const uint32_t> relaxed, std::span<const uint32_t> unlimited_hi,
                   const SlotLimits& limits, std::optional<uint64_t> capacity, uint64_t allocated,
                   std::vector<PlannedJob>& out);
+
+// ---- queues (cluster_planner_queues.cc) -------------------------------------
+
+// Whether `queues` constrain anything: more than one queue, a cohort, or one
+// queue smaller than the capacity. Otherwise PlanCluster ignores them.
+bool QueuesMatter(std::span<const QueueSpec> queues, std::span<const PlannerJob> jobs,
+                  std::optional<uint64_t> capacity);
+// PlanCluster with queues (see "Queues" in rescale/cluster_planner.h).
+ClusterPlan PlanWithQueues(Problem p, std::optional<uint64_t> capacity,
+                           const ClusterPlannerOptions& options,
+                           std::span<const ReplicaSlots> slots, std::span<const QueueSpec> queues);
 
 }  // namespace rescale::planner_internal
 

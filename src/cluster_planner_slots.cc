@@ -21,9 +21,7 @@
 #include "cluster_planner_internal.h"
 
 namespace rescale::planner_internal {
-namespace {
 
-// The problem restricted to the models at `indices` (in that order).
 Problem Part(const Problem& p, std::span<const uint32_t> indices) {
   Problem q;
   q.objective = p.objective;
@@ -48,6 +46,8 @@ Problem Part(const Problem& p, std::span<const uint32_t> indices) {
   }
   return q;
 }
+
+namespace {
 
 // Replicas planned per limited class: (class, replicas) for every limit.
 std::vector<uint64_t> ClassUse(const Problem& p, std::span<const uint32_t> replicas,

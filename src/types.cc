@@ -50,6 +50,8 @@ std::string_view BindingConstraintName(BindingConstraint constraint) {
       return "INSUFFICIENT_DATA";
     case BindingConstraint::kNodeSlots:
       return "NODE_SLOTS";
+    case BindingConstraint::kQuota:
+      return "QUOTA";
   }
   return "BINDING_CONSTRAINT_UNSPECIFIED";
 }

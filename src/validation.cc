@@ -11,8 +11,6 @@
 namespace rescale {
 namespace {
 
-bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
-
 // DNS-1123 subdomain: labels of [a-z0-9-] joined by '.', at most 253 chars.
 bool IsDns1123Subdomain(std::string_view s) {
   if (s.empty() || s.size() > 253) return false;
@@ -29,15 +27,6 @@ bool IsDns1123Subdomain(std::string_view s) {
 absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
 }  // namespace
-
-bool IsDns1123Label(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  if (!IsLowerAlnum(s.front()) || !IsLowerAlnum(s.back())) return false;
-  for (char c : s) {
-    if (!IsLowerAlnum(c) && c != '-') return false;
-  }
-  return true;
-}
 
 absl::Status ValidateJobId(std::string_view job_id, std::string_view field) {
   if (job_id.empty()) {

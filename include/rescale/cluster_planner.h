@@ -92,6 +92,40 @@
 // it (upper_bound = utility, gap 0). Jobs held back or kept from growing by
 // a full class get binding NODE_SLOTS and a reason naming the slots.
 //
+// Queues (rescale/queues.h). Given queues, every job belongs to one
+// (PlannerJob::queue) and the plan also keeps, with U_q the GPUs of queue
+// q's jobs, N_q its nominal quota, L_q = min(lending limit, N_q) what it may
+// lend and G_q = N_q - L_q what it keeps for itself:
+//   U_q <= N_q + borrowing limit of q                       (unset: no limit)
+//   sum over q in cohort c of max(0, U_q - G_q) <= sum over q in c of L_q
+//   U_q <= N_q for a queue without a cohort
+// (Kueue's quota model with one resource), and the objective gains two
+// levels after level 1 (kept non-preemptible jobs, which are never suspended,
+// even on borrowed GPUs):
+//   1a. guarantee: sum_q min(U_q, D_q), D_q = the GPUs queue q's jobs take
+//       when planned alone in min(N_q, capacity) GPUs. GPUs a queue borrows
+//       are returned before anything else when their owner's jobs need them:
+//       borrowers shrink towards their minimum (level 2 keeps jobs running),
+//       then the lowest priority among them is suspended;
+//   1b. fair sharing of what exceeds nominal: sum_q w_q ln(1 + b_q / w_q),
+//       b_q = min(U_q - N_q, X_q) when positive, X_q = the GPUs above
+//       N_q queue q's jobs take when planned alone in all it may hold. Its
+//       optimum balances b_q / w_q between borrowers (Kueue's dominant
+//       resource share with one resource), and a queue is not credited for
+//       GPUs above what its own plan would use.
+// Then within and across queues, levels 2-4 as above. Jobs of a queue that
+// is not defined (queue index out of range) wait, bound by QUOTA. Without
+// queues, or with one queue holding the whole capacity and no cohort, the
+// plan is exactly the one without queues.
+// Solvers with queues (cluster_planner_queues.cc): small instances exactly
+// (a DP per queue over its usage, combined per cohort over usage and lent
+// GPUs); otherwise per queue: the guarantee D_q, then the cohort's lendable
+// GPUs water-filled by weight over the queues' wishes X_q, then each queue
+// planned in its share with today's solvers, and a second round for what
+// gangs left over (exact = false, no bound). With node slots as well, a plan
+// that overruns a class is cut back in that class, lowest priority and
+// latest started first (exact = false).
+//
 // PlanCluster is a pure, deterministic function; it never throws and never
 // fails: malformed jobs (max < min, gpus_per_replica 0, missing or
 // non-positive throughput) are planned conservatively, as documented on
@@ -107,6 +141,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "rescale/queues.h"
 #include "rescale/types.h"
 
 namespace rescale {
@@ -167,6 +202,9 @@ struct PlannerJob {
   // `throughput` is only a shape (a per-job policy's ceiling); 0 = the
   // curve's own value at min_replicas.
   double samples_per_second_at_min = 0;
+  // Index of its queue in PlanCluster's `queues` (ignored without queues);
+  // out of range = a queue that is not defined: the job waits.
+  uint32_t queue = 0;
   // Predicted samples/s for n = min_replicas..max_replicas (index n - min).
   // Sizes past the end repeat the last value (no gain, so the planner only
   // keeps a job there when it runs there now); values that are not finite
@@ -186,8 +224,23 @@ struct PlannedJob {
   double value_one_fewer = 0;
 };
 
+// A queue in the plan (only with queues), in PlanCluster's queue order.
+struct PlannedQueue {
+  uint64_t in_use_gpus = 0;    // U_q
+  uint64_t borrowed_gpus = 0;  // max(0, U_q - N_q)
+  // Of its unused nominal GPUs, those other queues of its cohort use now
+  // (the cohort's borrowed GPUs split between lenders in proportion to what
+  // each may lend).
+  uint64_t lent_gpus = 0;
+  uint64_t guaranteed_gpus = 0;  // D_q (see "Queues")
+  uint64_t wanted_gpus = 0;      // its jobs' plan alone in all it may hold
+  uint32_t running_jobs = 0;
+  uint32_t waiting_jobs = 0;  // its jobs planned at 0
+};
+
 struct ClusterPlan {
-  std::vector<PlannedJob> jobs;  // input order
+  std::vector<PlannedJob> jobs;      // input order
+  std::vector<PlannedQueue> queues;  // PlanCluster's order; empty without queues
   uint64_t allocated_gpus = 0;
   double utility = 0;      // level-4 objective of the plan
   double upper_bound = 0;  // >= utility; equal when exact
@@ -200,23 +253,41 @@ struct ClusterPlan {
 // empty = no per-node information, the total alone bounds the plan).
 // Entries with gpus_per_replica 0 are ignored; of duplicate classes the
 // smallest count holds (the server refuses both).
+// `queues`: see "Queues" (empty = one pool, as before queues existed).
 ClusterPlan PlanCluster(std::span<const PlannerJob> jobs, std::optional<uint64_t> capacity,
                         const ClusterPlannerOptions& options = {},
-                        std::span<const ReplicaSlots> slots = {});
+                        std::span<const ReplicaSlots> slots = {},
+                        std::span<const QueueSpec> queues = {});
 
 // The lexicographic objective of an assignment, for tests and diagnostics.
 // levels = [kept non-preemptible, then per priority (highest first) kept
 // running and started waiting, then minus changed cooldown jobs]; the
-// priorities are the distinct ones among `jobs`. utility is level 4.
+// priorities are the distinct ones among `jobs`. utility is level 4. With
+// queues, queue_levels = [kept non-preemptible, guarantee (1a)] and
+// fair_share is level 1b; both compare before `levels`.
 struct PlanObjective {
+  std::vector<int64_t> queue_levels;
+  double fair_share = 0;
   std::vector<int64_t> levels;
   double utility = 0;
 };
 PlanObjective EvaluatePlan(std::span<const PlannerJob> jobs, std::span<const uint32_t> replicas,
                            const ClusterPlannerOptions& options = {});
+// With queues: the objective above, and whether the plan keeps the quota
+// constraints and the capacity ("Queues").
+struct QueuePlanObjective {
+  PlanObjective objective;
+  bool feasible = false;
+};
+QueuePlanObjective EvaluateQueuePlan(std::span<const PlannerJob> jobs,
+                                     std::span<const uint32_t> replicas,
+                                     std::optional<uint64_t> capacity,
+                                     std::span<const QueueSpec> queues,
+                                     const ClusterPlannerOptions& options = {});
 
-// -1, 0 or 1 as a is worse than, equal to or better than b: levels exactly,
-// then utility within `relative_tolerance`.
+// -1, 0 or 1 as a is worse than, equal to or better than b: queue levels
+// exactly, fair share, levels exactly, then utility; the doubles within
+// `relative_tolerance`.
 int CompareObjectives(const PlanObjective& a, const PlanObjective& b,
                       double relative_tolerance = 1e-9);
 

@@ -122,6 +122,9 @@ enum class BindingConstraint {
   // Held back by the nodes: not enough of them have gpus_per_replica GPUs
   // free for one more replica (ReplicaSlots), though the total would do.
   kNodeSlots,
+  // Held back by its queue's quota (rescale/queues.h): nominal plus what its
+  // cohort lends, or a queue that is not defined.
+  kQuota,
 };
 
 std::string_view ActionName(Action action);

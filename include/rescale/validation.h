@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "rescale/names.h"
 #include "rescale/types.h"
 
 namespace rescale {
@@ -22,9 +23,6 @@ struct SpecLimits {
   uint32_t max_local_batch_size = 1u << 24;
   size_t max_prior_points = 256;
 };
-
-// A DNS-1123 label: 1-63 chars of [a-z0-9-], starting and ending alphanumeric.
-bool IsDns1123Label(std::string_view s);
 
 // OK when `job_id` is "namespace/name" with both parts DNS-1123 labels
 // (name may be up to 253 chars of a DNS-1123 subdomain, as Kubernetes object

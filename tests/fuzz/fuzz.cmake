@@ -45,10 +45,12 @@ rescale_fuzz_library(rescale_fuzz_core
   src/types.cc
   src/read_file.cc
   src/validation.cc
+  src/names.cc
+  src/queues.cc
   src/goodput.cc
   server/convert.cc)
 target_link_libraries(rescale_fuzz_core PUBLIC protobuf::libprotobuf absl::status absl::statusor
-  absl::strings absl::str_format absl::time gRPC::grpc++)
+  absl::strings absl::str_format absl::time gRPC::grpc++ yaml-cpp)
 # The generated code is not ours to warn about.
 set_source_files_properties(${PROTO_GEN_DIR}/rescale/v1/rescale.pb.cc PROPERTIES COMPILE_OPTIONS -w)
 
