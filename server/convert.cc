@@ -58,6 +58,7 @@ JobSpec FromProto(const v1::JobSpec& proto) {
   for (const v1::CurvePoint& p : proto.prior()) spec.prior.push_back(FromProto(p));
   for (const auto& [key, value] : proto.parameters()) spec.parameters[key] = value;
   if (proto.has_total_samples()) spec.total_samples = proto.total_samples();
+  spec.queue = proto.queue();
   if (proto.has_batch_scaling()) {
     const v1::BatchScaling& b = proto.batch_scaling();
     spec.batch_scaling = BatchLimits{.initial_batch = b.initial_batch_size(),
@@ -82,6 +83,7 @@ void ToProto(const JobSpec& spec, v1::JobSpec* proto) {
   for (const CurvePoint& p : spec.prior) ToProto(p, proto->add_prior());
   for (const auto& [key, value] : spec.parameters) (*proto->mutable_parameters())[key] = value;
   if (spec.total_samples) proto->set_total_samples(*spec.total_samples);
+  proto->set_queue(spec.queue);
   if (spec.batch_scaling) {
     v1::BatchScaling* b = proto->mutable_batch_scaling();
     b->set_initial_batch_size(spec.batch_scaling->initial_batch);
@@ -245,6 +247,39 @@ void ToProto(const ClusterView& view, v1::Cluster* proto) {
   if (IsSet(view.last_checkpoint_at)) {
     SetTimestamp(view.last_checkpoint_at, proto->mutable_last_checkpoint_at());
   }
+  for (const QueueView& q : view.queues) ToProto(q, proto->add_queues());
+}
+
+QueueSpec FromProto(const v1::Queue& proto) {
+  QueueSpec q;
+  q.name = proto.name();
+  q.nominal_gpus = proto.nominal_gpus();
+  q.cohort = proto.cohort();
+  if (proto.has_borrowing_limit_gpus()) q.borrowing_limit_gpus = proto.borrowing_limit_gpus();
+  if (proto.has_lending_limit_gpus()) q.lending_limit_gpus = proto.lending_limit_gpus();
+  q.weight = proto.has_weight() ? proto.weight() : 1.0;
+  return q;
+}
+
+void ToProto(const QueueSpec& q, v1::Queue* proto) {
+  proto->set_name(q.name);
+  proto->set_nominal_gpus(q.nominal_gpus);
+  proto->set_cohort(q.cohort);
+  if (q.borrowing_limit_gpus) proto->set_borrowing_limit_gpus(*q.borrowing_limit_gpus);
+  if (q.lending_limit_gpus) proto->set_lending_limit_gpus(*q.lending_limit_gpus);
+  proto->set_weight(q.weight);
+}
+
+void ToProto(const QueueView& q, v1::QueueStatus* proto) {
+  ToProto(q.spec, proto->mutable_queue());
+  proto->set_defined(q.defined);
+  proto->set_in_use_gpus(q.in_use_gpus);
+  proto->set_borrowed_gpus(q.borrowed_gpus);
+  proto->set_lent_gpus(q.lent_gpus);
+  proto->set_guaranteed_gpus(q.guaranteed_gpus);
+  proto->set_wanted_gpus(q.wanted_gpus);
+  proto->set_running_jobs(q.running_jobs);
+  proto->set_waiting_jobs(q.waiting_jobs);
 }
 
 void ToProto(const IngestResult& result, v1::IngestSummary* proto) {

@@ -35,6 +35,8 @@ constexpr absl::string_view kWatchRecommendations =
 constexpr absl::string_view kReportApplied = "rescale.v1.RecommendationService/ReportApplied";
 constexpr absl::string_view kSetCapacity = "rescale.v1.ClusterService/SetCapacity";
 constexpr absl::string_view kGetCluster = "rescale.v1.ClusterService/GetCluster";
+constexpr absl::string_view kSetQueues = "rescale.v1.ClusterService/SetQueues";
+constexpr absl::string_view kListQueues = "rescale.v1.ClusterService/ListQueues";
 
 // Why this replica cannot take a change or samples (it does not lead), with
 // the leader's address added to the trailing metadata; nullopt when it can.
@@ -520,6 +522,42 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::GetCluster(grpc::CallbackServerCon
     response->set_leader(leadership_->LeaderAddress());
     response->set_leadership(leadership_->Describe());
   }
+  return FinishUnary(context, absl::OkStatus());
+}
+
+// Queues are cluster-wide, as the capacity: setting them needs every
+// namespace (kClusterWrite); any reader may list them.
+grpc::ServerUnaryReactor* ClusterServiceImpl::SetQueues(grpc::CallbackServerContext* context,
+                                                        const v1::SetQueuesRequest* request,
+                                                        v1::ListQueuesResponse* response) {
+  auto caller = Admit(security_, context, Access::kClusterWrite, kSetQueues, "");
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  if (auto refused = RefuseUnlessLeader(leadership_, context)) {
+    return FinishRefused(context, AuditedRefusal(security_, **caller, kSetQueues, "", *refused));
+  }
+  std::vector<QueueSpec> queues;
+  queues.reserve(request->queues_size());
+  for (const v1::Queue& q : request->queues()) queues.push_back(FromProto(q));
+  const size_t count = queues.size();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  engine_.SetQueuesAsync(std::move(queues), [this, reactor, response, identity = *caller,
+                                             count](absl::StatusOr<ClusterView> view) {
+    if (view.ok()) {
+      for (const QueueView& q : view->queues) ToProto(q, response->add_queues());
+      response->set_plan_pending(view->plan_pending);
+      spdlog::info("queues set: {} defined", count);
+    }
+    reactor->Finish(ToGrpcStatus(Audited(security_, *identity, kSetQueues, "", view.status())));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::ListQueues(grpc::CallbackServerContext* context,
+                                                         const v1::ListQueuesRequest* request,
+                                                         v1::ListQueuesResponse* response) {
+  auto caller = Admit(security_, context, Access::kRead, kListQueues, "");
+  if (!caller.ok()) return FinishUnary(context, caller.status());
+  for (const QueueView& q : engine_.GetCluster().queues) ToProto(q, response->add_queues());
   return FinishUnary(context, absl::OkStatus());
 }
 

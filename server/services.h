@@ -130,6 +130,12 @@ class ClusterServiceImpl final : public v1::ClusterService::CallbackService {
   grpc::ServerUnaryReactor* GetCluster(grpc::CallbackServerContext* context,
                                        const v1::GetClusterRequest* request,
                                        v1::Cluster* response) override;
+  grpc::ServerUnaryReactor* SetQueues(grpc::CallbackServerContext* context,
+                                      const v1::SetQueuesRequest* request,
+                                      v1::ListQueuesResponse* response) override;
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* context,
+                                       const v1::ListQueuesRequest* request,
+                                       v1::ListQueuesResponse* response) override;
 
  private:
   DecisionEngine& engine_;

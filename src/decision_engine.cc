@@ -362,6 +362,28 @@ absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(const CapacityReport& re
   return view;
 }
 
+absl::StatusOr<ClusterView> DecisionEngine::SetQueues(std::vector<QueueSpec> queues) {
+  RETURN_IF_ERROR(ValidateQueues(queues));
+  RETURN_IF_ERROR(registry_->SetQueues(std::move(queues)));
+  const bool pending = PlanAfterChange(options_.plan_coalesce);
+  ClusterView view = ClusterViewNow();
+  view.plan_pending = pending;
+  return view;
+}
+
+void DecisionEngine::SetQueuesAsync(std::vector<QueueSpec> queues, Done<ClusterView> done) {
+  if (absl::Status valid = ValidateQueues(queues); !valid.ok()) return done(valid);
+  registry_->SetQueuesAsync(
+      std::move(queues), [this, done = std::move(done)](absl::StatusOr<std::monostate> set) {
+        if (!set.ok()) return done(set.status());
+        PlanAfterChangeAsync(options_.plan_coalesce, [this, done](bool pending) {
+          ClusterView view = ClusterViewNow();
+          view.plan_pending = pending;
+          done(std::move(view));
+        });
+      });
+}
+
 ClusterView DecisionEngine::GetCluster() const { return ClusterViewNow(); }
 
 JobStateCounts DecisionEngine::CountJobStates() const {
@@ -403,6 +425,22 @@ ClusterView DecisionEngine::ClusterViewNow() const {
   if (options_.state != nullptr) view.state_backend = options_.state->Describe();
   view.last_checkpoint_at = plan.checkpointed_at;
   view.plan_exact = plan.exact;
+  for (size_t k = 0; k < plan.queues.size(); ++k) {
+    QueueView q;
+    q.spec = plan.queues[k];
+    q.defined = FindQueue(capacity.queues, q.spec.name).has_value();
+    if (k < plan.queue_use.size()) {
+      const PlannedQueue& use = plan.queue_use[k];
+      q.in_use_gpus = use.in_use_gpus;
+      q.borrowed_gpus = use.borrowed_gpus;
+      q.lent_gpus = use.lent_gpus;
+      q.guaranteed_gpus = use.guaranteed_gpus;
+      q.wanted_gpus = use.wanted_gpus;
+      q.running_jobs = use.running_jobs;
+      q.waiting_jobs = use.waiting_jobs;
+    }
+    view.queues.push_back(std::move(q));
+  }
 
   // Without the engine's lock: the board's list is one plan's whole, and
   // the priorities come from the published entries.

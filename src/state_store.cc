@@ -66,6 +66,7 @@ json SpecToJson(const JobSpec& spec) {
               {"prior", std::move(prior)},
               {"parameters", spec.parameters}};
   if (spec.total_samples.has_value()) out["total_samples"] = *spec.total_samples;
+  if (!spec.queue.empty()) out["queue"] = spec.queue;
   if (spec.batch_scaling.has_value()) {
     const BatchLimits& b = *spec.batch_scaling;
     out["batch_scaling"] = {{"initial_batch", b.initial_batch},
@@ -97,6 +98,7 @@ JobSpec SpecFromJson(const json& j) {
   }
   spec.parameters = j.at("parameters").get<std::map<std::string, std::string>>();
   if (j.contains("total_samples")) spec.total_samples = j.at("total_samples").get<uint64_t>();
+  if (j.contains("queue")) spec.queue = j.at("queue").get<std::string>();
   if (j.contains("batch_scaling")) {
     const json& b = j.at("batch_scaling");
     spec.batch_scaling = BatchLimits{.initial_batch = b.at("initial_batch").get<uint32_t>(),
@@ -344,6 +346,41 @@ absl::StatusOr<std::vector<ReplicaSlots>> SlotsFromText(std::string_view text) {
   return slots;
 }
 
+std::string QueuesToJson(std::span<const QueueSpec> queues) {
+  json out = json::array();
+  for (const QueueSpec& q : queues) {
+    json item = {{"name", q.name},
+                 {"nominal_gpus", q.nominal_gpus},
+                 {"cohort", q.cohort},
+                 {"weight", DoubleToJson(q.weight)}};
+    if (q.borrowing_limit_gpus) item["borrowing_limit_gpus"] = *q.borrowing_limit_gpus;
+    if (q.lending_limit_gpus) item["lending_limit_gpus"] = *q.lending_limit_gpus;
+    out.push_back(std::move(item));
+  }
+  return out.dump();
+}
+
+absl::StatusOr<std::vector<QueueSpec>> QueuesFromJson(std::string_view text) {
+  try {
+    std::vector<QueueSpec> queues;
+    for (const json& item : json::parse(text)) {
+      QueueSpec q;
+      q.name = item.at("name").get<std::string>();
+      q.nominal_gpus = item.at("nominal_gpus").get<uint64_t>();
+      q.cohort = item.at("cohort").get<std::string>();
+      q.weight = DoubleFromJson(item.at("weight"));
+      if (item.contains("borrowing_limit_gpus"))
+        q.borrowing_limit_gpus = item.at("borrowing_limit_gpus").get<uint64_t>();
+      if (item.contains("lending_limit_gpus"))
+        q.lending_limit_gpus = item.at("lending_limit_gpus").get<uint64_t>();
+      queues.push_back(std::move(q));
+    }
+    return queues;
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrFormat("the queues are not valid: %s", e.what()));
+  }
+}
+
 }  // namespace state_internal
 
 namespace {
@@ -362,6 +399,7 @@ class MemoryStateStore : public StateStore {
     state.capacity_gpus = capacity_gpus_;
     state.capacity_slots = capacity_slots_;
     state.capacity_allocatable_gpus = capacity_allocatable_gpus_;
+    state.queues = queues_;
     for (const auto& [id, rec] : recommendations_) state.recommendations.push_back(rec);
     for (const auto& [id, generation] : retired_)
       state.retired_generations.emplace_back(id, generation);
@@ -392,6 +430,12 @@ class MemoryStateStore : public StateStore {
     return absl::OkStatus();
   }
 
+  absl::Status PutQueues(std::span<const QueueSpec> queues) override {
+    MutexLock lock(mu_);
+    queues_.assign(queues.begin(), queues.end());
+    return absl::OkStatus();
+  }
+
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
     MutexLock lock(mu_);
     for (const Recommendation& rec : recs) {
@@ -416,6 +460,7 @@ class MemoryStateStore : public StateStore {
   std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
   std::vector<ReplicaSlots> capacity_slots_ ABSL_GUARDED_BY(mu_);
   uint32_t capacity_allocatable_gpus_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<QueueSpec> queues_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Recommendation> recommendations_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> retired_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, StoredMeasurements> measurements_ ABSL_GUARDED_BY(mu_);
@@ -436,6 +481,8 @@ absl::Status StateStore::Write(std::span<const StateChange> changes) {
             return PutCapacity(c);
           } else if constexpr (std::is_same_v<T, std::vector<Recommendation>>) {
             return PutRecommendations(c);
+          } else if constexpr (std::is_same_v<T, QueueSet>) {
+            return PutQueues(c.queues);
           } else {
             return PutMeasurements(c);
           }
@@ -453,6 +500,7 @@ ReplicatedChange ReplicatedChange::Full(StoredState state) {
   change.capacity_gpus = state.capacity_gpus;
   change.capacity_slots = std::move(state.capacity_slots);
   change.capacity_allocatable_gpus = state.capacity_allocatable_gpus;
+  change.queues = std::move(state.queues);
   change.recommendations = std::move(state.recommendations);
   change.retired_generations = std::move(state.retired_generations);
   change.measurements = std::move(state.measurements);

@@ -35,6 +35,11 @@ absl::Status PolicyMemoryFromJson(std::string_view text, StoredMeasurements& m);
 std::string SlotsToText(std::span<const ReplicaSlots> slots);
 absl::StatusOr<std::vector<ReplicaSlots>> SlotsFromText(std::string_view text);
 
+// The queues (QueueSet) as JSON: one value in the SQLite cluster table and
+// one etcd key.
+std::string QueuesToJson(std::span<const QueueSpec> queues);
+absl::StatusOr<std::vector<QueueSpec>> QueuesFromJson(std::string_view text);
+
 // The SQLite backend on `path` (created when missing).
 absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path);
 

@@ -146,6 +146,13 @@ class SqliteStateStore : public StateStore {
       if (!parsed.ok()) return Corrupt("the capacity's slots", parsed.status());
       state.capacity_slots = *std::move(parsed);
     }
+    // Files written before queues existed have no such row: none defined.
+    ASSIGN_OR_RETURN(Statement queues, Prepare("SELECT value FROM cluster WHERE key = 'queues'"));
+    if (sqlite3_step(queues.get()) == SQLITE_ROW) {
+      absl::StatusOr<std::vector<QueueSpec>> parsed = QueuesFromJson(Text(queues.get(), 0));
+      if (!parsed.ok()) return Corrupt("the queues", parsed.status());
+      state.queues = *std::move(parsed);
+    }
     return state;
   }
 
@@ -172,6 +179,16 @@ class SqliteStateStore : public StateStore {
     return InTransaction([&] {
       mu_.AssertHeld();  // body() runs inside InTransaction, under the caller's lock
       return PutCapacityInTransaction(capacity);
+    });
+  }
+
+  // The queues as one JSON text row of the cluster table (a row older
+  // files lack: no migration needed).
+  absl::Status PutQueues(std::span<const QueueSpec> queues) override {
+    MutexLock lock(mu_);
+    return InTransaction([&] {
+      mu_.AssertHeld();  // body() runs inside InTransaction, under the caller's lock
+      return PutQueuesInTransaction(queues);
     });
   }
 
@@ -207,6 +224,8 @@ class SqliteStateStore : public StateStore {
           RETURN_IF_ERROR(DeleteJobInTransaction(gone->job_id, gone->last_generation));
         } else if (const auto* capacity = std::get_if<CapacityReport>(&change)) {
           RETURN_IF_ERROR(PutCapacityInTransaction(*capacity));
+        } else if (const auto* queues = std::get_if<QueueSet>(&change)) {
+          RETURN_IF_ERROR(PutQueuesInTransaction(queues->queues));
         } else if (const auto* recs = std::get_if<std::vector<Recommendation>>(&change)) {
           RETURN_IF_ERROR(PutRecommendationsInTransaction(*recs));
         } else {
@@ -287,6 +306,14 @@ class SqliteStateStore : public StateStore {
     Bind(put, 1, job.spec.job_id);
     Bind(put, 2, JobToJson(job));
     return Run(put, "record the job");
+  }
+
+  absl::Status PutQueuesInTransaction(std::span<const QueueSpec> queues)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ASSIGN_OR_RETURN(sqlite3_stmt * put,
+                     Cached("INSERT OR REPLACE INTO cluster (key, value) VALUES ('queues', ?)"));
+    Bind(put, 1, QueuesToJson(queues));
+    return Run(put, "record the queues");
   }
 
   absl::Status PutCapacityInTransaction(const CapacityReport& capacity)

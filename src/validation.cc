@@ -139,6 +139,12 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
                           batch.min_local_batch, limits.max_local_batch_size));
     }
   }
+  if (!spec.queue.empty() && !IsDns1123Label(spec.queue)) {
+    return Invalid(absl::StrFormat(
+        "spec.queue \"%s\" is not a DNS-1123 label (1-63 characters of a-z, 0-9 and '-', "
+        "starting and ending with a letter or digit); empty = the default queue",
+        spec.queue));
+  }
   if (spec.total_samples.has_value() && *spec.total_samples == 0) {
     return Invalid("spec.total_samples must be greater than 0 when set (unset = unknown), got 0");
   }

@@ -292,6 +292,9 @@ class RefusingStore : public StateStore {
   absl::Status PutCapacity(const CapacityReport& gpus) override {
     return refuse ? Refusal() : inner_->PutCapacity(gpus);
   }
+  absl::Status PutQueues(std::span<const QueueSpec> queues) override {
+    return refuse ? Refusal() : inner_->PutQueues(queues);
+  }
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
     return refuse ? Refusal() : inner_->PutRecommendations(recs);
   }

@@ -85,6 +85,7 @@ TEST_CASE("etcd state store: what the leader writes loads back, without the leas
   job.spec.min_replicas = 1;
   job.spec.max_replicas = 4;
   job.current_replicas = 2;
+  job.spec.queue = "team-a";
   // A follower (no fence) writes nothing.
   absl::Status refused = store->PutJob(job);
   CHECK(absl::IsUnavailable(refused));
@@ -100,6 +101,9 @@ TEST_CASE("etcd state store: what the leader writes loads back, without the leas
   store->SetFenceLostCallback([&](int64_t fenced_lease) { lost = fenced_lease == *lease; });
   REQUIRE(store->PutJob(job).ok());
   REQUIRE(store->PutCapacity({12, {{4, 3}, {2, 6}}, 20}).ok());
+  const std::vector<rescale::QueueSpec> queues = {{"team-a", 8, "research", 4, 2, 2.5},
+                                                  {"team-b", 4, "research", {}, {}, 1}};
+  REQUIRE(store->PutQueues(queues).ok());
   std::vector<rescale::Recommendation> recs(300);  // more than one transaction's worth
   for (size_t i = 0; i < recs.size(); ++i) {
     recs[i].job_id = absl::StrCat("ns/r", i);
@@ -141,6 +145,7 @@ TEST_CASE("etcd state store: what the leader writes loads back, without the leas
   CHECK(loaded->capacity_gpus == 12u);
   CHECK(loaded->capacity_slots == std::vector<rescale::ReplicaSlots>{{4, 3}, {2, 6}});
   CHECK(loaded->capacity_allocatable_gpus == 20);
+  CHECK(loaded->queues == queues);
   CHECK(loaded->recommendations.size() == 299);
   REQUIRE(loaded->retired_generations.size() == 1);
   CHECK(loaded->retired_generations[0] == std::pair<std::string, uint64_t>("ns/r5", 6));

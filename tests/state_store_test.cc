@@ -175,6 +175,12 @@ std::unique_ptr<StateStore> MustOpen(const std::string& spec) {
 
 // Puts two jobs, capacity and recommendations, deregisters one, and checks
 // what `reopen` then loads.
+std::vector<QueueSpec> TwoQueues() {
+  QueueSpec a{"team-a", 32, "research", 16, 8, 2.5};
+  QueueSpec b{"team-b", 32, "", std::nullopt, std::nullopt, 1};
+  return {a, b};
+}
+
 void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
   {
     std::unique_ptr<StateStore> store = open();
@@ -182,10 +188,14 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
     REQUIRE(store->PutJob(SampleJob("ns/b")).ok());
     StoredJob changed = SampleJob("ns/a");
     changed.current_replicas = 8;
+    changed.spec.queue = "team-a";
     REQUIRE(store->PutJob(changed).ok());  // replaces
     REQUIRE(store->PutCapacity({64, {{8, 1}}, 80}).ok());
     // Replaces, slots and allocatable GPUs and all.
     REQUIRE(store->PutCapacity({64, {{8, 3}, {4, 7}}, 72}).ok());
+    REQUIRE(store->PutQueues(std::vector<QueueSpec>{{"old", 1, "", std::nullopt, std::nullopt, 1}})
+                .ok());
+    REQUIRE(store->PutQueues(TwoQueues()).ok());  // replaces
     const std::vector<Recommendation> recs = {SampleRecommendation("ns/a", 5),
                                               SampleRecommendation("ns/b", 9)};
     REQUIRE(store->PutRecommendations(recs).ok());
@@ -203,7 +213,9 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
   REQUIRE(state->jobs.size() == 1);
   StoredJob want = SampleJob("ns/a");
   want.current_replicas = 8;
+  want.spec.queue = "team-a";
   CHECK(state->jobs[0] == want);
+  CHECK(state->queues == TwoQueues());
   CHECK(state->jobs[0].started_at == absl::InfinitePast());
   CHECK(state->capacity_gpus == 64u);
   CHECK(state->capacity_slots == std::vector<ReplicaSlots>{{8, 3}, {4, 7}});
@@ -231,6 +243,12 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
   CHECK(state->capacity_gpus == 32u);
   CHECK(state->capacity_slots.empty());
   CHECK(state->capacity_allocatable_gpus == 0);
+  CHECK(state->queues == TwoQueues());  // the capacity leaves the queues alone
+
+  REQUIRE(store->PutQueues({}).ok());
+  state = store->Load();
+  REQUIRE(state.ok());
+  CHECK(state->queues.empty());
 }
 
 TEST_CASE("memory state store gives back what was put, to the next user of the same store") {
@@ -248,6 +266,9 @@ TEST_CASE("memory state store gives back what was put, to the next user of the s
     }
     absl::Status PutCapacity(const CapacityReport& gpus) override {
       return inner->PutCapacity(gpus);
+    }
+    absl::Status PutQueues(std::span<const QueueSpec> queues) override {
+      return inner->PutQueues(queues);
     }
     absl::Status PutRecommendations(std::span<const Recommendation> recs) override {
       return inner->PutRecommendations(recs);

@@ -30,6 +30,7 @@ class RecordingStore : public StateStore {
   absl::Status PutJob(const StoredJob&) override { return absl::OkStatus(); }
   absl::Status DeleteJob(std::string_view, uint64_t) override { return absl::OkStatus(); }
   absl::Status PutCapacity(const CapacityReport&) override { return absl::OkStatus(); }
+  absl::Status PutQueues(std::span<const QueueSpec>) override { return absl::OkStatus(); }
   absl::Status PutRecommendations(std::span<const Recommendation>) override {
     return absl::OkStatus();
   }

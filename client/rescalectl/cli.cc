@@ -34,6 +34,7 @@
 #include "client/common/server_list.h"
 #include "client/rescalectl/manifests.h"
 #include "client/rescalectl/output.h"
+#include "client/rescalectl/session.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rescale/read_file.h"
 #include "rescale/v1/rescale.grpc.pb.h"
@@ -50,65 +51,6 @@ struct GlobalFlags {
   std::string output = "table";
   double timeout_seconds = 10;
   client::SecurityFlags security;
-};
-
-// What every command needs once the command line is parsed.
-class Session {
- public:
-  Session(std::shared_ptr<grpc::Channel> channel, OutputFormat format, double timeout_seconds,
-          std::istream& in, std::ostream& out, std::ostream& err)
-      : channel_(std::move(channel)),
-        format_(format),
-        timeout_seconds_(timeout_seconds),
-        in_(in),
-        out_(out),
-        err_(err) {}
-
-  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
-  OutputFormat format() const { return format_; }
-  bool table() const { return format_ == OutputFormat::kTable; }
-  std::istream& in() { return in_; }
-  std::ostream& out() { return out_; }
-  std::ostream& err() { return err_; }
-
-  // Unary calls get --timeout as their deadline (0 = none).
-  void ApplyDeadline(grpc::ClientContext& context) const {
-    if (timeout_seconds_ <= 0) return;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                             std::chrono::duration<double>(timeout_seconds_)));
-  }
-
-  // kubectl's shape: "Error from server (NotFound): <message>". `context`
-  // says which of several calls failed (register with many documents).
-  int ServerError(const grpc::Status& status, const std::string& context = "") {
-    err_ << "Error from server (" << StatusCodeName(status.error_code()) << "): " << context
-         << status.error_message() << "\n";
-    return 1;
-  }
-
-  // Every unary command's call: `rpc` of a fresh `Stub` on this channel,
-  // with --timeout as the deadline. On failure prints ServerError (with
-  // `context`) and returns false.
-  template <typename Stub, typename Request, typename Response>
-  bool Call(grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
-            const Request& request, Response* response, const std::string& context = "") {
-    Stub stub(channel_);
-    grpc::ClientContext call_context;
-    ApplyDeadline(call_context);
-    const grpc::Status status = (stub.*rpc)(&call_context, request, response);
-    if (status.ok()) return true;
-    ServerError(status, context);
-    return false;
-  }
-
- private:
-  std::shared_ptr<grpc::Channel> channel_;
-  OutputFormat format_;
-  double timeout_seconds_;
-  std::istream& in_;
-  std::ostream& out_;
-  std::ostream& err_;
 };
 
 using Command = std::function<int(Session&)>;
@@ -511,6 +453,10 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   get_recs->alias("recs");
   get_recs->add_option("-n,--namespace", recs_namespace, "Only jobs in this namespace");
 
+  leaf(get, "queues",
+       "List the queues: nominal quota, GPUs in use, borrowed and lent, waiting jobs",
+       [&](Session& s) { return GetQueues(s); });
+
   std::string get_job_id;
   AddJobIdArgument(
       leaf(get, "job", "Show one job", [&](Session& s) { return GetJob(s, get_job_id); }),
@@ -567,6 +513,18 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
   watch->add_option("-n,--namespace", watch_namespace, "Only jobs in this namespace");
   watch->add_option("--count", watch_count, "Stop after this many events (0 = never)")
       ->check(CLI::NonNegativeNumber);
+
+  // ---- queue
+  CLI::App* queue = group("queue", "Set the queues teams draw GPUs from");
+  std::string queues_file;
+  leaf(
+      queue, "set", "Replace every queue with those of a queue file",
+      [&](Session& s) { return SetQueuesCommand(s, queues_file); },
+      "The file (YAML): queues: [{name, nominal_gpus, cohort, borrowing_limit_gpus,\n"
+      "lending_limit_gpus, weight}]; see docs/queues.md. An empty list removes them all.")
+      ->add_option("-f,--filename", queues_file, "Queue file; - reads stdin")
+      ->type_name("FILE")
+      ->required();
 
   // ---- capacity
   CLI::App* capacity = group("capacity", "Show or set the cluster's GPU capacity");

@@ -30,9 +30,7 @@
 #include "rescale/v1/rescale.grpc.pb.h"
 
 namespace rescale::cli {
-namespace {
 
-// Reads a whole file, or `in` for "-". Errors name the file.
 std::optional<std::string> ReadManifest(const std::string& path, std::istream& in,
                                         std::ostream& err) {
   std::ostringstream content;
@@ -47,6 +45,8 @@ std::optional<std::string> ReadManifest(const std::string& path, std::istream& i
   }
   return *std::move(read);
 }
+
+namespace {
 
 // yaml-cpp 0.7's LoadAll never returns when a ',' stands at the top level
 // of a document ("{...},{...}", or a leading ','): each document ends before
@@ -133,8 +133,8 @@ std::optional<std::vector<SpecDocument>> ReadJobSpecs(const std::vector<std::str
     std::vector<YAML::Node> documents;
     try {
       if (std::optional<YAML::Mark> stuck = FindStuckDocument(*content)) {
-        err << "error: parsing \"" << display_name << "\": line " << stuck->line + 1
-            << ", column " << stuck->column + 1
+        err << "error: parsing \"" << display_name << "\": line " << stuck->line + 1 << ", column "
+            << stuck->column + 1
             << ": unexpected ',' at the top level of a document"
                " (documents are separated by ---)\n";
         return std::nullopt;

@@ -20,6 +20,11 @@ struct SpecDocument {
   std::string origin;  // e.g. `"jobs.yaml" document 2 (line 14)`
 };
 
+// Reads a whole file, or `in` for "-". Errors, naming the file, go to
+// `err` (nullopt).
+std::optional<std::string> ReadManifest(const std::string& path, std::istream& in,
+                                        std::ostream& err);
+
 // Parses every document of every file before any RPC, so a typo in the
 // third document does not leave the first two registered.
 std::optional<std::vector<SpecDocument>> ReadJobSpecs(const std::vector<std::string>& paths,

@@ -167,6 +167,11 @@ std::string RenderCurvePlot(const v1::ThroughputCurve& curve, int width = 60, in
 // (replicas of that size the nodes hold) and PLANNED (replicas the plan runs).
 std::string FormatCluster(const v1::Cluster& cluster);
 
+// `get queues`: NAME, COHORT, NOMINAL, IN-USE, BORROWED, LENT, WAITING,
+// RUNNING, WEIGHT per queue (the queue the server added shows as
+// "default" with COHORT "<none>" like any other).
+std::string FormatQueuesTable(const google::protobuf::RepeatedPtrField<v1::QueueStatus>& queues);
+
 // capacity set --slots: "GPUS=REPLICAS[,GPUS=REPLICAS...]", e.g. "8=3,4=7"
 // (three 8-GPU replicas and seven 4-GPU ones fit on the nodes). Appends to
 // `slots`; returns "" or what is wrong with `text`. The server checks the

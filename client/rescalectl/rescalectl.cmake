@@ -9,6 +9,7 @@ add_library(rescalectl_lib
   client/rescalectl/tables.cc
   client/rescalectl/describe.cc
   client/rescalectl/plot.cc
+  client/rescalectl/queues.cc
 )
 target_include_directories(rescalectl_lib PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(rescalectl_lib PUBLIC rescale_proto rescale_client_common yaml-cpp

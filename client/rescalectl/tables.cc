@@ -172,8 +172,8 @@ std::string FormatStatus(const v1::Cluster& cluster, absl::Time now) {
   // High availability: who leads, and this replica's part (why it does not
   // lead, when it does not).
   if (!cluster.leadership().empty()) {
-    absl::StrAppend(&text, "Leader:    ",
-                    cluster.leader().empty() ? "<none elected>" : cluster.leader(),
+    absl::StrAppend(&text,
+                    "Leader:    ", cluster.leader().empty() ? "<none elected>" : cluster.leader(),
                     " (this server: ", cluster.leadership(), ")\n");
   }
   absl::StrAppend(&text, "Capacity:  ", capacity, "\n", "Last plan: ", plan, "\n");
@@ -218,7 +218,26 @@ std::string FormatCluster(const v1::Cluster& cluster) {
     }
     text += "\n" + slots.Render();
   }
+  // The queues, once any is defined (without, every job shares one pool).
+  if (std::any_of(cluster.queues().begin(), cluster.queues().end(),
+                  [](const v1::QueueStatus& q) { return q.defined(); })) {
+    text += "\n" + FormatQueuesTable(cluster.queues());
+  }
   return text;
+}
+
+std::string FormatQueuesTable(const google::protobuf::RepeatedPtrField<v1::QueueStatus>& queues) {
+  Table table(
+      {"NAME", "COHORT", "NOMINAL", "IN-USE", "BORROWED", "LENT", "WAITING", "RUNNING", "WEIGHT"});
+  for (const v1::QueueStatus& q : queues) {
+    const v1::Queue& spec = q.queue();
+    table.AddRow({spec.name(), spec.cohort().empty() ? "<none>" : spec.cohort(),
+                  absl::StrCat(spec.nominal_gpus()), absl::StrCat(q.in_use_gpus()),
+                  absl::StrCat(q.borrowed_gpus()), absl::StrCat(q.lent_gpus()),
+                  absl::StrCat(q.waiting_jobs()), absl::StrCat(q.running_jobs()),
+                  absl::StrCat(spec.has_weight() ? spec.weight() : 1.0)});
+  }
+  return table.Render();
 }
 
 std::string ParseSlotsFlag(const std::string& text,

@@ -250,6 +250,11 @@ class DecisionEngine {
   // ValidateCapacityReport refuses it (options.spec_limits); UNAVAILABLE as
   // above.
   absl::StatusOr<ClusterView> SetCapacity(const CapacityReport& report);
+  // Replaces every queue (rescale/queues.h; empty = none: one pool). Jobs
+  // name theirs in JobSpec::queue; one naming a queue that is not defined
+  // waits (QUOTA). INVALID_ARGUMENT naming the field when ValidateQueues
+  // refuses them; UNAVAILABLE as above.
+  absl::StatusOr<ClusterView> SetQueues(std::vector<QueueSpec> queues);
   ClusterView GetCluster() const;
   // Registered jobs by state (see JobStateCounts); O(jobs), no engine lock
   // (a metrics scrape).
@@ -282,6 +287,7 @@ class DecisionEngine {
   void ReportAppliedAsync(const std::string& job_id, uint32_t replicas, bool suspended,
                           uint64_t generation, Done<JobStatus> done);
   void SetCapacityAsync(const CapacityReport& report, Done<ClusterView> done);
+  void SetQueuesAsync(std::vector<QueueSpec> queues, Done<ClusterView> done);
 
   // Plans every job now and publishes the decisions. Does nothing while the
   // engine is not leading.

@@ -1,6 +1,6 @@
 // StateStore: what rescaled keeps across restarts, and where (--state).
 //
-// Kept: job specs, each job's applied state and the times its cooldowns and
+// Kept: job specs, the queues (SetQueues), each job's applied state and the times its cooldowns and
 // the planner's ordering read, the cluster's capacity, each job's newest
 // recommendation with its generation (and the last generation of jobs
 // deregistered since), so generations never go backwards or repeat across
@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rescale/metrics_store.h"
+#include "rescale/queues.h"
 #include "rescale/types.h"
 
 namespace rescale {
@@ -86,6 +87,8 @@ struct StoredState {
   // All nodes' GPUs, set with the capacity (CapacityReport); 0 when not
   // reported (or the state predates it).
   uint32_t capacity_allocatable_gpus = 0;
+  // The queues as last set (empty: none, or the state predates them).
+  std::vector<QueueSpec> queues;
   // Each job's newest recommendation, ordered by job id.
   std::vector<Recommendation> recommendations;
   // The last generation of each job deregistered since (and not registered
@@ -109,13 +112,15 @@ struct ReplicatedChange {
   // Set when the allocatable GPUs changed (with the capacity); 0 = not
   // reported.
   std::optional<uint32_t> capacity_allocatable_gpus;
+  // Set when the queues changed (all of them; empty = none defined).
+  std::optional<std::vector<QueueSpec>> queues;
   std::vector<Recommendation> recommendations;
   std::vector<std::pair<std::string, uint64_t>> retired_generations;
   std::vector<StoredMeasurements> measurements;
   bool empty() const {
     return !full && jobs.empty() && removed_jobs.empty() && !capacity_gpus && !capacity_slots &&
-           !capacity_allocatable_gpus && recommendations.empty() && retired_generations.empty() &&
-           measurements.empty();
+           !capacity_allocatable_gpus && !queues && recommendations.empty() &&
+           retired_generations.empty() && measurements.empty();
   }
   static ReplicatedChange Full(StoredState state);
 };
@@ -126,10 +131,17 @@ struct DeletedJob {
   uint64_t last_generation = 0;
 };
 
+// The queues as set (StateStore::PutQueues), as one change of a Write.
+struct QueueSet {
+  std::vector<QueueSpec> queues;
+  friend bool operator==(const QueueSet&, const QueueSet&) = default;
+};
+
 // One change of a StateStore::Write: a job recorded, a job forgotten, the
-// capacity, recommendations, measurements (as the Put of the same type).
+// capacity, recommendations, measurements, the queues (as the Put of the
+// same type).
 using StateChange = std::variant<StoredJob, DeletedJob, CapacityReport, std::vector<Recommendation>,
-                                 std::vector<StoredMeasurements>>;
+                                 std::vector<StoredMeasurements>, QueueSet>;
 
 class StateStore {
  public:
@@ -146,6 +158,8 @@ class StateStore {
   // Records the total GPUs, the slots per size class and the allocatable
   // GPUs together (empty slots, or 0 allocatable, replace any kept before).
   virtual absl::Status PutCapacity(const CapacityReport& capacity) = 0;
+  // Records the queues, replacing every queue kept before (empty: none).
+  virtual absl::Status PutQueues(std::span<const QueueSpec> queues) = 0;
   // Records each job's newest recommendation, replacing the one before; the
   // job's retired generation, if any, is dropped.
   virtual absl::Status PutRecommendations(std::span<const Recommendation> recs) = 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "rescale/queues.h"
 
 namespace rescale {
 
@@ -66,6 +67,8 @@ struct JobSpec {
   std::optional<uint64_t> total_samples;
   // How its batch may adapt; unset = fixed at local_batch_size.
   std::optional<BatchLimits> batch_scaling;
+  // The queue it draws GPUs from (rescale/queues.h); empty = "default".
+  std::string queue;
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
 
@@ -320,6 +323,20 @@ struct ReplicaSlotUse {
   friend bool operator==(const ReplicaSlotUse&, const ReplicaSlotUse&) = default;
 };
 
+// A queue as the last plan used it (rescale/queues.h; the figures are the
+// planner's, see PlannedQueue in rescale/cluster_planner.h).
+struct QueueView {
+  QueueSpec spec;
+  bool defined = true;  // false: the default queue the server adds
+  uint64_t in_use_gpus = 0;
+  uint64_t borrowed_gpus = 0;
+  uint64_t lent_gpus = 0;
+  uint64_t guaranteed_gpus = 0;
+  uint64_t wanted_gpus = 0;
+  uint32_t running_jobs = 0;
+  uint32_t waiting_jobs = 0;
+};
+
 struct ClusterView {
   std::optional<uint32_t> total_gpus;  // nullopt = unknown, unbounded
   // CapacityReport::allocatable_gpus as last set (0 = not reported): of
@@ -332,6 +349,9 @@ struct ClusterView {
   uint32_t allocated_gpus = 0;
   uint32_t waiting_jobs = 0;
   std::vector<JobAllocation> allocations;
+  // The queues of the last plan: the defined ones, then the default queue
+  // when the server added it (ResolveQueues).
+  std::vector<QueueView> queues;
   absl::Time planned_at = absl::InfinitePast();
   // The last plan's utility, its upper bound and relative gap.
   double plan_utility = 0;

@@ -26,6 +26,8 @@ using state_internal::MeasurementsFromJson;
 using state_internal::MeasurementsToJson;
 using state_internal::PolicyMemoryFromJson;
 using state_internal::PolicyMemoryToJson;
+using state_internal::QueuesFromJson;
+using state_internal::QueuesToJson;
 using state_internal::RecommendationFromJson;
 using state_internal::RecommendationToJson;
 using state_internal::SlotsFromText;
@@ -241,6 +243,8 @@ absl::StatusOr<StoredState> EtcdStateStore::Load() {
   if (change.capacity_slots) state.capacity_slots = *std::move(change.capacity_slots);
   // Nor, before allocatable GPUs were reported, that key: not reported.
   state.capacity_allocatable_gpus = change.capacity_allocatable_gpus.value_or(0);
+  // Nor, before queues existed, a queues key: none defined.
+  if (change.queues) state.queues = *std::move(change.queues);
   state.recommendations = std::move(change.recommendations);
   std::set<std::string> kept_jobs;
   for (const StoredJob& job : state.jobs) kept_jobs.insert(job.spec.job_id);
@@ -321,6 +325,10 @@ absl::Status EtcdStateStore::AddEvent(const mvccpb::Event& event, ReplicatedChan
     absl::StatusOr<std::vector<ReplicaSlots>> slots = SlotsFromText(value);
     if (!slots.ok()) return named(slots.status());
     change.capacity_slots = *std::move(slots);
+  } else if (kind == "queues" && put) {
+    absl::StatusOr<std::vector<QueueSpec>> queues = QueuesFromJson(value);
+    if (!queues.ok()) return named(queues.status());
+    change.queues = *std::move(queues);
   } else if (kind == "capacity_allocatable_gpus" && put) {
     uint32_t gpus = 0;
     if (!absl::SimpleAtoi(value, &gpus)) return named(absl::DataLossError("not a GPU count"));
@@ -351,6 +359,8 @@ void EtcdStateStore::AppendOps(const StateChange& change,
     ops.push_back(PutOp(Key("capacity_slots"), SlotsToText(capacity->slots)));
     ops.push_back(
         PutOp(Key("capacity_allocatable_gpus"), std::to_string(capacity->allocatable_gpus)));
+  } else if (const auto* queues = std::get_if<QueueSet>(&change)) {
+    ops.push_back(PutOp(Key("queues"), QueuesToJson(queues->queues)));
   } else if (const auto* recs = std::get_if<std::vector<Recommendation>>(&change)) {
     for (const Recommendation& rec : *recs) {
       ops.push_back(PutOp(Key("recs", rec.job_id), RecommendationToJson(rec)));
@@ -388,6 +398,10 @@ absl::Status EtcdStateStore::DeleteJob(std::string_view job_id, uint64_t last_ge
 
 absl::Status EtcdStateStore::PutCapacity(const CapacityReport& capacity) {
   return WriteOne(capacity);
+}
+
+absl::Status EtcdStateStore::PutQueues(std::span<const QueueSpec> queues) {
+  return WriteOne(QueueSet{std::vector<QueueSpec>(queues.begin(), queues.end())});
 }
 
 absl::Status EtcdStateStore::PutRecommendations(std::span<const Recommendation> recs) {

@@ -72,6 +72,7 @@ class EtcdStateStore : public StateStore {
   absl::Status PutJob(const StoredJob& job) override;
   absl::Status DeleteJob(std::string_view job_id, uint64_t last_generation) override;
   absl::Status PutCapacity(const CapacityReport& capacity) override;
+  absl::Status PutQueues(std::span<const QueueSpec> queues) override;
   absl::Status PutRecommendations(std::span<const Recommendation> recs) override;
   absl::Status PutMeasurements(std::span<const StoredMeasurements> jobs) override;
   // Every change waiting in the engine's writer in one Commit: group commit

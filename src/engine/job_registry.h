@@ -47,11 +47,13 @@
 namespace rescale::engine {
 
 // The capacity as last set: total (nullopt = unknown), slots per size class
-// (empty = unknown) and all nodes' GPUs (0 = not reported).
+// (empty = unknown) and all nodes' GPUs (0 = not reported); and the queues
+// as last set (empty = none defined: one pool).
 struct CapacityState {
   std::optional<uint32_t> total_gpus;
   std::vector<ReplicaSlots> slots;
   uint32_t allocatable_gpus = 0;
+  std::vector<QueueSpec> queues;
 };
 
 // What changed since the last plan's sync: each job changed (nullopt: gone),
@@ -85,6 +87,8 @@ class JobRegistry {
   absl::StatusOr<JobEntry> Apply(const std::string& job_id, uint32_t replicas, bool suspended,
                                  uint64_t generation);
   absl::Status SetCapacity(const CapacityReport& report);
+  // Replaces every queue (validated by the caller).
+  absl::Status SetQueues(std::vector<QueueSpec> queues);
   // The same, for callers that must not block (see Then).
   void RegisterAsync(JobSpec spec, Then<JobEntry> then);
   void UpdateAsync(JobSpec spec, Then<JobEntry> then);
@@ -92,6 +96,7 @@ class JobRegistry {
   void ApplyAsync(const std::string& job_id, uint32_t replicas, bool suspended, uint64_t generation,
                   Then<JobEntry> then);
   void SetCapacityAsync(const CapacityReport& report, Then<std::monostate> then);
+  void SetQueuesAsync(std::vector<QueueSpec> queues, Then<std::monostate> then);
   CapacityState Capacity() const;
 
   // Puts back what a state store held (at creation).
@@ -159,6 +164,12 @@ class JobRegistry {
                                        uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Decision<std::monostate> DecideCapacityLocked(const CapacityReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Decision<std::monostate> DecideQueuesLocked(std::vector<QueueSpec> queues)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets capacity_ to `next` once `change` is written (one capacity or
+  // queue change in flight at a time, so neither overwrites the other).
+  Decision<std::monostate> DecideClusterLocked(CapacityState next, StateChange change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The completion of a decided change: `apply` under mu_, into `result`.
   template <typename T>
   std::function<void(const absl::Status&)> Completion(
@@ -190,6 +201,7 @@ class JobRegistry {
   // (counted against max_jobs).
   absl::flat_hash_map<std::string, InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
   int registrations_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // A capacity or queue change in the writer's queue.
   bool capacity_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   // The jobs registered, changed or deregistered since the last sync.
   // Between a plan's sync and its commit, the jobs that moved on under it.

@@ -230,14 +230,28 @@ JobRegistry::Decision<JobEntry> JobRegistry::DecideApplyLocked(const std::string
 JobRegistry::Decision<std::monostate> JobRegistry::DecideCapacityLocked(
     const CapacityReport& report) {
   idle_cv_.Wait(mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !capacity_in_flight_; });
-  CapacityState next{report.total_gpus, report.slots, report.allocatable_gpus};
+  return DecideClusterLocked(
+      CapacityState{report.total_gpus, report.slots, report.allocatable_gpus, capacity_.queues},
+      report);
+}
+
+JobRegistry::Decision<std::monostate> JobRegistry::DecideQueuesLocked(
+    std::vector<QueueSpec> queues) {
+  idle_cv_.Wait(mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !capacity_in_flight_; });
+  CapacityState next = capacity_;
+  next.queues = queues;
+  return DecideClusterLocked(std::move(next), QueueSet{std::move(queues)});
+}
+
+JobRegistry::Decision<std::monostate> JobRegistry::DecideClusterLocked(CapacityState next,
+                                                                       StateChange change) {
   if (writer_ == nullptr) {
     capacity_ = std::move(next);
     return {std::monostate()};
   }
   capacity_in_flight_ = true;
   Decision<std::monostate> decided;
-  decided.change = report;
+  decided.change = std::move(change);
   decided.apply = [this, next = std::move(next)](
                       const absl::Status& written) mutable -> absl::StatusOr<std::monostate> {
     mu_.AssertHeld();  // run by Completion, under mu_
@@ -310,6 +324,19 @@ absl::Status JobRegistry::SetCapacity(const CapacityReport& report) {
 void JobRegistry::SetCapacityAsync(const CapacityReport& report, Then<std::monostate> then) {
   ExecuteAsync<std::monostate>(
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideCapacityLocked(report); },
+      std::move(then));
+}
+
+absl::Status JobRegistry::SetQueues(std::vector<QueueSpec> queues) {
+  return Execute<std::monostate>([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+           return DecideQueuesLocked(std::move(queues));
+         })
+      .status();
+}
+
+void JobRegistry::SetQueuesAsync(std::vector<QueueSpec> queues, Then<std::monostate> then) {
+  ExecuteAsync<std::monostate>(
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return DecideQueuesLocked(std::move(queues)); },
       std::move(then));
 }
 

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "rescale/job_rules.h"
+#include "rescale/queues.h"
 #include "spdlog/spdlog.h"
 #include "src/engine/plan_pipeline.h"
 
@@ -172,6 +173,11 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
     std::shared_ptr<const PlanInput> input;
   };
   std::vector<Prepared> prepared;
+  std::optional<uint64_t> capacity;
+  if (capacity_gpus) capacity = *capacity_gpus;
+  // The defined queues and the default one; a job naming a queue that is
+  // not defined gets an index past the end, and waits.
+  result.queues = ResolveQueues(capacity_queues_, capacity);
   std::vector<PlannerJob>& planner_jobs = planner_jobs_;
   planner_jobs.resize(slots.size());
   planner_job_sources_.resize(slots.size());
@@ -186,6 +192,8 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
     PlannerJob& job = planner_jobs[index];
     p.input = PlanInputOf(slot, refitted, capacity_gpus.has_value(), now, job,
                           planner_job_sources_[index]);
+    job.queue = FindQueue(result.queues, entry.spec.queue)
+                    .value_or(static_cast<uint32_t>(result.queues.size()));
     ++index;
     const PlanInput& input = *p.input;
     // What moves with time alone.
@@ -212,12 +220,21 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
 
   ClusterPlannerOptions planner_options = options_.planner;
   planner_options.horizon_seconds = absl::ToDoubleSeconds(options_.policy.horizon);
-  std::optional<uint64_t> capacity;
-  if (capacity_gpus) capacity = *capacity_gpus;
   // Slots bind only with a known total (SetCapacity sets both).
   const std::span<const ReplicaSlots> node_slots =
       capacity ? std::span<const ReplicaSlots>(capacity_slots_) : std::span<const ReplicaSlots>();
-  ClusterPlan plan = PlanCluster(planner_jobs, capacity, planner_options, node_slots);
+  ClusterPlan plan =
+      PlanCluster(planner_jobs, capacity, planner_options, node_slots, result.queues);
+  result.queue_use = std::move(plan.queues);
+  if (result.queue_use.empty()) {
+    // One pool (no queue constrains anything): the default queue holds all.
+    PlannedQueue all;
+    all.in_use_gpus = plan.allocated_gpus;
+    for (const PlannedJob& j : plan.jobs) ++(j.replicas > 0 ? all.running_jobs : all.waiting_jobs);
+    all.guaranteed_gpus = all.wanted_gpus = plan.allocated_gpus;
+    result.queue_use.assign(result.queues.size(), PlannedQueue{});
+    if (!result.queue_use.empty()) result.queue_use.back() = all;
+  }
   result.utility = plan.utility;
   result.upper_bound = plan.upper_bound;
   result.gap = plan.gap;

@@ -44,6 +44,8 @@ void PlanPipeline::Replan(const std::atomic<bool>& leading) {
   next.upper_bound = result.upper_bound;
   next.gap = result.gap;
   next.exact = result.exact;
+  next.queues = std::move(result.queues);
+  next.queue_use = std::move(result.queue_use);
   std::shared_ptr<WriteTicket> recorded =
       registry_.CommitPlan(std::move(result.recs), result.registrations, &stats.changes_by_action,
                            [this, &stats, &next](bool published) {
@@ -86,6 +88,7 @@ CapacityState PlanPipeline::SyncLocked() {
     slot.entry.memory = std::move(memory);
   }
   capacity_slots_ = changes.capacity.slots;
+  capacity_queues_ = changes.capacity.queues;
   return changes.capacity;
 }
 

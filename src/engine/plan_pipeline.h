@@ -47,6 +47,10 @@ struct PlanSummary {
   double gap = 0;
   bool exact = true;
   uint64_t plans_run = 0;
+  // The queues it planned with (ResolveQueues: the defined ones and the
+  // default queue) and each one's use, in the same order.
+  std::vector<QueueSpec> queues;
+  std::vector<PlannedQueue> queue_use;
   // When a checkpoint last wrote every job it meant to.
   absl::Time checkpointed_at = absl::InfinitePast();
 };
@@ -120,6 +124,8 @@ class PlanPipeline {
     double upper_bound = 0;
     double gap = 0;
     bool exact = true;
+    std::vector<QueueSpec> queues;
+    std::vector<PlannedQueue> queue_use;
   };
 
   // Brings the slots up to date with the registry's changes; the capacity.
@@ -147,6 +153,7 @@ class PlanPipeline {
   Mutex plan_mu_;
   SlotMap slots_ ABSL_GUARDED_BY(plan_mu_);
   std::vector<ReplicaSlots> capacity_slots_ ABSL_GUARDED_BY(plan_mu_);
+  std::vector<QueueSpec> capacity_queues_ ABSL_GUARDED_BY(plan_mu_);
   // The planner's input of the last plan, one per slot in the slots'
   // order, and the kept PlanInput each was copied from (null: none): the
   // next plan copies only the jobs whose input changed or moved.
