@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "rescale/cluster_planner.h"
 #include "rescale/queues.h"
+#include "tests/plan_brute_force.h"
 
 namespace rescale {
 namespace {
@@ -73,21 +74,12 @@ struct Best {
 Best BruteForce(const std::vector<PlannerJob>& jobs, uint64_t capacity,
                 const std::vector<QueueSpec>& queues, const ClusterPlannerOptions& options) {
   Best best;
-  std::vector<uint32_t> n(jobs.size(), 0);
-  while (true) {
+  testing::ForEachAssignment(jobs, [&](const std::vector<uint32_t>& n) {
     const QueuePlanObjective v = EvaluateQueuePlan(jobs, n, capacity, queues, options);
-    if (v.feasible) {
-      ++best.feasible;
-      if (!best.value || CompareObjectives(v.objective, *best.value) > 0) best.value = v.objective;
-    }
-    size_t i = 0;
-    for (; i < jobs.size(); ++i) {
-      n[i] = n[i] == 0 ? jobs[i].min_replicas : n[i] + 1;
-      if (n[i] <= jobs[i].max_replicas) break;
-      n[i] = 0;
-    }
-    if (i == jobs.size()) break;
-  }
+    if (!v.feasible) return;
+    ++best.feasible;
+    if (!best.value || CompareObjectives(v.objective, *best.value) > 0) best.value = v.objective;
+  });
   return best;
 }
 

@@ -1,6 +1,6 @@
-// Test helpers shared by the engine's brute-force tests (priors_test.cc,
-// point_curve_test.cc): the instance a plan solved, as the planner sees it
-// from what the server reports, and the best objective over every plan.
+// Test helpers shared by the brute-force tests (priors_test.cc,
+// point_curve_test.cc, cluster_planner_queues_test.cc): the instance a plan solved, as the planner
+// sees it from what the server reports, and the best objective over every plan.
 #ifndef RESCALE_TESTS_PLAN_BRUTE_FORCE_H_
 #define RESCALE_TESTS_PLAN_BRUTE_FORCE_H_
 
@@ -32,6 +32,23 @@ inline PlannerJob PlannerJobOf(const JobView& view,
   return job;
 }
 
+// Calls visit(replicas) for every assignment of {0} U [min, max] to each
+// job, the first job's size changing fastest.
+template <typename Visit>
+void ForEachAssignment(const std::vector<PlannerJob>& jobs, Visit visit) {
+  std::vector<uint32_t> n(jobs.size(), 0);
+  while (true) {
+    visit(static_cast<const std::vector<uint32_t>&>(n));
+    size_t i = 0;
+    for (; i < jobs.size(); ++i) {
+      n[i] = n[i] == 0 ? jobs[i].min_replicas : n[i] + 1;
+      if (n[i] <= jobs[i].max_replicas) break;
+      n[i] = 0;
+    }
+    if (i == jobs.size()) return;
+  }
+}
+
 // The best objective over every assignment of {0} U [min, max] to each job
 // within the capacity, and the first assignment (in enumeration order) that
 // reaches it.
@@ -43,25 +60,16 @@ inline BruteForceOptimum BruteForce(const std::vector<PlannerJob>& jobs, uint64_
                                     const ClusterPlannerOptions& options) {
   std::optional<PlanObjective> best;
   std::vector<uint32_t> best_replicas;
-  std::vector<uint32_t> n(jobs.size(), 0);
-  while (true) {
+  ForEachAssignment(jobs, [&](const std::vector<uint32_t>& n) {
     uint64_t gpus = 0;
     for (size_t i = 0; i < jobs.size(); ++i) gpus += uint64_t{n[i]} * jobs[i].gpus_per_replica;
-    if (gpus <= capacity) {
-      const PlanObjective value = EvaluatePlan(jobs, n, options);
-      if (!best || CompareObjectives(value, *best) > 0) {
-        best = value;
-        best_replicas = n;
-      }
+    if (gpus > capacity) return;
+    const PlanObjective value = EvaluatePlan(jobs, n, options);
+    if (!best || CompareObjectives(value, *best) > 0) {
+      best = value;
+      best_replicas = n;
     }
-    size_t i = 0;
-    for (; i < jobs.size(); ++i) {
-      n[i] = n[i] == 0 ? jobs[i].min_replicas : n[i] + 1;
-      if (n[i] <= jobs[i].max_replicas) break;
-      n[i] = 0;
-    }
-    if (i == jobs.size()) break;
-  }
+  });
   return {*best, best_replicas};
 }
 

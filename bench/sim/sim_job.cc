@@ -5,10 +5,25 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "bench/sim/pollux_traces.h"
 
 namespace rescale::sim {
+
+std::string EngineLabel(std::string_view id) {
+  std::string label;
+  for (char c : id) {
+    const char lower = absl::ascii_tolower(static_cast<unsigned char>(c));
+    label += (absl::ascii_isalnum(static_cast<unsigned char>(lower)) || lower == '-') ? lower : '-';
+  }
+  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.front())))
+    label.erase(0, 1);
+  if (label.size() > 200) label.resize(200);
+  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.back())))
+    label.pop_back();
+  return label.empty() ? "job" : label;
+}
 
 double SimJob::Efficiency() const {
   if (efficiency == nullptr || replicas == 0) return 1;

@@ -37,6 +37,7 @@
 #include "bench/sim/csv.h"
 #include "bench/sim/pollux_traces.h"
 #include "bench/sim/profiles.h"
+#include "bench/sim/queue_report.h"
 #include "bench/sim/report.h"
 #include "bench/sim/runner.h"
 #include "bench/sim/simulator.h"
@@ -44,6 +45,8 @@
 #include "bench/sim/sweep.h"
 #include "bench/sim/workload.h"
 #include "rescale/decision_engine.h"
+#include "rescale/queues.h"
+#include "rescale/read_file.h"
 #include "spdlog/spdlog.h"
 
 namespace rescale::sim {
@@ -76,6 +79,7 @@ struct RunFlags {
   double foreign_interval = 1800;
   bool node_aware = false;
   std::string efficiency = "on";
+  std::string queues;  // --queues FILE
   unsigned threads = 0;
   double max_days = 30;
   double max_factor = 4;
@@ -161,12 +165,17 @@ void AddRunFlags(CLI::App* cmd, RunFlags& f) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--pollux-max-cap", f.max_cap, "... capped at this")->capture_default_str();
+  cmd->add_option("--queues", f.queues,
+                  "queue file (rescale/queues.h; rescalectl queue set -f takes the same): jobs "
+                  "go to its queues in turn, and each run reports per queue")
+      ->type_name("FILE");
   cmd->add_flag("--no-progress", f.no_progress, "no progress bar on stderr");
   cmd->add_flag("--verbose", f.verbose,
                 "keep the engine's warnings (e.g. planner optimality gaps)");
 }
 
 struct Prepared {
+  std::vector<QueueSpec> queues;
   std::vector<std::string> policies;
   std::string baseline;
   std::vector<CapacityChange> changes;
@@ -203,6 +212,20 @@ std::optional<Prepared> PrepareRun(const RunFlags& f) {
     return std::nullopt;
   }
   p.changes = *changes;
+  if (!f.queues.empty()) {
+    absl::StatusOr<std::string> text = ReadFileToString(f.queues, "--queues");
+    absl::StatusOr<std::vector<QueueSpec>> queues =
+        text.ok() ? ParseQueuesYaml(*text, f.queues) : text.status();
+    if (!queues.ok()) {
+      std::cerr << "rescale-sim: --queues: " << queues.status().message() << "\n";
+      return std::nullopt;
+    }
+    if (queues->empty()) {
+      std::cerr << "rescale-sim: --queues: " << f.queues << " defines no queue\n";
+      return std::nullopt;
+    }
+    p.queues = *std::move(queues);
+  }
   // The engine checks its options (policy names, interval, horizon...): ask
   // it now, for every policy, rather than fail halfway through the runs.
   for (const std::string& policy : p.policies) {
@@ -240,6 +263,7 @@ SimulationOptions OptionsFor(const RunFlags& f, const Workload& workload, const 
   o.node_aware = f.node_aware;
   o.efficiency = f.efficiency == "on";
   o.max_seconds_after_last_arrival = f.max_days * 86400;
+  o.queues = p.queues;
   return o;
 }
 
@@ -324,6 +348,12 @@ int Run(const RunFlags& f) {
   std::cout << absl::StrFormat("%s: %d jobs on %d GPUs, seed %d; (x) = ratio to %s\n", run.workload,
                                run.jobs, run.capacity_gpus, run.seed, run.baseline);
   std::cout << ComparisonTable(summaries, run.baseline, /*markdown=*/false);
+  for (const SimulationResult& r : results) {
+    if (prepared->queues.empty()) break;
+    std::cout << "\n"
+              << r.policy << ", per queue:\n"
+              << QueueTable(QueueOutcomes(r, prepared->queues));
+  }
   if (absl::Status s = WriteRunReport(f.out, run, results); !s.ok()) {
     std::cerr << "rescale-sim: " << s.message() << "\n";
     return kExitRunFailed;

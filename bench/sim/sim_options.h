@@ -58,6 +58,10 @@ struct SimulationOptions {
   // Mean seconds between two changes of the foreign load, cluster-wide
   // (--foreign-interval).
   double foreign_interval_seconds = 1800;
+  // Queues (--queues FILE, rescale/queues.h; empty = one pool): set with
+  // SetQueues before the first arrival; each job's queue is QueueOfJob's.
+  // Engine policies only: cluster-native schedulers run one pool.
+  std::vector<QueueSpec> queues;
   // What an engine policy's engine is told (--node-aware). true: what the
   // node-aware adapter sends, SetCapacity(CapacityReport{total = free GPUs,
   // slots per gpus_per_replica class of the jobs in the system}), sent again

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "bench/sim/baselines.h"
 #include "bench/sim/node_model.h"
+#include "bench/sim/queue_report.h"
 #include "bench/sim/sim_job.h"
 #include "rescale/apply_order.h"
 #include "rescale/clock.h"
@@ -187,6 +188,7 @@ absl::Status Simulation::Prepare() {
     job.outcome.min_replicas = desc.min_replicas;
     job.outcome.max_replicas = desc.max_replicas;
     job.outcome.gpus_per_replica = desc.gpus_per_replica;
+    job.outcome.queue = QueueOfJob(options_.queues, desc, jobs_.size());
     largest_max = std::max(largest_max, desc.max_replicas);
     jobs_.push_back(std::move(job));
   }
@@ -196,6 +198,9 @@ absl::Status Simulation::Prepare() {
       EngineOptionsFor(options_, static_cast<uint32_t>(jobs_.size()), largest_max), &clock_);
   if (!engine.ok()) return engine.status();
   engine_ = *std::move(engine);
+  // Cluster-native schedulers have one pool; their engine only states wishes.
+  if (!options_.queues.empty() && kind_ != PolicyKind::kClusterNative)
+    RETURN_IF_ERROR(engine_->SetQueues(options_.queues).status());
   capacity_ = options_.capacity_gpus;
   result_.policy = options_.policy;
   result_.first_arrival_seconds = jobs_.empty() ? 0 : jobs_.front().desc->arrival_seconds;
@@ -267,6 +272,7 @@ absl::Status Simulation::Arrive(SimJob& job) {
   spec.policy = EnginePolicyFor(options_.policy);
   spec.total_samples = job.total_samples;
   if (job.adaptive) spec.batch_scaling = job.Limits();
+  spec.queue = job.outcome.queue;
   absl::StatusOr<JobView> view = engine_->RegisterJob(std::move(spec));
   if (!view.ok()) {
     return absl::InternalError(
@@ -675,20 +681,6 @@ absl::StatusOr<SimulationResult> Simulation::Run() {
 }
 
 }  // namespace
-
-std::string EngineLabel(std::string_view id) {
-  std::string label;
-  for (char c : id) {
-    const char lower = absl::ascii_tolower(static_cast<unsigned char>(c));
-    label += (absl::ascii_isalnum(static_cast<unsigned char>(lower)) || lower == '-') ? lower : '-';
-  }
-  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.front())))
-    label.erase(0, 1);
-  if (label.size() > 200) label.resize(200);
-  while (!label.empty() && !absl::ascii_isalnum(static_cast<unsigned char>(label.back())))
-    label.pop_back();
-  return label.empty() ? "job" : label;
-}
 
 absl::StatusOr<SimulationResult> Simulate(const Workload& workload,
                                           const SimulationOptions& options) {

@@ -113,6 +113,8 @@ struct JobOutcome {
   uint32_t resumes = 0;      // suspended -> running
   // Node model: GPUs of this job's Pending pods x the time they pended.
   double pending_gpu_seconds = 0;
+  // Its queue (QueueOfJob); empty without queues.
+  std::string queue;
   bool finished() const { return !std::isnan(finish_seconds); }
   double jct_seconds() const { return finish_seconds - arrival_seconds; }
   double queue_seconds() const { return first_start_seconds - arrival_seconds; }
@@ -177,7 +179,8 @@ struct SimulationResult {
 absl::StatusOr<SimulationResult> Simulate(const Workload& workload,
                                           const SimulationOptions& options);
 
-// The engine-side name of a workload job id: a DNS-1123-safe label.
+// The engine-side name of a workload job id: a DNS-1123-safe label
+// (sim_job.cc).
 std::string EngineLabel(std::string_view id);
 
 }  // namespace rescale::sim
