@@ -80,7 +80,7 @@ check-thread-safety: deps
 # Crash inputs go to build-fuzz/fuzz/artifacts/<target>/, not the repo.
 FUZZ_RUNS ?= 20000
 FUZZ_FLAGS ?= -max_len=4096 -timeout=10 -rss_limit_mb=2048
-FUZZ_TARGETS := agent_log_line rescalectl_manifest kubeconfig pytorchjob sim_workload \
+FUZZ_TARGETS := agent_log_line rescalectl_manifest kubeconfig pytorchjob sim_workload queue_file \
 	proto_job_spec proto_sample_batch
 
 fuzz: deps

@@ -90,6 +90,7 @@ rescale_fuzz_target(kubeconfig rescale_fuzz_adapter)
 rescale_fuzz_target(pytorchjob rescale_fuzz_adapter)
 rescale_fuzz_target(sim_workload rescale_fuzz_sim)
 rescale_fuzz_target(proto_job_spec rescale_fuzz_core)
+rescale_fuzz_target(queue_file rescale_fuzz_core)
 rescale_fuzz_target(proto_sample_batch rescale_fuzz_metrics_store)
 
 # `cmake --build build-fuzz --target fuzz_targets` builds every target and
