@@ -425,9 +425,12 @@ ClusterView DecisionEngine::ClusterViewNow() const {
   if (options_.state != nullptr) view.state_backend = options_.state->Describe();
   view.last_checkpoint_at = plan.checkpointed_at;
   view.plan_exact = plan.exact;
-  for (size_t k = 0; k < plan.queues.size(); ++k) {
+  // Before the first plan (or on a follower, which does not plan) the
+  // queues as set, without use.
+  const std::vector<QueueSpec>& queues = plan.queues.empty() ? capacity.queues : plan.queues;
+  for (size_t k = 0; k < queues.size(); ++k) {
     QueueView q;
-    q.spec = plan.queues[k];
+    q.spec = queues[k];
     q.defined = FindQueue(capacity.queues, q.spec.name).has_value();
     if (k < plan.queue_use.size()) {
       const PlannedQueue& use = plan.queue_use[k];

@@ -154,6 +154,10 @@ TEST_CASE("queues are kept in the SQLite state file across a restart", "[queues]
     REQUIRE(server.Run({"queue", "set", "-f", queues.path()}).exit_code == 0);
   }
   CliServer again(open());
+  // Listed as set before any plan ran...
+  nlohmann::json restored = nlohmann::json::parse(again.Run({"get", "queues", "-o", "json"}).out);
+  CHECK(QueueNamed(restored, "team-a").value("defined", false));
+  // ...and planned with once the capacity is known.
   REQUIRE(again.Run({"capacity", "set", "64"}).exit_code == 0);
   nlohmann::json list = nlohmann::json::parse(again.Run({"get", "queues", "-o", "json"}).out);
   CHECK(QueueNamed(list, "team-b").at("queue").at("cohort") == "research");
