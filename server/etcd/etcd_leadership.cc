@@ -55,9 +55,8 @@ EtcdLeadership::EtcdLeadership(LeadershipOptions options, std::shared_ptr<EtcdCl
   applied_revision_ = store_->last_load_revision();
   // A write refused for want of the lease means another replica may lead
   // already: stop leading now, not at the next renewal.
-  store_->SetFenceLostCallback([this](int64_t lease) {
-    LoseLease(lease, "a write found the lease no longer held");
-  });
+  store_->SetFenceLostCallback(
+      [this](int64_t lease) { LoseLease(lease, "a write found the lease no longer held"); });
 }
 
 EtcdLeadership::~EtcdLeadership() { Stop(); }
@@ -145,6 +144,10 @@ void EtcdLeadership::RefreshLeaderAddress() {
   absl::StatusOr<std::string> leader = client_->Leader(store_->election_name());
   MutexLock lock(mu_);
   if (leader_) return;
+  // A replica that does not lead never names itself: a read sent before it
+  // stepped down (paused past its lease, say) may still name it, and a
+  // client sent here would only be refused again.
+  if (leader.ok() && *leader == options_.advertise_address) return;
   if (leader.ok()) {
     leader_address_ = *leader;
     if (lease_ != 0) status_ = absl::StrCat("follower of ", *leader);
@@ -202,8 +205,8 @@ void EtcdLeadership::Campaign() {
       MutexLock lock(mu_);
       lease_ = lease;
       lease_deadline_ = asked + options_.lease_ttl;
-      status_ = leader_address_.empty() ? "campaigning"
-                                        : absl::StrCat("follower of ", leader_address_);
+      status_ =
+          leader_address_.empty() ? "campaigning" : absl::StrCat("follower of ", leader_address_);
       changed_.SignalAll();  // the renewing thread takes the new lease
     }
 
@@ -211,9 +214,9 @@ void EtcdLeadership::Campaign() {
     // Bounded, then campaigned again (the same lease keeps its place): a
     // member cut off from quorum would otherwise hold the campaign forever.
     // An RPC's timeout is real time (gRPC's), not clock_'s.
-    context.set_deadline(std::chrono::system_clock::now() +
-                         absl::ToChronoNanoseconds(std::max(absl::Seconds(10),
-                                                            2 * options_.lease_ttl)));
+    context.set_deadline(
+        std::chrono::system_clock::now() +
+        absl::ToChronoNanoseconds(std::max(absl::Seconds(10), 2 * options_.lease_ttl)));
     {
       MutexLock lock(mu_);
       if (stopping_ || lease_ != lease) continue;
@@ -309,10 +312,11 @@ void EtcdLeadership::KeepAlive() {
     if (now >= lease_deadline_) {
       // Paused, or etcd unreachable, past the TTL: another replica may lead.
       mu_.Unlock();
-      LoseLease(renewing, absl::StrFormat(
-          "the lease was not renewed within its TTL (%s)%s", absl::FormatDuration(options_.lease_ttl),
-          last_failure.empty() ? " (this process was paused, or etcd did not answer)"
-                               : absl::StrCat("; etcd: ", last_failure)));
+      LoseLease(renewing, absl::StrFormat("the lease was not renewed within its TTL (%s)%s",
+                                          absl::FormatDuration(options_.lease_ttl),
+                                          last_failure.empty()
+                                              ? " (this process was paused, or etcd did not answer)"
+                                              : absl::StrCat("; etcd: ", last_failure)));
       last_failure.clear();
       mu_.Lock();
       continue;
@@ -322,16 +326,16 @@ void EtcdLeadership::KeepAlive() {
     mu_.Unlock();
     // Each member gets a share of the TTL, so a paused one leaves time to
     // renew through another.
-    absl::StatusOr<absl::Duration> ttl =
-        client_->LeaseKeepAliveOnce(lease, options_.lease_ttl / 4);
+    absl::StatusOr<absl::Duration> ttl = client_->LeaseKeepAliveOnce(lease, options_.lease_ttl / 4);
     mu_.Lock();
     if (lease_ != lease) continue;
     if (ttl.ok() && *ttl > absl::ZeroDuration()) {
       if (!last_failure.empty()) {
         // Renewed again: say so instead of the last failure.
-        status_ = leader_ ? "leader"
-                          : (leader_address_.empty() ? "campaigning"
-                                                     : absl::StrCat("follower of ", leader_address_));
+        status_ = leader_
+                      ? "leader"
+                      : (leader_address_.empty() ? "campaigning"
+                                                 : absl::StrCat("follower of ", leader_address_));
       }
       last_failure.clear();
       lease_deadline_ = sent + options_.lease_ttl;
