@@ -61,7 +61,6 @@ struct Queues {
   std::vector<QueueModel> queues;
   std::vector<uint64_t> pool;                  // P_c per cohort
   std::vector<std::vector<uint32_t>> cohorts;  // queue indices per cohort
-  std::vector<uint32_t> orphans;               // jobs of undefined queues
   uint64_t capacity = 0;                       // effective total
 };
 
@@ -120,7 +119,8 @@ Queues BuildQueues(const Problem& p, std::optional<uint64_t> capacity,
   }
   for (uint32_t i = 0; i < p.size(); ++i) {
     const uint32_t k = p.models[i].job->queue;
-    (k < specs.size() ? out.queues[k].members : out.orphans).push_back(i);
+    // Jobs of an undefined queue belong to none; they wait (hi = 0).
+    if (k < specs.size()) out.queues[k].members.push_back(i);
   }
   for (QueueModel& q : out.queues) {
     q.guaranteed = AloneGpus(p, q, std::min(q.nominal, out.capacity), options);

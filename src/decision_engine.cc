@@ -214,15 +214,26 @@ void DecisionEngine::SetCapacityAsync(const CapacityReport& report, Done<Cluster
   if (absl::Status valid = ValidateCapacityReport(report, options_.spec_limits); !valid.ok()) {
     return done(valid);
   }
-  registry_->SetCapacityAsync(
-      report, [this, done = std::move(done)](absl::StatusOr<std::monostate> set) {
-        if (!set.ok()) return done(set.status());
-        PlanAfterChangeAsync(options_.plan_coalesce, [this, done](bool pending) {
-          ClusterView view = ClusterViewNow();
-          view.plan_pending = pending;
-          done(std::move(view));
-        });
-      });
+  registry_->SetCapacityAsync(report, ClusterViewOnceDurable(std::move(done)));
+}
+
+ClusterView DecisionEngine::ClusterViewAfterChange() {
+  const bool pending = PlanAfterChange(options_.plan_coalesce);
+  ClusterView view = ClusterViewNow();
+  view.plan_pending = pending;
+  return view;
+}
+
+std::function<void(absl::StatusOr<std::monostate>)> DecisionEngine::ClusterViewOnceDurable(
+    Done<ClusterView> done) {
+  return [this, done = std::move(done)](absl::StatusOr<std::monostate> set) {
+    if (!set.ok()) return done(set.status());
+    PlanAfterChangeAsync(options_.plan_coalesce, [this, done](bool pending) {
+      ClusterView view = ClusterViewNow();
+      view.plan_pending = pending;
+      done(std::move(view));
+    });
+  };
 }
 
 absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
@@ -356,32 +367,18 @@ absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(uint32_t total_gpus) {
 absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(const CapacityReport& report) {
   RETURN_IF_ERROR(ValidateCapacityReport(report, options_.spec_limits));
   RETURN_IF_ERROR(registry_->SetCapacity(report));
-  const bool pending = PlanAfterChange(options_.plan_coalesce);
-  ClusterView view = ClusterViewNow();
-  view.plan_pending = pending;
-  return view;
+  return ClusterViewAfterChange();
 }
 
 absl::StatusOr<ClusterView> DecisionEngine::SetQueues(std::vector<QueueSpec> queues) {
   RETURN_IF_ERROR(ValidateQueues(queues));
   RETURN_IF_ERROR(registry_->SetQueues(std::move(queues)));
-  const bool pending = PlanAfterChange(options_.plan_coalesce);
-  ClusterView view = ClusterViewNow();
-  view.plan_pending = pending;
-  return view;
+  return ClusterViewAfterChange();
 }
 
 void DecisionEngine::SetQueuesAsync(std::vector<QueueSpec> queues, Done<ClusterView> done) {
   if (absl::Status valid = ValidateQueues(queues); !valid.ok()) return done(valid);
-  registry_->SetQueuesAsync(
-      std::move(queues), [this, done = std::move(done)](absl::StatusOr<std::monostate> set) {
-        if (!set.ok()) return done(set.status());
-        PlanAfterChangeAsync(options_.plan_coalesce, [this, done](bool pending) {
-          ClusterView view = ClusterViewNow();
-          view.plan_pending = pending;
-          done(std::move(view));
-        });
-      });
+  registry_->SetQueuesAsync(std::move(queues), ClusterViewOnceDurable(std::move(done)));
 }
 
 ClusterView DecisionEngine::GetCluster() const { return ClusterViewNow(); }

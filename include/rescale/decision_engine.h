@@ -340,6 +340,12 @@ class DecisionEngine {
   // The cluster's capacity and the last plan's figures, with what the
   // board's recommendations allocate.
   ClusterView ClusterViewNow() const;
+  // After a change of the cluster (capacity, queues) is in: the plan it asks
+  // for, then the view, with whether that plan is still pending. The second
+  // is the asynchronous form, as the registry's continuation.
+  ClusterView ClusterViewAfterChange();
+  std::function<void(absl::StatusOr<std::monostate>)> ClusterViewOnceDurable(
+      Done<ClusterView> done);
 
   const EngineOptions options_;
   Clock* const clock_;
