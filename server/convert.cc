@@ -59,6 +59,7 @@ JobSpec FromProto(const v1::JobSpec& proto) {
   for (const auto& [key, value] : proto.parameters()) spec.parameters[key] = value;
   if (proto.has_total_samples()) spec.total_samples = proto.total_samples();
   spec.queue = proto.queue();
+  spec.admission = proto.admission();
   if (proto.has_batch_scaling()) {
     const v1::BatchScaling& b = proto.batch_scaling();
     spec.batch_scaling = BatchLimits{.initial_batch = b.initial_batch_size(),
@@ -84,6 +85,7 @@ void ToProto(const JobSpec& spec, v1::JobSpec* proto) {
   for (const auto& [key, value] : spec.parameters) (*proto->mutable_parameters())[key] = value;
   if (spec.total_samples) proto->set_total_samples(*spec.total_samples);
   proto->set_queue(spec.queue);
+  proto->set_admission(spec.admission);
   if (spec.batch_scaling) {
     v1::BatchScaling* b = proto->mutable_batch_scaling();
     b->set_initial_batch_size(spec.batch_scaling->initial_batch);

@@ -67,6 +67,7 @@ json SpecToJson(const JobSpec& spec) {
               {"parameters", spec.parameters}};
   if (spec.total_samples.has_value()) out["total_samples"] = *spec.total_samples;
   if (!spec.queue.empty()) out["queue"] = spec.queue;
+  if (!spec.admission.empty()) out["admission"] = spec.admission;
   if (spec.batch_scaling.has_value()) {
     const BatchLimits& b = *spec.batch_scaling;
     out["batch_scaling"] = {{"initial_batch", b.initial_batch},
@@ -99,6 +100,7 @@ JobSpec SpecFromJson(const json& j) {
   spec.parameters = j.at("parameters").get<std::map<std::string, std::string>>();
   if (j.contains("total_samples")) spec.total_samples = j.at("total_samples").get<uint64_t>();
   if (j.contains("queue")) spec.queue = j.at("queue").get<std::string>();
+  if (j.contains("admission")) spec.admission = j.at("admission").get<std::string>();
   if (j.contains("batch_scaling")) {
     const json& b = j.at("batch_scaling");
     spec.batch_scaling = BatchLimits{.initial_batch = b.at("initial_batch").get<uint32_t>(),

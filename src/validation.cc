@@ -145,6 +145,11 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
         "starting and ending with a letter or digit); empty = the default queue",
         spec.queue));
   }
+  if (!spec.admission.empty() && spec.admission != kAdmissionKueue) {
+    return Invalid(absl::StrFormat(
+        "spec.admission \"%s\" is not known: \"\" (rescaled admits the job) or \"%s\"",
+        spec.admission, kAdmissionKueue));
+  }
   if (spec.total_samples.has_value() && *spec.total_samples == 0) {
     return Invalid("spec.total_samples must be greater than 0 when set (unset = unknown), got 0");
   }

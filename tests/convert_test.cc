@@ -51,6 +51,8 @@ TEST_CASE("a spec survives the round trip through proto") {
   spec.local_batch_size = 64;
   spec.policy = "static-max";
   spec.prior = {{1, 100, 0, false, 0}, {4, 350, 0, false, 0}};
+  spec.queue = "team-a";
+  spec.admission = "kueue";
   v1::JobSpec proto;
   ToProto(spec, &proto);
   CHECK_FALSE(proto.has_total_samples());  // unset stays unset: "unknown"

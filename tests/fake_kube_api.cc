@@ -35,6 +35,12 @@ std::string ResourceOfKindOrEmpty(const std::string& kind) {
   if (kind == "PodGroup") return "podgroups";
   if (kind == "Node") return "nodes";
   if (kind == "Pod") return "pods";
+  // Kueue (kueue.x-k8s.io v1beta2 and v1beta1): ClusterQueue is
+  // cluster-scoped, LocalQueue namespaced (the CRDs' scope, Kueue v0.19.2
+  // config/components/crd/bases). The fake stores each object at the
+  // version it was put with and does not convert between versions.
+  if (kind == "ClusterQueue") return "clusterqueues";
+  if (kind == "LocalQueue") return "localqueues";
   return "";
 }
 

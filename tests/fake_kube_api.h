@@ -5,7 +5,8 @@
 // keeps PyTorchJobs (kubeflow.org/v1, training.kubedl.io/v1alpha1),
 // TrainJobs (trainer.kubeflow.org/v1alpha1), PodGroups
 // (scheduling.x-k8s.io/v1alpha1, scheduling.volcano.sh/v1beta1), Nodes and
-// Pods (/api/v1) and Events (events.k8s.io/v1) as JSON, with one resourceVersion
+// Pods (/api/v1), Events (events.k8s.io/v1) and Kueue's ClusterQueues and
+// LocalQueues (kueue.x-k8s.io, at the version they were put with) as JSON, with one resourceVersion
 // counter as etcd would, and a metadata.uid for every object created. It
 // implements what the adapter relies on, with the API server's semantics:
 // GET, LIST (labelSelector k=v[,k=v]; fieldSelector f=v, f==v, f!=v on the

@@ -138,6 +138,53 @@ TEST_CASE("queue set refuses a bad file before any RPC, naming the field", "[que
   CHECK_THAT(spec.err, Contains("spec.queue \"Team_A\" is not a DNS-1123 label"));
 }
 
+TEST_CASE("a job Kueue admits is never started or stopped by a plan, and says it waits for Kueue",
+          "[queues][rescalectl]") {
+  CliServer server;
+  REQUIRE(server.Run({"capacity", "set", "4"}).exit_code == 0);
+  TempFile queues("queues:\n- name: team-a\n  nominal_gpus: 4\n");
+  REQUIRE(server.Run({"queue", "set", "-f", queues.path()}).exit_code == 0);
+  TempFile jobs(
+      "jobId: ml/queued\nminReplicas: 1\nmaxReplicas: 4\nqueue: team-a\nadmission: kueue\n"
+      "---\njobId: ml/running\nminReplicas: 1\nmaxReplicas: 4\nqueue: team-a\n"
+      "admission: kueue\n");
+  REQUIRE(server.Run({"register", "-f", jobs.path()}).exit_code == 0);
+  // Kueue admitted one (it runs 2) and not the other (suspended).
+  REQUIRE(server.Run({"apply-status", "ml/running", "--replicas", "2"}).exit_code == 0);
+  REQUIRE(server.Run({"apply-status", "ml/queued", "--replicas", "0", "--suspended"}).exit_code ==
+          0);
+  auto rec = [&](const std::string& job) {
+    CliResult got = server.Run({"get", "recommendation", job, "-o", "json"});
+    REQUIRE(got.exit_code == 0);
+    return nlohmann::json::parse(got.out);
+  };
+  // The queue has room, yet the plan does not start the job Kueue holds.
+  CHECK(rec("ml/queued").value("suspend", false));
+  CHECK(rec("ml/queued").value("bindingConstraint", "") == "QUOTA");
+  CliResult described = server.Run({"describe", "job", "ml/queued"});
+  CHECK_THAT(described.out, Contains("waits for Kueue to admit it (queue team-a)"));
+  CHECK_THAT(described.out, Contains("Admitted By:"));
+  CHECK_FALSE(rec("ml/running").value("suspend", false));
+
+  // A higher-priority job of 4 in the same queue: a preemptible job of 2
+  // would give way to it; the one Kueue runs is not suspended by a plan.
+  TempFile urgent(
+      "jobId: ml/urgent\nminReplicas: 4\nmaxReplicas: 4\npriority: 100\nqueue: team-a\n");
+  REQUIRE(server.Run({"register", "-f", urgent.path()}).exit_code == 0);
+  CHECK_FALSE(rec("ml/running").value("suspend", false));
+  CHECK(rec("ml/urgent").value("suspend", false));
+
+  // Kueue admits the queued job: from then on the plan sizes it.
+  REQUIRE(server.Run({"apply-status", "ml/queued", "--replicas", "1"}).exit_code == 0);
+  CHECK_FALSE(rec("ml/queued").value("suspend", false));
+  CHECK_FALSE(rec("ml/running").value("suspend", false));
+
+  TempFile bad("jobId: ml/bad\nminReplicas: 1\nmaxReplicas: 1\nadmission: volcano\n");
+  CliResult refused = server.Run({"register", "-f", bad.path()});
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.err, Contains("spec.admission \"volcano\" is not known"));
+}
+
 TEST_CASE("queues are kept in the SQLite state file across a restart", "[queues][rescalectl]") {
   testing::TempDir dir;
   auto open = [&] {

@@ -189,6 +189,7 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
     StoredJob changed = SampleJob("ns/a");
     changed.current_replicas = 8;
     changed.spec.queue = "team-a";
+    changed.spec.admission = "kueue";
     REQUIRE(store->PutJob(changed).ok());  // replaces
     REQUIRE(store->PutCapacity({64, {{8, 1}}, 80}).ok());
     // Replaces, slots and allocatable GPUs and all.
@@ -214,6 +215,7 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
   StoredJob want = SampleJob("ns/a");
   want.current_replicas = 8;
   want.spec.queue = "team-a";
+  want.spec.admission = "kueue";
   CHECK(state->jobs[0] == want);
   CHECK(state->queues == TwoQueues());
   CHECK(state->jobs[0].started_at == absl::InfinitePast());

@@ -13,6 +13,9 @@ add_library(rescale_adapter_lib
   client/adapter/trainjob.cc
   client/adapter/job_events.cc
   client/adapter/controller.cc
+  client/adapter/capacity_sync.cc
+  client/adapter/kueue.cc
+  client/adapter/kueue_sync.cc
   client/adapter/apply_job.cc
   client/adapter/list_watch.cc
   client/adapter/kube_config.cc
@@ -39,6 +42,7 @@ if(NOT RESCALE_SANITIZE STREQUAL "thread")
     tests/etcd_cluster.cc
     tests/adapter_test.cc
     tests/adapter_plan_test.cc
+    tests/adapter_kueue_test.cc
     tests/node_capacity_test.cc
     tests/client_common_test.cc
     tests/k8s_security_test.cc

@@ -66,6 +66,7 @@
 #include "client/adapter/adapter_metrics.h"
 #include "client/adapter/job_events.h"
 #include "client/adapter/kube_client.h"
+#include "client/adapter/kueue.h"
 #include "client/adapter/node_capacity.h"
 #include "client/adapter/pytorchjob.h"
 #include "client/adapter/trainjob.h"
@@ -96,6 +97,9 @@ struct AdapterEvent {
     kEventRateLimited,  // an Event the job's rate limit (or a full queue) held back
     kChangeReceived,    // a change read from the stream; value = its generation
     kPlanReceived,      // a PLAN_END: the plan goes to the applier; value = plan_id
+    kQueuesListed,      // a LIST of ClusterQueues or LocalQueues; detail = path
+    kQueuesSet,         // SetQueues sent; value = queues, detail = their names
+    kKueueWaiting,      // a Kueue job's recommendation waits for Kueue; value = generation
   };
   Kind kind;
   std::string job_id;
@@ -139,6 +143,14 @@ struct AdapterOptions {
   // the clock it runs on (JobEventOptions documents the defaults). None are
   // recorded in a dry run.
   JobEventOptions events;
+  // Queues (rescale/queues.h; client/adapter/kueue.h). Set: these (from
+  // --queues-file) are sent with SetQueues once rescaled's stream is synced
+  // and after every resync, and Kueue is not read. Unset and `kueue`: while
+  // the cluster serves kueue.x-k8s.io, its ClusterQueues are mirrored as
+  // Rescale's queues and its LocalQueues place Kueue-labelled jobs. Neither:
+  // the adapter leaves rescaled's queues alone (rescalectl queue set).
+  std::optional<std::vector<QueueSpec>> queues;
+  bool kueue = true;
   // Where applies are counted and timed (null = nowhere); must outlive the
   // adapter. API errors and PATCHes are counted by wrapping the KubeClient
   // in a MeteredKubeClient on the same AdapterMetrics.
@@ -183,6 +195,19 @@ class Adapter {
   // pods of unmanaged work hold.
   void RunPods();
   void RunRecommendations();
+  // Kueue (client/adapter/kueue_sync.cc): waits until a version of
+  // kueue.x-k8s.io serves `resource`, then list+watches it there.
+  void RunKueue(const std::string& resource);
+  void OnClusterQueues(const std::vector<nlohmann::json>* list, const WatchEvent* event);
+  void OnLocalQueues(const std::vector<nlohmann::json>* list, const WatchEvent* event);
+  // Sends the queues when they differ from what was sent: options_.queues,
+  // or Kueue's ClusterQueues once listed.
+  void SendQueues();
+  // The Rescale queue of a job: for a Kueue job, the ClusterQueue of its
+  // LocalQueue ("" while that LocalQueue is unknown); else its annotation.
+  std::string QueueOfLocked(const JobInfo& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-registers the Kueue jobs whose queue `local_queues` (keys) moved.
+  void ResyncKueueJobs(const std::set<std::string>& local_queues);
   // The applier thread: waits for ApplyGateOpenLocked, applies one batch.
   void RunApplier();
 
@@ -223,6 +248,7 @@ class Adapter {
   struct AppliedChange {
     JobChange change;
     std::string resource_version;
+    bool event = true;  // false: only the job's annotations were refreshed
   };
   // Writes one job (and its PodGroup) toward the target, with `annotations`
   // in the job's patch: the change once the job (and its PodGroup, if any)
@@ -232,6 +258,14 @@ class Adapter {
       const JobInfo& job, uint32_t workers, bool suspend,
       const std::map<std::string, std::string>& annotations);
   absl::Status PatchPodGroup(const JobInfo& job, uint32_t min_member);
+  // The patch of a Kueue job (`object`, parsed as `current`) toward
+  // `workers` (or `suspend`): never its suspend; its size only while Kueue
+  // has it admitted (running); else only the rescale.io/* annotations that
+  // say why. Null json when nothing is to be written. Sets `change` and
+  // `event` (whether the write deserves an Event).
+  nlohmann::json KueuePatch(const nlohmann::json& object, const JobInfo& current, uint32_t workers,
+                            bool suspend, const std::map<std::string, std::string>& annotations,
+                            JobChange& change, bool& event);
   // GETs `path`, builds a patch from the fresh object, PATCHes; on 409
   // re-GETs and retries. `make_patch` returns null when nothing differs.
   // `patched`, when not null, receives the object the PATCH returned (null
@@ -288,6 +322,14 @@ class Adapter {
   // sent after a later one.
   absl::Mutex capacity_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::optional<HonestCapacity> sent_capacity_ ABSL_GUARDED_BY(mu_);
+  // Kueue's ClusterQueues as Rescale queues (by name), and its LocalQueues
+  // ("namespace/name" -> ClusterQueue).
+  std::map<std::string, QueueSpec> cluster_queues_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> local_queues_ ABSL_GUARDED_BY(mu_);
+  bool cluster_queues_listed_ ABSL_GUARDED_BY(mu_) = false;
+  // Serializes SendQueues, as capacity_mu_ does SendCapacity.
+  absl::Mutex queues_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::optional<std::vector<QueueSpec>> sent_queues_ ABSL_GUARDED_BY(mu_);
   bool nodes_listed_ ABSL_GUARDED_BY(mu_) = false;
   bool pods_listed_ ABSL_GUARDED_BY(mu_) = false;
   // The applier's gate (ApplyGateOpenLocked).

@@ -33,6 +33,9 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
   }
   const bool suspend = recommendation.suspend();
   uint32_t workers = recommendation.replicas();
+  // A Kueue job runs only as Kueue admits it: the adapter resizes it while
+  // it runs and never writes its suspend (client/adapter/kueue.h).
+  const bool kueue_waits = info.kueue_managed() && info.suspended;
   if (!suspend) {
     bool was_clamped = false;
     uint32_t clamped = ClampReplicas(info, workers, &was_clamped);
@@ -88,10 +91,21 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
                suspend ? "suspended" : "replicas", suspend ? "" : std::to_string(workers),
                recommendation.reason());
   if (!options_.dry_run) {
-    ReportApplied(id, suspend ? 0 : workers, suspend, recommendation.generation());
+    if (info.kueue_managed()) {
+      // What runs now: Kueue decides suspended or not; the size is ours.
+      ReportApplied(id, kueue_waits ? 0 : (suspend ? info.workers : workers), kueue_waits,
+                    recommendation.generation());
+    } else {
+      ReportApplied(id, suspend ? 0 : workers, suspend, recommendation.generation());
+    }
+  }
+  if (kueue_waits) {
+    Emit({AdapterEvent::Kind::kKueueWaiting, id, recommendation.generation(), applied_reason});
   }
   // Queued only: a slow or failing API server delays no apply.
-  if (change) events_.Record(info, change->resource_version, change->change, applied_reason);
+  if (change && change->event) {
+    events_.Record(info, change->resource_version, change->change, applied_reason);
+  }
   Emit({AdapterEvent::Kind::kApplied, id, recommendation.generation(),
         suspend ? "suspend" : absl::StrCat("replicas=", workers)});
   return true;
@@ -104,19 +118,23 @@ absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
   // scheduler admit the new pods all together. A suspended job has no
   // PodGroup (the operator deletes it). A TrainJob's size never changes,
   // and its gang (through its JobSet) is not the adapter's to size.
-  if (!suspend && job.resizable) {
+  const bool kueue = job.kueue_managed();
+  if (!suspend && job.resizable && !(kueue && job.suspended)) {
     absl::Status gang = PatchPodGroup(job, workers + job.masters);
     if (!gang.ok()) return gang;
   }
   const std::string path = ResourcePath(job.api, JobResource(job.api), job.ns, job.name);
   // Set by the last make_patch, i.e. for the patch that was sent.
   JobChange change = JobChange::kRescaled;
+  bool event = true;
   json patched;
   absl::Status status = PatchWithRetry(
       path,
       [&](const json& object) -> absl::StatusOr<json> {
         absl::StatusOr<JobInfo> current = ParseJob(job.api, object);
         if (!current.ok()) return current.status();
+        if (kueue)
+          return KueuePatch(object, *current, workers, suspend, annotations, change, event);
         std::optional<uint32_t> new_workers;
         std::optional<bool> new_suspend;
         // A TrainJob's spec.trainer.numNodes is immutable: never written.
@@ -136,7 +154,39 @@ absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
   if (patched.is_null()) return std::optional<AppliedChange>();
   const json& rv = FieldAt(patched, {"metadata", "resourceVersion"});
   return std::optional<AppliedChange>(
-      AppliedChange{change, rv.is_string() ? rv.get<std::string>() : std::string()});
+      AppliedChange{change, rv.is_string() ? rv.get<std::string>() : std::string(), event});
+}
+
+json Adapter::KueuePatch(const json& object, const JobInfo& current, uint32_t workers, bool suspend,
+                         const std::map<std::string, std::string>& annotations, JobChange& change,
+                         bool& event) {
+  // Never suspend: Kueue owns admission and preemption (an unsuspend
+  // without admission it would undo; a suspend it did not decide would
+  // leave its Workload admitted).
+  const json& written = FieldAt(object, {"metadata", "annotations", kReasonAnnotation});
+  const bool reason_current =
+      written.is_string() && written.get<std::string>() == annotations.at(kReasonAnnotation);
+  const json& generation = FieldAt(object, {"metadata", "annotations", kGenerationAnnotation});
+  const bool generation_current =
+      generation.is_string() &&
+      generation.get<std::string>() == annotations.at(kGenerationAnnotation);
+  if (current.suspended) {
+    // Not admitted: its size waits too (a new count would replace the
+    // Workload Kueue is queueing). Say why, once per generation.
+    if (generation_current) return json();
+    change = JobChange::kWaitingForKueue;
+    return WorkerPatch(current.resource_version, std::nullopt, std::nullopt, annotations);
+  }
+  if (!suspend && current.resizable && current.workers != workers) {
+    // Admitted: Kueue re-admits the job at its new size (docs/kueue.md).
+    change = JobChange::kRescaled;
+    return WorkerPatch(current.resource_version, workers, std::nullopt, annotations);
+  }
+  // Nothing to change, but the job's annotations should say why it runs
+  // as it does now (after waiting, or when a suspend was left to Kueue).
+  if (reason_current && generation_current) return json();
+  event = false;
+  return WorkerPatch(current.resource_version, std::nullopt, std::nullopt, annotations);
 }
 
 absl::Status Adapter::PatchPodGroup(const JobInfo& job, uint32_t min_member) {

@@ -20,6 +20,8 @@ const char* EventReason(JobChange change) {
       return "Suspended";
     case JobChange::kResumed:
       return "Resumed";
+    case JobChange::kWaitingForKueue:
+      return "WaitingForKueue";
   }
   return "Rescaled";
 }
@@ -32,6 +34,8 @@ const char* EventAction(JobChange change) {
       return "Suspend";
     case JobChange::kResumed:
       return "Resume";
+    case JobChange::kWaitingForKueue:
+      return "Wait";
   }
   return "Rescale";
 }

@@ -47,9 +47,12 @@ enum class JobChange {
   kRescaled,   // Worker replicas changed (the job stays running)
   kSuspended,  // it was running and is now suspended
   kResumed,    // it was suspended and runs again (perhaps at a new size)
+  // A Kueue job (client/adapter/kueue.h) Kueue has not admitted: its
+  // recommendation waits for Kueue, which alone resumes it.
+  kWaitingForKueue,
 };
-// The Event's reason ("Rescaled", "Suspended", "Resumed") and action
-// ("Rescale", "Suspend", "Resume").
+// The Event's reason ("Rescaled", "Suspended", "Resumed", "WaitingForKueue")
+// and action ("Rescale", "Suspend", "Resume", "Wait").
 const char* EventReason(JobChange change);
 const char* EventAction(JobChange change);
 

@@ -32,6 +32,8 @@
 #include "client/adapter/kube_config.h"
 #include "client/common/credentials.h"
 #include "rescale/logging.h"
+#include "rescale/queues.h"
+#include "rescale/read_file.h"
 
 int main(int argc, char** argv) {
   rescale::adapter::AdapterOptions options;
@@ -73,6 +75,16 @@ int main(int argc, char** argv) {
                  "Job APIs to watch, group/version: PyTorchJobs (kubeflow.org/v1, "
                  "training.kubedl.io/v1alpha1) and TrainJobs (trainer.kubeflow.org/v1alpha1). "
                  "Default: all three; one whose CRD is not installed is retried with backoff");
+  std::string queues_file;
+  app.add_option("--queues-file", queues_file,
+                 "Rescale's queues from this YAML file (the format of `rescalectl queue set -f`, "
+                 "docs/queues.md), set when rescaled is reached; Kueue's ClusterQueues are then "
+                 "not read. Jobs name their queue with the rescale.io/queue annotation");
+  app.add_option("--kueue", options.kueue,
+                 "Without --queues-file: while the cluster serves kueue.x-k8s.io, mirror its "
+                 "ClusterQueues as Rescale's queues and leave Kueue-labelled jobs' admission "
+                 "to Kueue (docs/kueue.md)")
+      ->capture_default_str();
   app.add_option("--event-burst", options.events.burst,
                  "Kubernetes Events per job at once for applied changes (0 = record none)")
       ->capture_default_str();
@@ -124,6 +136,18 @@ int main(int argc, char** argv) {
       }
       options.job_apis.push_back({text.substr(0, slash), text.substr(slash + 1)});
     }
+  }
+
+  if (!queues_file.empty()) {
+    absl::StatusOr<std::string> text = rescale::ReadFileToString(queues_file, "--queues-file");
+    absl::StatusOr<std::vector<rescale::QueueSpec>> queues =
+        text.ok() ? rescale::ParseQueuesYaml(*text, queues_file)
+                  : absl::StatusOr<std::vector<rescale::QueueSpec>>(text.status());
+    if (!queues.ok()) {
+      std::cerr << "rescale-adapter: --queues-file: " << queues.status().message() << "\n";
+      return 2;
+    }
+    options.queues = *std::move(queues);
   }
 
   absl::StatusOr<rescale::adapter::KubeConfig> config;

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "rescale/names.h"
 
 namespace rescale::adapter {
 namespace {
@@ -85,6 +86,12 @@ absl::Status ReadJobMetadata(const json& object, const char* kind, JobInfo* job)
     job->resource_version = metadata["resourceVersion"].get<std::string>();
   }
   if (FieldAt(metadata, {"uid"}).is_string()) job->uid = metadata["uid"].get<std::string>();
+  // Kueue reads its queue from this label only (jobframework's
+  // QueueNameForObject).
+  if (const json& queue = FieldAt(metadata, {"labels", "kueue.x-k8s.io/queue-name"});
+      queue.is_string()) {
+    job->kueue_local_queue = queue.get<std::string>();
+  }
   return absl::OkStatus();
 }
 
@@ -207,6 +214,10 @@ absl::Status ReadRescaleAnnotations(const json& object, JobInfo* job) {
     }
   }
   if (auto value = annotation(kPolicyAnnotation)) job->policy = *value;
+  if (auto value = annotation(kQueueAnnotation)) {
+    if (!IsDns1123Label(*value)) return bad(kQueueAnnotation, *value, "a DNS-1123 label");
+    job->queue = *value;
+  }
   if (annotations.is_object()) {
     for (const auto& [key, value] : annotations.items()) {
       if (absl::StartsWith(key, kParameterAnnotationPrefix) && value.is_string()) {
@@ -343,6 +354,12 @@ std::string AppliedReason(const JobInfo& job, const v1::Recommendation& recommen
                         job.min_replicas, "..", job.max_replicas, ")"));
   }
   if (!job.resizable) append(kNotResizableNote);
+  if (job.kueue_managed() && job.suspended && !recommendation.suspend()) {
+    append(absl::StrCat("waits for Kueue to admit the job (LocalQueue ", job.kueue_local_queue,
+                        "): Kueue alone resumes it"));
+  } else if (job.kueue_managed() && !job.suspended && recommendation.suspend()) {
+    append("left running: Kueue owns suspend and preemption of the job");
+  }
   return reason;
 }
 
@@ -369,6 +386,8 @@ v1::JobSpec ToJobSpec(const JobInfo& job) {
   spec.set_local_batch_size(job.local_batch_size);
   spec.set_policy(job.policy);
   for (const auto& [key, value] : job.parameters) (*spec.mutable_parameters())[key] = value;
+  spec.set_queue(job.queue);
+  if (job.kueue_managed()) spec.set_admission("kueue");
   return spec;
 }
 

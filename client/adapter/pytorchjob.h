@@ -37,6 +37,9 @@ inline constexpr char kPriorityAnnotation[] = "rescale.io/priority";
 inline constexpr char kRestartCostAnnotation[] = "rescale.io/restart-cost-seconds";
 inline constexpr char kPreemptibleAnnotation[] = "rescale.io/preemptible";
 inline constexpr char kPolicyAnnotation[] = "rescale.io/policy";
+// Without Kueue: the Rescale queue a job draws from (rescale/queues.h), for
+// queues set by --queues-file or rescalectl queue set.
+inline constexpr char kQueueAnnotation[] = "rescale.io/queue";
 inline constexpr char kLocalBatchSizeAnnotation[] = "rescale.io/local-batch-size";
 // rescale.io/parameter.<key>: one JobSpec.parameters entry each.
 inline constexpr char kParameterAnnotationPrefix[] = "rescale.io/parameter.";
@@ -116,6 +119,14 @@ struct JobInfo {
   bool operator_hpa = false;
   // A Succeeded or Failed condition is True.
   bool finished = false;
+  // The LocalQueue its kueue.x-k8s.io/queue-name label names; non-empty =
+  // Kueue admits the job (client/adapter/kueue.h): the adapter never writes
+  // its suspend, and sizes it only while it runs.
+  std::string kueue_local_queue;
+  // The Rescale queue (JobSpec.queue): its rescale.io/queue annotation, or
+  // for a Kueue job the ClusterQueue of its LocalQueue (set by the adapter).
+  std::string queue;
+  bool kueue_managed() const { return !kueue_local_queue.empty(); }
 };
 
 // The parts every job kind shares, read into `job`: metadata (name and
@@ -160,7 +171,8 @@ std::string SanitizeText(const std::string& text, size_t max_bytes);
 
 // The recommendation's reason as the adapter applied it: rescaled's reason,
 // plus what the adapter did differently (replicas clamped into the job's
-// [min, max]; a TrainJob, which cannot be resized).
+// [min, max]; a TrainJob, which cannot be resized; a Kueue job, whose
+// suspend is Kueue's: waiting for admission, or left running).
 std::string AppliedReason(const JobInfo& job, const v1::Recommendation& recommendation,
                           uint32_t written_replicas);
 // The merge patch that sets a PodGroup's spec.minMember.

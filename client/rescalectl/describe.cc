@@ -56,6 +56,7 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
                                            : "1 (default)");
   spec_section.Add("Priority", absl::StrCat(spec.priority()));
   spec_section.Add("Queue", spec.queue().empty() ? "default" : spec.queue());
+  if (!spec.admission().empty()) spec_section.Add("Admitted By", spec.admission());
   spec_section.Add("Preemptible",
                    spec.has_preemptible() ? YesNo(spec.preemptible()) : "true (default)");
   spec_section.Add("Restart Cost", spec.has_restart_cost_seconds()

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "client/common/queues_request.h"
 #include "client/rescalectl/manifests.h"
 #include "client/rescalectl/output.h"
 #include "client/rescalectl/session.h"
@@ -35,16 +36,7 @@ int SetQueuesCommand(Session& session, const std::string& file) {
     session.err() << "error: " << queues.status().message() << "\n";
     return 1;
   }
-  v1::SetQueuesRequest request;
-  for (const QueueSpec& q : *queues) {
-    v1::Queue* out = request.add_queues();
-    out->set_name(q.name);
-    out->set_nominal_gpus(q.nominal_gpus);
-    out->set_cohort(q.cohort);
-    if (q.borrowing_limit_gpus) out->set_borrowing_limit_gpus(*q.borrowing_limit_gpus);
-    if (q.lending_limit_gpus) out->set_lending_limit_gpus(*q.lending_limit_gpus);
-    out->set_weight(q.weight);
-  }
+  const v1::SetQueuesRequest request = client::SetQueuesRequestOf(*queues);
   v1::ListQueuesResponse response;
   if (!session.Call(&v1::ClusterService::Stub::SetQueues, request, &response)) return 1;
   if (session.table()) {

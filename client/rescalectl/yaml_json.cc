@@ -167,7 +167,7 @@ void EmitJson(YAML::Emitter& emitter, const nlohmann::ordered_json& value) {
         // choice is made for every key, since yaml-cpp keeps LongKey in
         // force for the rest of the map once set.
         emitter << (EmittedScalarLength(key, quoted) > kMaxImplicitKeyLength ? YAML::LongKey
-                                                                              : YAML::Auto);
+                                                                             : YAML::Auto);
         emitter << YAML::Key;
         if (quoted) emitter << YAML::DoubleQuoted;
         emitter << key << YAML::Value;

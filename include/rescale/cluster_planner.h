@@ -126,6 +126,13 @@
 // that overruns a class is cut back in that class, lowest priority and
 // latest started first (exact = false).
 //
+// External admission (JobSpec::admission, e.g. Kueue). The engine gives the
+// planner such a job as it must be planned, so the planner itself knows
+// nothing of it: one the admitter has not started cannot run (max < min:
+// planned at 0, the reason says it waits for the admitter, binding QUOTA),
+// and one it runs is not preemptible (level 1: kept at least at its
+// minimum, resized within its range and its queue).
+//
 // PlanCluster is a pure, deterministic function; it never throws and never
 // fails: malformed jobs (max < min, gpus_per_replica 0, missing or
 // non-positive throughput) are planned conservatively, as documented on

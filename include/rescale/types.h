@@ -48,6 +48,9 @@ struct BatchLimits {
   friend bool operator==(const BatchLimits&, const BatchLimits&) = default;
 };
 
+// JobSpec::admission of a job Kueue admits.
+inline constexpr std::string_view kAdmissionKueue = "kueue";
+
 struct JobSpec {
   std::string job_id;  // "namespace/name"
   uint32_t min_replicas = 0;
@@ -69,6 +72,11 @@ struct JobSpec {
   std::optional<BatchLimits> batch_scaling;
   // The queue it draws GPUs from (rescale/queues.h); empty = "default".
   std::string queue;
+  // Who admits the job: "" = rescaled (it may suspend and resume it);
+  // kAdmissionKueue = Kueue (the job carries kueue.x-k8s.io/queue-name):
+  // rescaled never suspends or resumes it and sizes it only while it runs
+  // (see "External admission" in rescale/cluster_planner.h).
+  std::string admission;
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <span>
 
+#include "absl/strings/str_cat.h"
 #include "rescale/job_rules.h"
 #include "rescale/queues.h"
 #include "spdlog/spdlog.h"
@@ -145,6 +146,16 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
     }
     job.throughput.push_back(predicted > 0 ? predicted : double(n));
   }
+  if (!spec.admission.empty()) {
+    // Kueue (or another admitter) owns admission and preemption: a job it
+    // has not admitted cannot be started by any plan, and one it runs is
+    // never suspended by one (cluster_planner.h, "External admission").
+    job.preemptible = false;
+    if (!running) {
+      job.max_replicas = 0;  // < min: cannot run
+      job.throughput.clear();
+    }
+  }
   // Only a planner job's input outlives this plan: the other policies read
   // the clock (windows, cooldowns), so theirs is made afresh each time.
   if (input->planned_by_cluster && !refitted) {
@@ -231,6 +242,8 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
     PlannedQueue all;
     all.in_use_gpus = plan.allocated_gpus;
     for (const PlannedJob& j : plan.jobs) ++(j.replicas > 0 ? all.running_jobs : all.waiting_jobs);
+    // The only queue planned alone in all the capacity is the plan itself:
+    // its guarantee D_q and its wish are what it was given.
     all.guaranteed_gpus = all.wanted_gpus = plan.allocated_gpus;
     result.queue_use.assign(result.queues.size(), PlannedQueue{});
     if (!result.queue_use.empty()) result.queue_use.back() = all;
@@ -281,6 +294,15 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
           "scaling of six measured models)";
     }
     rec.binding_constraint = policy_explains ? p.input->wish.binding : planned.binding;
+    if (!p.spec->admission.empty() && !IsRunning(entry.status)) {
+      const std::string admitter =
+          p.spec->admission == kAdmissionKueue ? "Kueue" : p.spec->admission;
+      rec.reason = absl::StrCat(
+          "waits for ", admitter, " to admit it (queue ",
+          p.spec->queue.empty() ? std::string(kDefaultQueueName) : p.spec->queue, "); ", admitter,
+          " owns admission and preemption, so rescaled sizes the job once it runs");
+      rec.binding_constraint = BindingConstraint::kQuota;
+    }
     rec.current_samples_per_second = fitted.SamplesPerSecond(RunningReplicas(entry.status));
     rec.predicted_samples_per_second = fitted.SamplesPerSecond(planned.replicas);
     rec.queue_position = planned.queue_position;
