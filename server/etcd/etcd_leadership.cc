@@ -141,9 +141,17 @@ void EtcdLeadership::LoseLease(int64_t lease, const std::string& why) {
 }
 
 void EtcdLeadership::RefreshLeaderAddress() {
+  uint64_t role_changes = 0;
+  {
+    MutexLock lock(mu_);
+    role_changes = role_changes_;
+  }
   absl::StatusOr<std::string> leader = client_->Leader(store_->election_name());
   MutexLock lock(mu_);
   if (leader_) return;
+  // This replica was elected or stepped down while the read was in flight:
+  // it may describe the time before (and a refresh follows the step-down).
+  if (role_changes != role_changes_) return;
   // A replica that does not lead never names itself: a read sent before it
   // stepped down (paused past its lease, say) may still name it, and a
   // client sent here would only be refused again.
@@ -257,6 +265,7 @@ void EtcdLeadership::Campaign() {
         continue;
       }
       leader_ = true;
+      ++role_changes_;
       leader_key_ = *won;
       leader_address_ = options_.advertise_address;
       status_ = "leader";
@@ -277,6 +286,7 @@ void EtcdLeadership::Campaign() {
     {
       MutexLock lock(mu_);
       leader_ = false;
+      ++role_changes_;
       leader_key_.reset();
       leader_address_.clear();
     }

@@ -130,6 +130,9 @@ class EtcdLeadership final : public Leadership {
   // Last renewal sent + TTL, on clock_.
   absl::Time lease_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool leader_ ABSL_GUARDED_BY(mu_) = false;
+  // Counts this replica's elections and step-downs: a leader read sent
+  // before one of them is stale when it returns (RefreshLeaderAddress).
+  uint64_t role_changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<v3electionpb::LeaderKey> leader_key_ ABSL_GUARDED_BY(mu_);
   std::string leader_address_ ABSL_GUARDED_BY(mu_);
   std::string status_ ABSL_GUARDED_BY(mu_) = "starting";
