@@ -82,8 +82,9 @@ int main(int argc, char** argv) {
                  "not read. Jobs name their queue with the rescale.io/queue annotation");
   app.add_option("--kueue", options.kueue,
                  "Without --queues-file: while the cluster serves kueue.x-k8s.io, mirror its "
-                 "ClusterQueues as Rescale's queues and leave Kueue-labelled jobs' admission "
-                 "to Kueue (docs/kueue.md)")
+                 "ClusterQueues as Rescale's queues and place Kueue-labelled jobs through their "
+                 "LocalQueues (docs/kueue.md). Such jobs' admission is Kueue's either way: "
+                 "their suspend is never written")
       ->capture_default_str();
   app.add_option("--event-burst", options.events.burst,
                  "Kubernetes Events per job at once for applied changes (0 = record none)")
