@@ -220,7 +220,12 @@ TEST_CASE("rescaled's queues follow Kueue's ClusterQueues, each edit within one 
   h.kube.Put(ClusterQueue(a));
   h.kube.Put(ClusterQueue(b));
   h.StartAdapter();
-  REQUIRE(h.log.WaitCount(Kind::kQueuesSet, "", 1, 2));
+  // Waits, woken by the adapter's events, until rescaled's queues satisfy
+  // `state`.
+  auto wait_for_queues = [&](const std::function<bool()>& state) {
+    return h.log.WaitFor([&](const std::vector<AdapterEvent>&) { return state(); });
+  };
+  REQUIRE(wait_for_queues([&] { return RescaledQueue(h, "team-b").has_value(); }));
   std::optional<v1::Queue> queue_b = RescaledQueue(h, "team-b");
   REQUIRE(queue_b.has_value());
   CHECK(queue_b->nominal_gpus() == 32);
@@ -229,24 +234,27 @@ TEST_CASE("rescaled's queues follow Kueue's ClusterQueues, each edit within one 
   CHECK_FALSE(queue_b->has_borrowing_limit_gpus());
   CHECK(queue_b->weight() == 2);
 
-  // One write of the ClusterQueue is one watch event, and one SetQueues.
-  const size_t sets = h.log.CountOf(Kind::kQueuesSet);
+  // Each write of a ClusterQueue reaches rescaled through its one watch
+  // event: no LIST (relist) of ClusterQueues happens meanwhile.
+  h.kube.ClearRequests();
   h.kube.Update(ClusterQueuePath("team-a"), [](json& cq) {
     cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = "16";
   });
-  REQUIRE(h.log.WaitCount(Kind::kQueuesSet, "", sets + 1));
-  CHECK(RescaledQueue(h, "team-a")->nominal_gpus() == 16);
+  REQUIRE(wait_for_queues([&] { return RescaledQueue(h, "team-a")->nominal_gpus() == 16; }));
   // A new ClusterQueue, then a deleted one.
   CqParams c;
   c.name = "team-c";
   c.nominal = 8;
   h.kube.Put(ClusterQueue(c));
-  REQUIRE(h.log.WaitCount(Kind::kQueuesSet, "", 1, 3));
-  CHECK(RescaledQueue(h, "team-c")->nominal_gpus() == 8);
+  REQUIRE(wait_for_queues([&] {
+    std::optional<v1::Queue> queue = RescaledQueue(h, "team-c");
+    return queue.has_value() && queue->nominal_gpus() == 8;
+  }));
   h.kube.Delete(ClusterQueuePath("team-b"));
-  REQUIRE(h.log.WaitCount(Kind::kQueuesSet, "", 3, 2));  // 2, 2 after the edit, 3, then 2
-  CHECK_FALSE(RescaledQueue(h, "team-b").has_value());
-  CHECK(h.log.CountOf(Kind::kQueuesSet) == sets + 3);
+  REQUIRE(wait_for_queues([&] { return !RescaledQueue(h, "team-b").has_value(); }));
+  for (const RecordedRequest& request : h.kube.Requests()) {
+    if (absl::StrContains(request.path, "/clusterqueues")) CHECK(request.is_watch());
+  }
   // A ClusterQueue Rescale cannot name is left out, and says why.
   CqParams dotted;
   dotted.name = "team.d";
