@@ -226,8 +226,9 @@ int main(int argc, char** argv) {
       std::cerr << "rescaled: --state: " << spec.status().message() << "\n";
       return 2;
     }
-    if (absl::Status valid = rescale::server::ValidateLeadershipOptions({.lease_ttl = ttl});
-        !valid.ok()) {
+    rescale::server::LeadershipOptions leadership;
+    leadership.lease_ttl = ttl;
+    if (absl::Status valid = rescale::server::ValidateLeadershipOptions(leadership); !valid.ok()) {
       std::cerr << "rescaled: --" << valid.message() << "\n";
       return 2;
     }

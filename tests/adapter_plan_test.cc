@@ -43,7 +43,7 @@ namespace v1 = rescale::v1;
 constexpr auto kDeadline = std::chrono::seconds(20);
 
 // A rescaled whose WatchRecommendations stream carries what the test pushes,
-// when it pushes it; registrations, capacity and applied reports are
+// when it pushes it; registrations, capacity, queues and applied reports are
 // accepted and forgotten.
 class ScriptedRescaled final : public v1::JobService::Service,
                                public v1::ClusterService::Service,
@@ -127,6 +127,10 @@ class ScriptedRescaled final : public v1::JobService::Service,
     cluster->set_total_gpus(request->total_gpus());
     return grpc::Status::OK;
   }
+  grpc::Status SetQueues(grpc::ServerContext*, const v1::SetQueuesRequest*,
+                         v1::ListQueuesResponse*) override {
+    return grpc::Status::OK;
+  }
   grpc::Status GetCluster(grpc::ServerContext*, const v1::GetClusterRequest*,
                           v1::Cluster* cluster) override {
     cluster->set_leading(true);
@@ -201,14 +205,13 @@ class EventLog {
 };
 
 json PyTorchJob(const std::string& name, int workers) {
-  json worker = {
-      {"replicas", workers},
-      {"template",
-       {{"spec",
-         {{"containers",
-           json::array({{{"name", "pytorch"},
-                         {"image", "example/train:1"},
-                         {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}}}}};
+  json worker = {{"replicas", workers},
+                 {"template",
+                  {{"spec",
+                    {{"containers",
+                      json::array({{{"name", "pytorch"},
+                                    {"image", "example/train:1"},
+                                    {"resources", {{"limits", {{"nvidia.com/gpu", "1"}}}}}}})}}}}}};
   return {{"apiVersion", "kubeflow.org/v1"},
           {"kind", "PyTorchJob"},
           {"metadata",

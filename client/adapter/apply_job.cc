@@ -91,13 +91,12 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
                suspend ? "suspended" : "replicas", suspend ? "" : std::to_string(workers),
                recommendation.reason());
   if (!options_.dry_run) {
-    if (info.kueue_managed()) {
-      // What runs now: Kueue decides suspended or not; the size is ours.
-      ReportApplied(id, kueue_waits ? 0 : (suspend ? info.workers : workers), kueue_waits,
-                    recommendation.generation());
-    } else {
-      ReportApplied(id, suspend ? 0 : workers, suspend, recommendation.generation());
-    }
+    // What runs now. For a Kueue job Kueue decides suspended or not (a
+    // suspend we recommend is not written: the job keeps its size); the
+    // size is ours.
+    const bool waits = info.kueue_managed() ? kueue_waits : suspend;
+    ReportApplied(id, waits ? 0 : (suspend ? info.workers : workers), waits,
+                  recommendation.generation());
   }
   if (kueue_waits) {
     Emit({AdapterEvent::Kind::kKueueWaiting, id, recommendation.generation(), applied_reason});

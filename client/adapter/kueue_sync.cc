@@ -68,8 +68,10 @@ void Adapter::OnClusterQueues(const std::vector<json>* list, const WatchEvent* e
     }
     spdlog::warn("skipping: {}", std::string(queue.status().message()));
     Emit({AdapterEvent::Kind::kSkipped, "", 0, std::string(queue.status().message())});
+    // On a watch event an unusable ClusterQueue replaces a usable one; a
+    // relist leaves it out by itself.
     const json& name = FieldAt(object, {"metadata", "name"});
-    if (name.is_string()) gone.push_back(name.get<std::string>());
+    if (list == nullptr && name.is_string()) gone.push_back(name.get<std::string>());
   };
   if (list != nullptr) {
     for (const json& item : *list) take(item);
@@ -93,50 +95,64 @@ void Adapter::OnClusterQueues(const std::vector<json>* list, const WatchEvent* e
 }
 
 void Adapter::OnLocalQueues(const std::vector<json>* list, const WatchEvent* event) {
-  std::set<std::string> moved;  // LocalQueues whose ClusterQueue changed
-  // Applies one LocalQueue to `queues` (local_queues_, passed in so that
-  // the thread-safety analysis sees it read under mu_).
-  auto set = [&moved](std::map<std::string, std::string>& queues, const json& object,
-                      bool deleted) {
-    absl::StatusOr<LocalQueueRef> ref = ParseLocalQueue(object);
-    if (!ref.ok()) {
-      const json& name = FieldAt(object, {"metadata", "name"});
-      const json& ns = FieldAt(object, {"metadata", "namespace"});
-      if (!name.is_string() || !ns.is_string()) return;
-      deleted = true;  // unusable: as if it were not there
-      ref = LocalQueueRef{ns.get<std::string>() + "/" + name.get<std::string>(), ""};
-    }
-    auto it = queues.find(ref->key);
-    if (deleted) {
-      if (it != queues.end()) {
-        queues.erase(it);
-        moved.insert(ref->key);
-      }
-    } else if (it == queues.end() || it->second != ref->cluster_queue) {
-      queues[ref->key] = ref->cluster_queue;
-      moved.insert(ref->key);
-    }
+  // Parsed outside the lock. A LocalQueue Rescale cannot read counts as
+  // not there (its jobs are registered without a queue, and wait).
+  struct Change {
+    std::string key;  // namespace/name
+    std::string cluster_queue;
+    bool deleted = false;
   };
-  {
-    absl::MutexLock lock(&mu_);
-    if (list != nullptr) {
+  std::vector<Change> changes;
+  auto take = [&changes](const json& object, bool deleted) {
+    absl::StatusOr<LocalQueueRef> ref = ParseLocalQueue(object);
+    if (ref.ok()) {
+      changes.push_back({std::move(ref->key), std::move(ref->cluster_queue), deleted});
+      return;
+    }
+    const json& name = FieldAt(object, {"metadata", "name"});
+    const json& ns = FieldAt(object, {"metadata", "namespace"});
+    if (name.is_string() && ns.is_string())
+      changes.push_back({ns.get<std::string>() + "/" + name.get<std::string>(), "", true});
+  };
+  if (list != nullptr) {
+    for (const json& item : *list) take(item, false);
+  } else {
+    take(event->object, event->type == "DELETED");
+  }
+  std::set<std::string> moved;  // LocalQueues whose ClusterQueue changed
+  // local_queues_ is passed in so that the thread-safety analysis sees it
+  // used under mu_.
+  auto apply = [&](std::map<std::string, std::string>& queues) {
+    if (list != nullptr) {  // a relist: what it does not hold is gone
       std::set<std::string> listed;
-      for (const json& item : *list) {
-        set(local_queues_, item, false);
-        if (absl::StatusOr<LocalQueueRef> ref = ParseLocalQueue(item); ref.ok())
-          listed.insert(ref->key);
+      for (const Change& c : changes) {
+        if (!c.deleted) listed.insert(c.key);
       }
-      for (auto it = local_queues_.begin(); it != local_queues_.end();) {
+      for (auto it = queues.begin(); it != queues.end();) {
         if (listed.count(it->first)) {
           ++it;
         } else {
           moved.insert(it->first);
-          it = local_queues_.erase(it);
+          it = queues.erase(it);
         }
       }
-    } else {
-      set(local_queues_, event->object, event->type == "DELETED");
     }
+    for (const Change& c : changes) {
+      auto it = queues.find(c.key);
+      if (c.deleted) {
+        if (it != queues.end()) {
+          queues.erase(it);
+          moved.insert(c.key);
+        }
+      } else if (it == queues.end() || it->second != c.cluster_queue) {
+        queues[c.key] = c.cluster_queue;
+        moved.insert(c.key);
+      }
+    }
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    apply(local_queues_);
   }
   if (!moved.empty()) ResyncKueueJobs(moved);
 }
