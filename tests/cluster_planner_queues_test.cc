@@ -191,6 +191,55 @@ TEST_CASE("an idle team's quota is lent, and returned within one plan when it su
   }
 }
 
+TEST_CASE("the guarantee is what the owner's jobs need: what waits, and what runs at its size",
+          "[planner][queues]") {
+  const std::vector<QueueSpec> queues = {Queue("team-a", 32, "research"),
+                                         Queue("team-b", 32, "research")};
+  // A's four jobs scale well and borrow 24 of B's GPUs; B's one job runs at
+  // 8 and scales poorly. It could use all 32 of its quota, but growing is
+  // not a claim on lent GPUs: its size is the guarantee, and the objective
+  // decides whether it grows (here it does not: that would restart five
+  // jobs for little gain).
+  std::vector<PlannerJob> jobs = TeamA(1, 14);
+  for (PlannerJob& job : jobs) job.throughput = Saturating(1, 16, 0.0);
+  jobs.push_back(Job("b/long", 1, 1, 32, 1, 0, 8));
+  jobs.back().throughput = Saturating(1, 32, 1.0);
+  const ClusterPlan kept = PlanCluster(jobs, 64, {}, {}, queues);
+  CHECK(kept.queues[1].guaranteed_gpus == 8);
+  CHECK(kept.jobs[4].replicas == 8);
+  CHECK(kept.queues[0].borrowed_gpus == 24);
+  // The objective, not the fair-sharing level, sized A: A is the only queue
+  // that borrows, so nothing competes (its four jobs at 14 GPUs each).
+  for (int j = 0; j < 4; ++j) CHECK(kept.jobs[j].replicas == 14);
+
+  // Fair sharing does not push a lone borrower either: with resizing free,
+  // and A's jobs saturating while B's scales linearly, B's job grows into
+  // GPUs A borrowed (with the fair-sharing level always on, A would keep
+  // all 24: the level would rank borrowing above the objective).
+  {
+    std::vector<PlannerJob> free_resizes = jobs;
+    for (PlannerJob& job : free_resizes) {
+      job.restart_cost_seconds = 0;
+      job.throughput = Saturating(1, 16, 1.0);
+    }
+    free_resizes.back().throughput = Saturating(1, 32, 0.0);
+    const ClusterPlan grown = PlanCluster(free_resizes, 64, {}, {}, queues);
+    CHECK(grown.queues[1].guaranteed_gpus == 8);
+    CHECK(grown.jobs[4].replicas > 8);
+    CHECK(grown.queues[0].borrowed_gpus < 24);
+    CHECK(grown.queues[0].borrowed_gpus + 32 + grown.jobs[4].replicas == 64);
+  }
+
+  // B submits a job: a waiting job is a claim, up to its maximum. B gets it
+  // within this plan, and A returns what that takes.
+  jobs.push_back(Job("b/new", 1, 1, 16));
+  const ClusterPlan back = PlanCluster(jobs, 64, {}, {}, queues);
+  CHECK(back.queues[1].guaranteed_gpus == 24);
+  CHECK(back.jobs[4].replicas == 8);
+  CHECK(back.jobs[5].replicas == 16);
+  CHECK(back.queues[0].borrowed_gpus == 8);
+}
+
 TEST_CASE("borrowers that cannot shrink enough are suspended, lowest priority first",
           "[planner][queues]") {
   const std::vector<QueueSpec> queues = {Queue("team-a", 32, "research"),

@@ -103,16 +103,22 @@
 // levels after level 1 (kept non-preemptible jobs, which are never suspended,
 // even on borrowed GPUs):
 //   1a. guarantee: sum_q min(U_q, D_q), D_q = the GPUs queue q's jobs take
-//       when planned alone in min(N_q, capacity) GPUs. GPUs a queue borrows
-//       are returned before anything else when their owner's jobs need them:
-//       borrowers shrink towards their minimum (level 2 keeps jobs running),
-//       then the lowest priority among them is suspended;
+//       when planned alone in min(N_q, capacity) GPUs with each running job
+//       at most at its current size (what Kueue reclaims for: waiting jobs,
+//       and what runs; a running job's growth competes at levels 2-4). GPUs
+//       a queue borrows are returned before anything else when their
+//       owner's jobs need them: borrowers shrink towards their minimum
+//       (level 2 keeps jobs running), then the lowest priority among them
+//       is suspended;
 //   1b. fair sharing of what exceeds nominal: sum_q w_q ln(1 + b_q / w_q),
 //       b_q = min(U_q - N_q, X_q) when positive, X_q = the GPUs above
 //       N_q queue q's jobs take when planned alone in all it may hold. Its
 //       optimum balances b_q / w_q between borrowers (Kueue's dominant
 //       resource share with one resource), and a queue is not credited for
-//       GPUs above what its own plan would use.
+//       GPUs above what its own plan would use. It counts only in a cohort
+//       where queues compete: two or more have X_q > 0 and together want
+//       more than the cohort's pool has left after every D_q; elsewhere
+//       the levels below decide how much a lone borrower takes.
 // Then within and across queues, levels 2-4 as above. Jobs of a queue that
 // is not defined (queue index out of range) wait, bound by QUOTA. Without
 // queues, or with one queue holding the whole capacity and no cohort, the
