@@ -18,12 +18,7 @@
 //                                        unchanged decisions, one watcher
 //   BM_ModelFit/<sizes>                   ThroughputModel::Fit of 1, 3 or 6
 //                                        observed sizes; time per fit
-//   BM_ClusterPlan/<jobs>                 PlanCluster, 10 GPUs per job; counters
-//                                        gap (must stay <= 1%), waiting,
-//                                        utilization
-//   BM_ClusterPlanQueues/<jobs>/<queues>  the same jobs in queues and
-//                                        cohorts (target: 10,000 in 50
-//                                        queues <= 50 ms)
+//   BM_ClusterPlan..., the planner's:     see bench/planner_bench.cc
 //   BM_EngineReplan/<jobs>/<changed %>/<4th size>
 //                                        DecisionEngine::Replan (fit, policy,
 //                                        plan, publish) of jobs measured at
@@ -62,7 +57,6 @@
 #include "server/etcd/etcd_state_store.h"
 // The etcd backend is started the way the tests start it.
 #include "rescale/clock.h"
-#include "rescale/cluster_planner.h"
 #include "rescale/decision_engine.h"
 #include "rescale/metrics_store.h"
 #include "rescale/recommendation_board.h"
@@ -344,116 +338,6 @@ void BM_ModelFit(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ModelFit)->Arg(1)->Arg(3)->Arg(6)->Unit(benchmark::kMicrosecond);
-
-// A cluster like the ones Rescale plans, 10 GPUs per job: gpus_per_replica
-// 1, 2, 4 or 8; four priorities; min_replicas 1-4 (minimum gangs take about
-// three quarters of the cluster, the rest is contended growth), max up to
-// 34; 70% of the jobs running a little above their minimum, some in cooldown
-// or non-preemptible; curves n / (a + b n) (concave, saturating), one in
-// five non-concave (odd sizes 15% less efficient); plus two low-priority
-// "hero" jobs that each need 30% of the cluster and so wait.
-std::vector<rescale::PlannerJob> ClusterPlanInstance(int jobs) {
-  std::mt19937 rng(20240611u + static_cast<uint32_t>(jobs));
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
-  std::vector<rescale::PlannerJob> out(jobs);
-  for (int i = 0; i < jobs; ++i) {
-    rescale::PlannerJob& job = out[i];
-    job.job_id = "ns/job-" + std::to_string(i);
-    const int r = pick(0, 99);
-    job.gpus_per_replica = r < 30 ? 1 : r < 60 ? 2 : r < 85 ? 4 : 8;
-    job.min_replicas = static_cast<uint32_t>(pick(1, 4));
-    job.max_replicas = job.min_replicas + static_cast<uint32_t>(pick(0, 30));
-    job.priority = pick(0, 3);
-    job.preemptible = !chance(0.1);
-    job.started_at = kNow - absl::Seconds(pick(0, 86400));
-    if (chance(0.7)) {
-      job.current_replicas =
-          std::min(job.max_replicas, job.min_replicas + static_cast<uint32_t>(pick(0, 3)));
-      job.in_cooldown = chance(0.15);
-    } else {
-      job.suspended = chance(0.3);
-    }
-    job.restart_cost_seconds = 20 + pick(0, 100);
-    const double a = std::uniform_real_distribution<double>(0.5, 2.0)(rng);
-    const double b = std::uniform_real_distribution<double>(0.005, 0.15)(rng);
-    const bool uneven = chance(0.2);
-    for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n) {
-      job.throughput.push_back(1000.0 * n / (a + b * n) * (uneven && n % 2 == 1 ? 0.85 : 1.0));
-    }
-  }
-  for (int hero = 0; hero < 2; ++hero) {
-    rescale::PlannerJob& job = out[hero];
-    job.gpus_per_replica = 8;
-    job.min_replicas = static_cast<uint32_t>(jobs * 10 * 3 / 10 / 8);
-    job.max_replicas = job.min_replicas + 8;
-    job.priority = 0;
-    job.current_replicas = 0;
-    job.throughput.clear();
-    for (uint32_t n = job.min_replicas; n <= job.max_replicas; ++n)
-      job.throughput.push_back(10.0 * n);
-  }
-  return out;
-}
-
-// PlanCluster at 1,000 and 10,000 jobs (10 GPUs per job). Counters: gap =
-// (upper bound - utility)/|bound| of the scalable solver (must stay <= 1%),
-// waiting = jobs left at 0, utilization = allocated / capacity.
-void BM_ClusterPlan(benchmark::State& state) {
-  const std::vector<rescale::PlannerJob> jobs =
-      ClusterPlanInstance(static_cast<int>(state.range(0)));
-  const uint64_t capacity = 10 * jobs.size();
-  rescale::ClusterPlan plan;
-  for (auto _ : state) {
-    plan = rescale::PlanCluster(jobs, capacity);
-    benchmark::DoNotOptimize(plan);
-  }
-  uint64_t waiting = 0;
-  for (const rescale::PlannedJob& j : plan.jobs) waiting += j.replicas == 0;
-  state.counters["gap"] = plan.gap;
-  state.counters["waiting"] = static_cast<double>(waiting);
-  state.counters["utilization"] = double(plan.allocated_gpus) / double(capacity);
-  if (plan.allocated_gpus > capacity) state.SkipWithError("plan over capacity");
-  if (plan.gap > 0.01) state.SkipWithError("gap above 1%");
-}
-BENCHMARK(BM_ClusterPlan)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
-
-// PlanCluster with queues (issue 33: 10,000 jobs in 50 queues within 50
-// ms): the same jobs dealt round-robin to <queues> queues of equal nominal
-// quota (the capacity split evenly), in cohorts of ten, weights 1-3; one
-// queue in ten has no jobs, so its quota is lent. Counters: waiting,
-// utilization, short = GPUs by which queues fall below their guarantee.
-void BM_ClusterPlanQueues(benchmark::State& state) {
-  std::vector<rescale::PlannerJob> jobs = ClusterPlanInstance(static_cast<int>(state.range(0)));
-  const uint64_t capacity = 10 * jobs.size();
-  const auto count = static_cast<uint32_t>(state.range(1));
-  std::vector<rescale::QueueSpec> queues(count);
-  for (uint32_t k = 0; k < count; ++k) {
-    queues[k].name = absl::StrCat("team-", k);
-    queues[k].nominal_gpus = capacity / count;
-    queues[k].cohort = absl::StrCat("cohort-", k / 10);
-    queues[k].weight = 1 + k % 3;
-  }
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const auto k = static_cast<uint32_t>(i % count);
-    jobs[i].queue = k % 10 == 9 ? k - 1 : k;  // queues 9, 19, ... stay empty
-  }
-  rescale::ClusterPlan plan;
-  for (auto _ : state) {
-    plan = rescale::PlanCluster(jobs, capacity, {}, {}, queues);
-    benchmark::DoNotOptimize(plan);
-  }
-  uint64_t waiting = 0, short_gpus = 0;
-  for (const rescale::PlannedJob& j : plan.jobs) waiting += j.replicas == 0;
-  for (const rescale::PlannedQueue& q : plan.queues) {
-    if (q.in_use_gpus < q.guaranteed_gpus) short_gpus += q.guaranteed_gpus - q.in_use_gpus;
-  }
-  state.counters["waiting"] = static_cast<double>(waiting);
-  state.counters["utilization"] = double(plan.allocated_gpus) / double(capacity);
-  state.counters["short"] = static_cast<double>(short_gpus);
-  if (plan.allocated_gpus > capacity) state.SkipWithError("plan over capacity");
-}
-BENCHMARK(BM_ClusterPlanQueues)->Args({10000, 50})->Unit(benchmark::kMillisecond);
 
 // An engine as rescaled holds it after an adapter registered `jobs` jobs
 // (min 1, max 16, 10 GPUs per job of capacity) and their agents reported

@@ -44,6 +44,22 @@ std::optional<PlanObjectiveKind> ParsePlanObjective(std::string_view name) {
 namespace planner_internal {
 namespace {
 
+// Samples/s of a running job where it runs now: on its curve, or with GPU
+// types, on the type it runs on (the same on every type's problem).
+double CurrentSpeed(const JobModel& m) {
+  if (!m.elsewhere) return m.Throughput(m.current);
+  const PlannerJob& job = *m.job;
+  if (job.current_type < job.throughput_by_type.size()) {
+    const std::vector<double>& c = job.throughput_by_type[job.current_type];
+    const size_t k = job.current_replicas - std::min(job.current_replicas, job.min_replicas);
+    if (!c.empty()) {
+      const double v = c[std::min(k, c.size() - 1)];
+      if (v > 0 && std::isfinite(v)) return v;
+    }
+  }
+  return m.base_throughput;
+}
+
 // jct: each job's remaining work in seconds at its smallest size, D_i (see
 // cluster_planner.h), and from the ranks of D_i the heSRPT weights.
 void SetCompletionTimeWeights(Problem& p, const ClusterPlannerOptions& options) {
@@ -63,7 +79,7 @@ void SetCompletionTimeWeights(Problem& p, const ClusterPlannerOptions& options) 
     // A job about to finish never recoups a restart: the restart is weighed
     // over what is left of it at its current size, if that is shorter.
     if (job.remaining_samples && m.running) {
-      const double rate = rate_at_min * m.Throughput(m.current) / m.base_throughput;
+      const double rate = rate_at_min * CurrentSpeed(m) / m.base_throughput;
       const double left = std::max(0.0, *job.remaining_samples) / rate;
       m.restart_horizon_seconds = std::min(p.horizon_seconds, left);
       m.restart_factor = RestartFactor(job.restart_cost_seconds, m.restart_horizon_seconds);
@@ -87,7 +103,23 @@ void SetCompletionTimeWeights(Problem& p, const ClusterPlannerOptions& options) 
 
 }  // namespace
 
-Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptions& options) {
+namespace {
+
+// With GPU types: the curve of `job` on type t, nullptr if it may not use t.
+const std::vector<double>* TypeCurve(const PlannerJob& job, uint32_t t) {
+  if (t >= job.throughput_by_type.size() || job.throughput_by_type[t].empty()) return nullptr;
+  return &job.throughput_by_type[t];
+}
+
+// A curve's usable value at index k, or 0.
+double Usable(const std::vector<double>& curve, size_t k) {
+  return k < curve.size() && curve[k] > 0 && std::isfinite(curve[k]) ? curve[k] : 0;
+}
+
+}  // namespace
+
+Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptions& options,
+                     std::optional<uint32_t> gpu_type) {
   Problem p;
   p.jobs = jobs;
   p.objective = options.objective;
@@ -133,9 +165,28 @@ Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptio
     m.restart_horizon_seconds = horizon;
     m.restart_factor = RestartFactor(job.restart_cost_seconds, horizon);
     const size_t base_index = m.lo - std::min(m.lo, job.min_replicas);
-    if (base_index < job.throughput.size() && job.throughput[base_index] > 0 &&
-        std::isfinite(job.throughput[base_index])) {
-      m.base_throughput = job.throughput[base_index];
+    m.curve = &job.throughput;
+    double base = Usable(job.throughput, base_index);
+    bool allowed = true;
+    if (gpu_type) {
+      // Speedups over the slowest allowed type at min (Sia's normalisation);
+      // a type without a usable value there gains nothing over it.
+      const std::vector<double>* own = TypeCurve(job, *gpu_type);
+      double slowest = 0;
+      for (uint32_t t = 0; t < job.throughput_by_type.size(); ++t) {
+        const std::vector<double>* c = TypeCurve(job, t);
+        const double v = c ? Usable(*c, base_index) : 0;
+        if (v > 0 && (slowest == 0 || v < slowest)) slowest = v;
+      }
+      static const std::vector<double> kNone;
+      allowed = own != nullptr;
+      m.curve = own ? own : &kNone;
+      base = slowest;
+      m.elsewhere = m.running && job.current_type != *gpu_type;
+      if (m.elsewhere) m.current = 0;
+    }
+    if (base > 0) {
+      m.base_throughput = base;
     } else {
       m.flat = true;
       m.base_throughput = 1;
@@ -143,9 +194,11 @@ Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptio
     // Sizes past the end of the curve gain nothing over its last point, so
     // they are only ever worth their current size (no restart): the search
     // stops there, which also bounds the work by the curves' length.
-    const uint64_t predicted = m.flat ? 1 : job.throughput.size() - base_index;
+    const uint64_t predicted =
+        m.flat || base_index >= m.curve->size() ? 1 : m.curve->size() - base_index;
     const uint64_t useful = std::max<uint64_t>(m.lo + predicted - 1, m.current);
     m.hi = static_cast<uint32_t>(std::min<uint64_t>(job.max_replicas, useful));
+    if (!allowed) m.hi = 0;
     m.pinnable = m.cooldown && m.running && m.current >= m.lo && m.current <= m.hi;
   }
   if (p.objective == PlanObjectiveKind::kJct) SetCompletionTimeWeights(p, options);
@@ -163,7 +216,7 @@ PlanObjective Evaluate(const Problem& p, std::span<const uint32_t> replicas) {
       ++out.levels[1 + 2 * m.level + (m.running ? 0 : 1)];
       out.utility += p.Utility(i, n);
     }
-    if (m.cooldown && n != m.current) --out.levels.back();
+    if (m.cooldown && !Unchanged(m, n)) --out.levels.back();
   }
   return out;
 }

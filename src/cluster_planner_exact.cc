@@ -52,23 +52,19 @@ std::optional<ScoreWeights> MakeScoreWeights(const Problem& p) {
   return w;
 }
 
-namespace {
-
 int64_t OptionScore(const ScoreWeights& w, const JobModel& m, uint32_t n) {
   int64_t score = 0;
   if (n > 0) {
     if (m.guarded) score += w.guarded;
     score += m.running ? w.running[m.level] : w.waiting[m.level];
   }
-  if (m.cooldown && n == m.current) score += w.unchanged;
+  if (m.cooldown && Unchanged(m, n)) score += w.unchanged;
   return score;
 }
 
 uint64_t SeniorityBit(const JobModel& m) {
   return m.seniority < 64 ? uint64_t{1} << (63 - m.seniority) : 0;
 }
-
-}  // namespace
 
 bool Better(const DpValue& a, const DpValue& b) {
   if (a.valid != b.valid) return a.valid;

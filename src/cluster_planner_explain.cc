@@ -46,6 +46,10 @@ std::string SizePhrase(const JobModel& m, uint32_t n) {
   const uint64_t gpus = m.Gpus(n);
   const std::string size =
       absl::StrCat(n, n == 1 ? " replica (" : " replicas (", gpus, gpus == 1 ? " GPU)" : " GPUs)");
+  if (m.elsewhere) {
+    return absl::StrCat("moves from ", m.moved_from, " (", m.job->current_replicas, ") to ",
+                        m.type_name, " at ", size);
+  }
   if (m.current == 0) return absl::StrCat(m.job->suspended ? "resumes at " : "starts at ", size);
   if (n == m.current) return absl::StrCat("stays at ", size);
   return absl::StrCat(n > m.current ? "grows from " : "shrinks from ", m.current, " to ", size);
@@ -76,7 +80,7 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
     if (m.guarded && m.CanRun()) guarded_need += m.MinGpus();
     if (r == 0) continue;
     PlannedJob& d = out[i];
-    if (r < p.jobs[i].max_replicas) d.value_one_more = p.Utility(i, r + 1) - p.Utility(i, r);
+    if (r < p.models[i].job->max_replicas) d.value_one_more = p.Utility(i, r + 1) - p.Utility(i, r);
     if (r > m.lo) d.value_one_fewer = p.Utility(i, r - 1) - p.Utility(i, r);
     const bool pinned = m.cooldown && r == m.current;
     if (r > m.lo && !pinned) {
@@ -102,7 +106,8 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
   std::vector<Holding> holdings;
   for (size_t i = 0; i < n; ++i) {
     if (replicas[i] > 0) {
-      holdings.push_back({p.jobs[i].priority, p.models[i].Gpus(replicas[i]), p.models[i].guarded});
+      holdings.push_back(
+          {p.models[i].job->priority, p.models[i].Gpus(replicas[i]), p.models[i].guarded});
     }
   }
   std::sort(holdings.begin(), holdings.end(),
@@ -116,7 +121,7 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
   std::vector<size_t> queue;
   for (size_t i = 0; i < n; ++i) {
     const JobModel& m = p.models[i];
-    const PlannerJob& job = p.jobs[i];
+    const PlannerJob& job = *p.models[i].job;
     PlannedJob& d = out[i];
     const uint32_t r = replicas[i];
     d.replicas = r;
@@ -239,8 +244,8 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
 
   // Queue: the objective's order.
   std::sort(queue.begin(), queue.end(), [&](size_t a, size_t b) {
-    const PlannerJob& ja = p.jobs[a];
-    const PlannerJob& jb = p.jobs[b];
+    const PlannerJob& ja = *p.models[a].job;
+    const PlannerJob& jb = *p.models[b].job;
     if (ja.priority != jb.priority) return ja.priority > jb.priority;
     if (p.models[a].running != p.models[b].running) return p.models[a].running;
     if (ja.started_at != jb.started_at) return ja.started_at < jb.started_at;

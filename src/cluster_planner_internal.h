@@ -7,6 +7,7 @@
 //   cluster_planner_explain.cc  binding constraint and reason per job
 //   cluster_planner_slots.cc    node slots
 //   cluster_planner_queues.cc   queues, quotas and cohorts
+//   cluster_planner_types.cc    GPU types: type and size together
 // Only those files include it; the public API is rescale/cluster_planner.h.
 #ifndef RESCALE_SRC_CLUSTER_PLANNER_INTERNAL_H_
 #define RESCALE_SRC_CLUSTER_PLANNER_INTERNAL_H_
@@ -19,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "rescale/cluster_planner.h"
 
 namespace rescale::planner_internal {
@@ -59,6 +61,14 @@ struct JobModel {
   double weight = 1;
   double base_throughput = 1;
   bool flat = false;  // no usable curve: no size gains over min
+  // The curve sizes are read from: the job's throughput, or with GPU types
+  // its curve on the problem's type (cluster_planner_types.cc).
+  const std::vector<double>* curve = nullptr;
+  // With GPU types: the job runs now on another type, so every size here is
+  // a restart and a change (current is 0, running is true).
+  bool elsewhere = false;
+  absl::string_view type_name;   // with GPU types, for the reasons
+  absl::string_view moved_from;  // the type it runs on, when elsewhere
 
   bool CanRun() const { return hi >= lo; }
   uint64_t Gpus(uint32_t n) const { return uint64_t{n} * gpus_per_replica; }
@@ -67,7 +77,7 @@ struct JobModel {
 
   double Throughput(uint32_t n) const {
     if (flat) return base_throughput;
-    const std::vector<double>& t = job->throughput;
+    const std::vector<double>& t = *curve;
     const size_t index = n > job->min_replicas ? n - job->min_replicas : 0;
     const double v = t[std::min(index, t.size() - 1)];
     return (v > 0 && std::isfinite(v)) ? v : base_throughput;
@@ -87,7 +97,7 @@ struct Problem {
   double Utility(size_t i, uint32_t n) const {
     if (n == 0) return 0;
     const JobModel& m = models[i];
-    const double f = (m.current > 0 && n != m.current) ? m.restart_factor : 1.0;
+    const double f = (m.running && n != m.current) ? m.restart_factor : 1.0;
     return Term(m, f * m.Throughput(n) / m.base_throughput);
   }
   // The same term as if resizing were free (for the RESTART_COST wording).
@@ -102,8 +112,14 @@ struct Problem {
   }
 };
 
-// The sanitised problem (cluster_planner.cc); `jobs` must outlive it.
-Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptions& options);
+// The sanitised problem (cluster_planner.cc); `jobs` must outlive it. With
+// `gpu_type`, the problem of that type (PlannerJob::throughput_by_type): a
+// job that may not use it cannot run, a job running on another type is
+// `elsewhere`, and speedups are over the job's slowest allowed type.
+Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptions& options,
+                     std::optional<uint32_t> gpu_type = std::nullopt);
+// Whether job j at n replicas leaves a job in cooldown unchanged (level 3).
+inline bool Unchanged(const JobModel& m, uint32_t n) { return !m.elsewhere && n == m.current; }
 // The objective of a plan; missing entries of `replicas` count as 0.
 PlanObjective Evaluate(const Problem& p, std::span<const uint32_t> replicas);
 
@@ -118,6 +134,10 @@ struct ScoreWeights {
 
 // nullopt when the packed score would overflow int64.
 std::optional<ScoreWeights> MakeScoreWeights(const Problem& p);
+
+// The packed levels 1-3 of job m at n replicas, and its tie-rule bit.
+int64_t OptionScore(const ScoreWeights& w, const JobModel& m, uint32_t n);
+uint64_t SeniorityBit(const JobModel& m);
 
 // Nothing competes for GPUs: every job takes its own best option.
 std::vector<uint32_t> SolveSeparable(const Problem& p);

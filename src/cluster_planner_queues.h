@@ -17,9 +17,9 @@
 namespace rescale::planner_internal {
 
 // Quotas above this are "the whole cluster": keeps sums from overflowing.
-constexpr uint64_t kHuge = uint64_t{1} << 50;
+inline constexpr uint64_t kHuge = uint64_t{1} << 50;
 // A weight of 0 borrows only what weighted queues leave.
-constexpr double kMinWeight = 1e-6;
+inline constexpr double kMinWeight = 1e-6;
 
 struct QueueModel {
   uint64_t nominal = 0;

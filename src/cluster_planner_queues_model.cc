@@ -21,26 +21,22 @@ uint64_t UsedGpus(const Problem& p, std::span<const uint32_t> replicas) {
 
 namespace {
 
-// The GPUs queue q's jobs take when planned alone in `room` GPUs.
+// The GPUs queue q's jobs take when planned alone in `room` GPUs. With
+// `running_at_current`, each running job at most at the size it runs: that
+// is D_q, what the queue's jobs need of its quota as Kueue reclaims it (every
+// waiting job up to its maximum, every running job at its size). A running
+// job's growth is not a claim: it competes for lent GPUs by the objective
+// like any other use, so an owner whose long job could soak up its whole
+// quota does not take GPUs back from borrowers that would use them better
+// (docs/queues.md, "Guarantee"). Without it, X_q's plan: all the jobs want.
 uint64_t AloneGpus(const Problem& p, const QueueModel& q, uint64_t room,
-                   const ClusterPlannerOptions& options) {
-  if (q.members.empty() || room == 0) return 0;
-  const Problem part = Part(p, q.members);
-  return UsedGpus(part, Solve(part, room, options).replicas);
-}
-
-// D_q: what the queue's jobs need of its quota, as Kueue reclaims it: every
-// waiting job (up to its maximum) and every running job at the size it
-// runs, planned alone in `room` GPUs. A running job's growth is not a claim:
-// it competes for lent GPUs by the objective like any other use, so an
-// owner whose long job could soak up its whole quota does not take GPUs back
-// from borrowers that would use them better (docs/queues.md, "Guarantee").
-uint64_t NeededGpus(const Problem& p, const QueueModel& q, uint64_t room,
-                    const ClusterPlannerOptions& options) {
+                   const ClusterPlannerOptions& options, bool running_at_current) {
   if (q.members.empty() || room == 0) return 0;
   Problem part = Part(p, q.members);
-  for (JobModel& m : part.models) {
-    if (m.running) m.hi = std::min(m.hi, std::max(m.current, m.lo));
+  if (running_at_current) {
+    for (JobModel& m : part.models) {
+      if (m.running) m.hi = std::min(m.hi, std::max(m.current, m.lo));
+    }
   }
   return UsedGpus(part, Solve(part, room, options).replicas);
 }
@@ -94,8 +90,8 @@ Queues BuildQueues(const Problem& p, std::optional<uint64_t> capacity,
     if (k < specs.size()) out.queues[k].members.push_back(i);
   }
   for (QueueModel& q : out.queues) {
-    q.guaranteed = NeededGpus(p, q, std::min(q.nominal, out.capacity), options);
-    q.wanted = AloneGpus(p, q, q.cap, options);
+    q.guaranteed = AloneGpus(p, q, std::min(q.nominal, out.capacity), options, true);
+    q.wanted = AloneGpus(p, q, q.cap, options, false);
   }
   // Fair sharing counts only between queues that compete for lent GPUs: in
   // a cohort where two or more queues want to borrow and together want more

@@ -208,8 +208,8 @@ TEST_CASE("the guarantee is what the owner's jobs need: what waits, and what run
   CHECK(kept.queues[1].guaranteed_gpus == 8);
   CHECK(kept.jobs[4].replicas == 8);
   CHECK(kept.queues[0].borrowed_gpus == 24);
-  // The objective, not the fair-sharing level, sized A: A is the only queue
-  // that borrows, so nothing competes (its four jobs at 14 GPUs each).
+  // A's four jobs keep 14 GPUs each (the old rule gave the same here; the
+  // block below, where resizing is free, is what tells the rules apart).
   for (int j = 0; j < 4; ++j) CHECK(kept.jobs[j].replicas == 14);
 
   // Fair sharing does not push a lone borrower either: with resizing free,

@@ -32,8 +32,8 @@ std::unique_ptr<RescaleServer> StartReplica(const rescale::testing::EtcdCluster&
   rescale::server::ServerOptions options;
   options.listen = "127.0.0.1:0";
   options.engine.plan_interval = absl::Milliseconds(100);
-  options.etcd_client = std::make_shared<rescale::server::EtcdClient>(
-      std::vector<std::string>{etcd.Endpoints()});
+  options.etcd_client =
+      std::make_shared<rescale::server::EtcdClient>(std::vector<std::string>{etcd.Endpoints()});
   auto store = rescale::server::EtcdStateStore::Open("etcd://" + etcd.Endpoints() + "/s",
                                                      options.etcd_client, "/s");
   REQUIRE(store.ok());
@@ -107,8 +107,8 @@ TEST_CASE("EtcdLeadership::Create refuses a lease TTL out of range or missing pa
   REQUIRE(engine.ok());
   // No etcd is needed: the options are checked before anything is used.
   auto create = [&](absl::Duration ttl) {
-    return EtcdLeadership::Create(LeadershipOptions{.lease_ttl = ttl}, nullptr, nullptr, **engine,
-                                  nullptr, &clock)
+    return EtcdLeadership::Create(LeadershipOptions{.lease_ttl = ttl, .advertise_address = ""},
+                                  nullptr, nullptr, **engine, nullptr, &clock)
         .status();
   };
   for (absl::Duration ttl : {absl::Milliseconds(999), absl::ZeroDuration(), absl::Seconds(-5),
@@ -119,12 +119,13 @@ TEST_CASE("EtcdLeadership::Create refuses a lease TTL out of range or missing pa
     CHECK_THAT(
         std::string(status.message()),
         Catch::Contains("lease_ttl must be between 1s and 1h, got " + absl::FormatDuration(ttl)));
-    CHECK(rescale::server::ValidateLeadershipOptions({.lease_ttl = ttl}).code() ==
-          absl::StatusCode::kInvalidArgument);
+    CHECK(rescale::server::ValidateLeadershipOptions({.lease_ttl = ttl, .advertise_address = ""})
+              .code() == absl::StatusCode::kInvalidArgument);
   }
   // At the limits the TTL passes, and the next check names what is missing.
   for (absl::Duration ttl : {absl::Seconds(1), absl::Hours(1)}) {
-    CHECK(rescale::server::ValidateLeadershipOptions({.lease_ttl = ttl}).ok());
+    CHECK(rescale::server::ValidateLeadershipOptions({.lease_ttl = ttl, .advertise_address = ""})
+              .ok());
     const absl::Status status = create(ttl);
     CHECK(status.code() == absl::StatusCode::kInvalidArgument);
     CHECK_THAT(std::string(status.message()), Catch::Contains("no etcd client"));

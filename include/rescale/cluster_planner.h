@@ -224,6 +224,14 @@ struct PlannerJob {
   // and positive count as no gain over min; an empty curve or an unusable
   // value at min means the job gains nothing from growing.
   std::vector<double> throughput;
+  // GPU types (PlanClusterTypes only; PlanCluster ignores both): predicted
+  // samples/s on each type, in the order of PlanClusterTypes' `types`, for
+  // n = min_replicas..max_replicas as `throughput` is. An empty curve, or a
+  // type past the end, is a type the job may not use. The curves are
+  // absolute: a job's speedup on every type is measured against its
+  // slowest allowed type at min_replicas.
+  std::vector<std::vector<double>> throughput_by_type;
+  uint32_t current_type = 0;  // the type it runs on, when current_replicas > 0
 };
 
 struct PlannedJob {
@@ -235,6 +243,9 @@ struct PlannedJob {
   // (0 where that size is not allowed: at max, at min, or not running).
   double value_one_more = 0;
   double value_one_fewer = 0;
+  // PlanClusterTypes: the type it runs on (index in `types`), or for a job
+  // left at 0 the type it runs on now or would start on. 0 otherwise.
+  uint32_t gpu_type = 0;
 };
 
 // A queue in the plan (only with queues), in PlanCluster's queue order.
@@ -259,6 +270,8 @@ struct ClusterPlan {
   double upper_bound = 0;  // >= utility; equal when exact
   double gap = 0;          // (upper_bound - utility) / max(|upper_bound|, 1e-9)
   bool exact = false;      // the plan is optimal for the whole objective
+  // PlanClusterTypes: GPUs planned per type, in `types` order.
+  std::vector<uint64_t> allocated_gpus_by_type;
 };
 
 // Plans every job; capacity nullopt = unknown, unbounded. `slots`: the
@@ -303,6 +316,51 @@ QueuePlanObjective EvaluateQueuePlan(std::span<const PlannerJob> jobs,
 // `relative_tolerance`.
 int CompareObjectives(const PlanObjective& a, const PlanObjective& b,
                       double relative_tolerance = 1e-9);
+
+// One kind of GPU (PlanClusterTypes): its name (e.g. the node label
+// nvidia.com/gpu.product), its GPUs (nullopt = unbounded) and the replicas
+// per size class its nodes hold (see "Node slots"; empty = the total only).
+struct GpuTypeCapacity {
+  std::string name;
+  std::optional<uint64_t> total_gpus;
+  std::vector<ReplicaSlots> slots;
+};
+
+// Plans type and size together: every job gets a type among those it may use
+// (PlannerJob::throughput_by_type) and a size, with the types' GPUs and
+// slots kept separately, maximising the same lexicographic objective as
+// PlanCluster, where a job's speedup s_i is its samples/s on the chosen type
+// over its samples/s at min_replicas on its slowest allowed type (Sia's
+// normalisation, so a faster type counts as a larger speedup), and a change
+// of type is a restart like a resize (restart factor; level 3 counts it as a
+// change of a job in cooldown). A running job that moves to another type
+// still counts as kept running (level 2).
+//  * Small instances (ClusterPlannerOptions limits, with the work counted
+//    over the product of the types' capacities) are solved exactly by a
+//    multiple-choice knapsack DP over the GPUs used per type; exact = true
+//    unless a type's slots cut the plan (then as below).
+//  * Otherwise: each job is given a type (a running job its own; a waiting
+//    job the fastest type with room for its minimum), each type is planned
+//    with PlanCluster's solvers and slots, and jobs are moved between types
+//    where the per-type prices of a GPU say the move gains, for a few
+//    rounds; the best plan found is kept. upper_bound is a Lagrangian bound
+//    on level 4 with one price per type (valid for every plan), so gap is
+//    an honest, if loose, measure of what the heuristic may leave.
+// Queues are not modelled with types (every job is planned as if in one
+// pool per type). With one type, the plan is PlanCluster's on that type's
+// curves, bit for bit.
+ClusterPlan PlanClusterTypes(std::span<const PlannerJob> jobs,
+                             std::span<const GpuTypeCapacity> types,
+                             const ClusterPlannerOptions& options = {});
+// The objective of a typed assignment (replicas and gpu_types per job, in
+// input order; gpu_types is read only where replicas > 0), and whether it
+// keeps every type's capacity and the jobs' allowed types. Slots are not
+// checked. For tests and diagnostics.
+QueuePlanObjective EvaluateTypedPlan(std::span<const PlannerJob> jobs,
+                                     std::span<const uint32_t> replicas,
+                                     std::span<const uint32_t> gpu_types,
+                                     std::span<const GpuTypeCapacity> types,
+                                     const ClusterPlannerOptions& options = {});
 
 }  // namespace rescale
 
