@@ -18,6 +18,10 @@
 //       A synthetic workload following the Pollux recipe.
 //   rescale-sim profiles [--name NAME] [--local-batch B]
 //       The built-in profiles and their curves.
+//   rescale-sim fit-sia [--data DIR]
+//       Fits Pollux's model per (application, GPU type) to Sia's traces
+//       (default: where SiaDataDirectory finds them) and prints the table
+//       the built-in per-type profiles come from (sia_profiles.h).
 //
 // Exit status: 0 success, 1 a run failed, 2 bad usage (unknown policy,
 // unreadable workload, bad flag). Workload formats, semantics and the
@@ -35,11 +39,13 @@
 #include "absl/strings/str_split.h"
 #include "bench/sim/baselines.h"
 #include "bench/sim/csv.h"
+#include "bench/sim/pollux_fit.h"
 #include "bench/sim/pollux_traces.h"
 #include "bench/sim/profiles.h"
 #include "bench/sim/queue_report.h"
 #include "bench/sim/report.h"
 #include "bench/sim/runner.h"
+#include "bench/sim/sia_profiles.h"
 #include "bench/sim/simulator.h"
 #include "bench/sim/summary.h"
 #include "bench/sim/sweep.h"
@@ -519,6 +525,21 @@ int Generate(const GenerateFlags& f) {
   return 0;
 }
 
+int FitSia(std::string dir) {
+  if (dir.empty()) dir = SiaDataDirectory().value_or("");
+  if (dir.empty()) {
+    std::cerr << "no Sia data found: pass --data DIR or set RESCALE_SIA_DATA\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<std::string> report = FitSiaProfiles(dir);
+  if (!report.ok()) {
+    std::cerr << report.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::cout << *report;
+  return 0;
+}
+
 int Profiles(const std::string& name, int64_t local_batch) {
   for (const BuiltinProfile& p : BuiltinProfiles()) {
     if (!name.empty() && p.name != name) continue;
@@ -610,6 +631,11 @@ int Main(int argc, char** argv) {
   profiles->add_option("--local-batch", profile_batch,
                        "local batch (measured ones: rounded to the nearest measured)");
 
+  std::string sia_dir;
+  CLI::App* fit_sia = app.add_subcommand(
+      "fit-sia", "fit Pollux's model per application and GPU type to Sia's traces");
+  fit_sia->add_option("--data", sia_dir, "Sia's data directory (holding traces/)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -620,6 +646,7 @@ int Main(int argc, char** argv) {
   if (sweep->parsed()) return Sweep(sweep_flags);
   if (generate->parsed()) return Generate(gen_flags);
   if (profiles->parsed()) return Profiles(profile_name, profile_batch);
+  if (fit_sia->parsed()) return FitSia(sia_dir);
   return kExitUsage;
 }
 

@@ -1,0 +1,126 @@
+// Tests of the per-GPU-type profiles of Sia's applications
+// (bench/sim/sia_profiles.h) and the fit that derives them
+// (bench/sim/pollux_fit.h). Reading placements is tested on files written
+// here. The built-in parameters are checked against Sia's raw traces where
+// the machine has them (SiaDataDirectory: CI does; the files carry no
+// licence and are not in the repository): each reproduces its recorded fit
+// error on its rows, and refitting one pair gives the same parameters.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "bench/sim/csv.h"
+#include "bench/sim/pollux_fit.h"
+#include "bench/sim/sia_profiles.h"
+
+namespace rescale::sim {
+namespace {
+
+std::string TempFile(const std::string& name, const std::string& text) {
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  REQUIRE(WriteFile(path, text).ok());
+  return path;
+}
+
+double RmsLogError(const PolluxModel& model, const std::vector<TraceRow>& rows) {
+  double sum = 0;
+  for (const TraceRow& r : rows) {
+    const double e = std::log(ModelStepSeconds(model, r) / r.step_seconds);
+    sum += e * e;
+  }
+  return std::sqrt(sum / double(rows.size()));
+}
+
+TEST_CASE("placements are read by header, in any column order", "[sim][sia]") {
+  // aws files put placement first, rtx and dgx-ext last.
+  const std::string first = TempFile("sia-first.csv",
+                                     "placement,local_bsz,step_time,sync_time\n"
+                                     "1,32,0.0428,0.0005\n44,16,0.2,0.1\n");
+  const std::string last = TempFile("sia-last.csv",
+                                    "local_bsz,step_time,sync_time,placement\n"
+                                    "32,0.0435,0.0004,1\n16,0.2,0.1,44\n");
+  for (const std::string& path : {first, last}) {
+    absl::StatusOr<std::vector<TraceRow>> rows = ReadPlacements(path);
+    REQUIRE(rows.ok());
+    REQUIRE(rows->size() == 2);
+    CHECK((*rows)[0].replicas == 1);
+    CHECK((*rows)[0].nodes == 1);
+    CHECK((*rows)[0].local_batch == 32);
+    CHECK((*rows)[1].replicas == 8);
+    CHECK((*rows)[1].nodes == 2);
+    CHECK((*rows)[1].step_seconds == 0.2);
+  }
+  const std::string bad = TempFile("sia-bad.csv", "placement,local_bsz,step_time\n4x,8,0.1\n");
+  const absl::StatusOr<std::vector<TraceRow>> rows = ReadPlacements(bad);
+  REQUIRE(!rows.ok());
+  CHECK_THAT(std::string(rows.status().message()), Catch::Contains(":2: expected placement"));
+  const std::string missing = TempFile("sia-missing.csv", "placement,step_time\n1,0.1\n");
+  CHECK_THAT(std::string(ReadPlacements(missing).status().message()),
+             Catch::Contains("needs the columns placement, local_bsz and step_time"));
+}
+
+TEST_CASE("the fit recovers a Pollux model from its own step times", "[sim][sia]") {
+  PolluxModel truth;
+  truth.a_c = 0.05, truth.b_c = 0.004, truth.a_r = 0.03, truth.b_r = 0.002;
+  truth.a_n = 0.12, truth.b_n = 0.01, truth.g = 2, truth.gpus_per_node = 4;
+  std::vector<TraceRow> rows;
+  for (uint32_t nodes : {1u, 2u, 4u}) {
+    for (uint32_t per_node : {1u, 2u, 4u}) {
+      for (double batch : {8.0, 16.0, 32.0, 64.0}) {
+        TraceRow row{nodes * per_node, nodes, batch, 0};
+        row.step_seconds = ModelStepSeconds(truth, row);
+        rows.push_back(row);
+      }
+    }
+  }
+  const PolluxFit fit = FitPolluxModel(rows, 4);
+  CHECK(fit.rows == rows.size());
+  CHECK(fit.rms_log_error < 0.01);
+  // Step times, not parameters, are what the simulator uses.
+  for (const TraceRow& row : rows) {
+    CHECK(ModelStepSeconds(fit.model, row) == Approx(row.step_seconds).epsilon(0.02));
+  }
+}
+
+TEST_CASE("the built-in per-type profiles are the fits of Sia's traces", "[sim][sia]") {
+  REQUIRE(SiaProfiles().size() == 18);
+  for (const SiaGpuType& type : SiaGpuTypes()) {
+    for (std::string_view app : {"bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"}) {
+      const SiaProfile* p = FindSiaProfile(app, type.trace_suffix);
+      REQUIRE(p != nullptr);
+      CHECK(p->model.gpus_per_node == type.gpus_per_node);
+      CHECK(p->rms_log_error < 0.3);
+    }
+  }
+  CHECK(FindSiaProfile("gpt_pmp", "rtx") == nullptr);
+  const std::optional<std::string> dir = SiaDataDirectory();
+  if (!dir) {
+    WARN("Sia's traces are not on this machine (RESCALE_SIA_DATA): raw checks skipped");
+    return;
+  }
+  for (const SiaProfile& p : SiaProfiles()) {
+    INFO(p.app << " on " << p.type);
+    const absl::StatusOr<std::vector<TraceRow>> rows = ReadPlacements(
+        absl::StrCat(*dir, "/traces/", Absl(p.app), "/placements-", Absl(p.type), ".csv"));
+    REQUIRE(rows.ok());
+    CHECK(rows->size() == p.rows);
+    CHECK(RmsLogError(p.model, *rows) == Approx(p.rms_log_error).margin(1e-4));
+  }
+  // The derivation is deterministic: refitting the smallest pair gives the
+  // built-in's step times.
+  const SiaProfile* p = FindSiaProfile("yolov3", "rtx");
+  const absl::StatusOr<std::vector<TraceRow>> rows =
+      ReadPlacements(absl::StrCat(*dir, "/traces/yolov3/placements-rtx.csv"));
+  REQUIRE(rows.ok());
+  const PolluxFit fit = FitPolluxModel(*rows, 8);
+  CHECK(fit.rms_log_error == Approx(p->rms_log_error).margin(1e-4));
+  for (const TraceRow& row : *rows) {
+    CHECK(ModelStepSeconds(fit.model, row) ==
+          Approx(ModelStepSeconds(p->model, row)).epsilon(1e-5));
+  }
+}
+
+}  // namespace
+}  // namespace rescale::sim
