@@ -121,13 +121,13 @@ using throughput_internal::Dot;
 using throughput_internal::Finite;
 using throughput_internal::FitParameters;
 using throughput_internal::FitRow;
-using throughput_internal::Objective;
 using throughput_internal::kFixedShareGrid;
 using throughput_internal::kMaxRelativeUncertainty;
 using throughput_internal::kParams;
 using throughput_internal::kPriorNodeSyncShare;
 using throughput_internal::kPriorSyncBaseShare;
 using throughput_internal::kPriorSyncPerWorkerShare;
+using throughput_internal::Objective;
 using throughput_internal::Packed;
 using throughput_internal::Placement;
 using throughput_internal::RowBasis;
@@ -388,6 +388,56 @@ ThroughputModel ThroughputModel::FromShares(const ScalingShares& shares,
   model.gpus_per_replica_ = std::max<uint32_t>(options.gpus_per_replica, 1);
   model.gpus_per_node_ = options.gpus_per_node;
   model.local_batch_ = 1;
+  return model;
+}
+
+ThroughputModel ThroughputModel::OnOtherType(const ThroughputModel& source,
+                                             const Observation& measured,
+                                             const ModelOptions& options, double sync_scale) {
+  ThroughputModel model;
+  if (source.empty_ || measured.replicas == 0 || !(measured.step_seconds > 0) ||
+      !Finite(measured.step_seconds)) {
+    return model;
+  }
+  const double scale = Finite(sync_scale) ? std::max(0.0, sync_scale) : 1.0;
+  model = source;
+  model.sync_base_seconds_ *= scale;
+  model.sync_per_worker_seconds_ *= scale;
+  model.node_sync_seconds_ *= scale;
+  model.node_sync_per_colocated_seconds_ *= scale;
+  model.gpus_per_replica_ = std::max<uint32_t>(options.gpus_per_replica, 1);
+  model.gpus_per_node_ = options.gpus_per_node;
+  // Compute at the source's batch from the measured step: what the sync
+  // (scaled) does not explain at the measured size, at least
+  // kMinComputeShare of it, then moved to the source's reference batch by
+  // the source's batch law.
+  const double n = measured.replicas;
+  const Placement where = measured.nodes > 0
+                              ? Spread(n, measured.nodes)
+                              : Packed(n, model.gpus_per_replica_, model.gpus_per_node_);
+  Vec sync_only = {0, model.sync_base_seconds_, model.sync_per_worker_seconds_,
+                   model.node_sync_seconds_, model.node_sync_per_colocated_seconds_};
+  const double sync = Dot(Basis(n, where), sync_only);
+  double compute = std::max(measured.step_seconds - sync, kMinComputeShare * measured.step_seconds);
+  const double batch = measured.mean_batch > 0 ? measured.mean_batch : source.local_batch_;
+  compute /=
+      source.compute_fixed_share_ + (1 - source.compute_fixed_share_) * batch / source.local_batch_;
+  model.compute_seconds_ = compute;
+  const double spread = measured.sample_count > 1 && measured.spread_seconds > 0
+                            ? measured.spread_seconds / measured.step_seconds /
+                                  std::sqrt(double(measured.sample_count))
+                            : 0;
+  model.anchors_.clear();
+  for (const Anchor& a : source.anchors_) {
+    if (a.replicas != measured.replicas) {
+      model.anchors_.push_back({a.replicas, std::hypot(a.relative_error, kTypeTransferError)});
+    }
+  }
+  model.anchors_.push_back({measured.replicas, std::max(kModelErrorFloor, spread)});
+  std::sort(model.anchors_.begin(), model.anchors_.end(),
+            [](const Anchor& a, const Anchor& b) { return a.replicas < b.replicas; });
+  model.largest_observed_ = measured.replicas;
+  model.smallest_observed_ = measured.replicas;
   return model;
 }
 

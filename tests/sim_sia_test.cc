@@ -5,6 +5,7 @@
 // the machine has them (SiaDataDirectory: CI does; the files carry no
 // licence and are not in the repository): each reproduces its recorded fit
 // error on its rows, and refitting one pair gives the same parameters.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "bench/sim/csv.h"
 #include "bench/sim/pollux_fit.h"
 #include "bench/sim/sia_profiles.h"
+#include "bench/sim/sia_transfer.h"
 
 namespace rescale::sim {
 namespace {
@@ -120,6 +122,34 @@ TEST_CASE("the built-in per-type profiles are the fits of Sia's traces", "[sim][
     CHECK(ModelStepSeconds(fit.model, row) ==
           Approx(ModelStepSeconds(p->model, row)).epsilon(1e-5));
   }
+}
+
+TEST_CASE("cross-type prediction on Sia's traces", "[sim][sia][xtype]") {
+  const std::optional<std::string> dir = SiaDataDirectory();
+  if (!dir) {
+    WARN("Sia's traces are not on this machine (RESCALE_SIA_DATA): skipped");
+    return;
+  }
+  const absl::StatusOr<std::vector<CrossTypeError>> errors = MeasureCrossType(*dir);
+  REQUIRE(errors.ok());
+  // Every (app, ordered pair of types) is measured on enough placements.
+  REQUIRE(errors->size() == 36);
+  std::vector<double> same, pair;
+  for (const CrossTypeError& e : *errors) {
+    INFO(e.app << " " << e.from << " -> " << e.to);
+    CHECK(e.points >= 45);
+    same.push_back(e.same_seconds);
+    pair.push_back(e.pair_ratio);
+  }
+  // What a per-pair table of interconnect ratios buys over taking the
+  // source's sync seconds as they are: a lower median error over the cells.
+  std::sort(same.begin(), same.end());
+  std::sort(pair.begin(), pair.end());
+  CHECK(pair[18] < same[18]);
+  // The issue's target (median <= 15% per app) is not met: the table is in
+  // docs/simulator.md; `./build/sim_tests '[xtype]' -s` prints it.
+  INFO(CrossTypeTable(*errors));
+  SUCCEED();
 }
 
 }  // namespace

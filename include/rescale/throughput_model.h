@@ -106,6 +106,21 @@ class ThroughputModel {
   // full band everywhere.
   static ThroughputModel FromShares(const ScalingShares& shares, const ModelOptions& options = {});
 
+  // The same job on another GPU type (Sia's bootstrapping, SOSP'23 3.1):
+  // `source` is its model on a type it ran on, `measured` one measurement on
+  // the other type (usually one GPU; its mean_batch, or the source's batch
+  // when 0). Compute comes from the measurement, so a type whose GPUs are
+  // faster for this job says so; the sync costs are the source's in seconds
+  // times `sync_scale`, the ratio of the two types' interconnects (1 =
+  // unknown: the same seconds); the node size is the target's (`options`).
+  // The uncertainty reflects the guess: sizes the source measured carry
+  // kTypeTransferError on top of their own error, and the band grows from
+  // there as it does from any anchor. Empty when `source` is empty or the
+  // measurement unusable (no replicas, step not finite and positive).
+  static ThroughputModel OnOtherType(const ThroughputModel& source, const Observation& measured,
+                                     const ModelOptions& options, double sync_scale = 1);
+  static constexpr double kTypeTransferError = 0.25;
+
   // Whether any observation or prior informed the fit.
   bool empty() const { return empty_; }
   // Step time at n workers, seconds (0 when empty).

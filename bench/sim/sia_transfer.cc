@@ -1,0 +1,172 @@
+// Cross-type prediction on Sia's traces (sia_transfer.h).
+#include "bench/sim/sia_transfer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/sim/csv.h"
+#include "bench/sim/pollux_fit.h"
+#include "bench/sim/sia_profiles.h"
+#include "rescale/throughput_model.h"
+
+namespace rescale::sim {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// One type's measurements of one app: median step per (batch, replicas,
+// nodes), and which (replicas, nodes) are packed on its nodes.
+struct Measured {
+  std::map<std::tuple<double, uint32_t, uint32_t>, double> step;
+  uint32_t gpus_per_node = 0;
+
+  std::optional<double> At(double batch, uint32_t replicas, uint32_t nodes) const {
+    auto it = step.find({batch, replicas, nodes});
+    if (it == step.end()) return std::nullopt;
+    return it->second;
+  }
+  bool Packed(uint32_t replicas, uint32_t nodes) const {
+    return nodes == (replicas + gpus_per_node - 1) / gpus_per_node;
+  }
+};
+
+absl::StatusOr<Measured> Load(const std::string& dir, std::string_view app,
+                              const SiaGpuType& type) {
+  absl::StatusOr<std::vector<TraceRow>> rows = ReadPlacements(
+      absl::StrCat(dir, "/traces/", Absl(app), "/placements-", Absl(type.trace_suffix), ".csv"));
+  if (!rows.ok()) return rows.status();
+  std::map<std::tuple<double, uint32_t, uint32_t>, std::vector<double>> all;
+  for (const TraceRow& r : *rows)
+    all[{r.local_batch, r.replicas, r.nodes}].push_back(r.step_seconds);
+  Measured out;
+  out.gpus_per_node = type.gpus_per_node;
+  for (auto& [key, steps] : all) out.step[key] = Median(steps);
+  return out;
+}
+
+// The source's model at `batch`: every placement it measured there.
+ThroughputModel FitAt(const Measured& source, double batch) {
+  std::vector<Observation> obs;
+  for (const auto& [key, step] : source.step) {
+    if (std::get<0>(key) != batch) continue;
+    Observation o;
+    o.replicas = std::get<1>(key);
+    o.nodes = std::get<2>(key);
+    o.step_seconds = step;
+    o.sample_count = 10;
+    o.mean_batch = batch;
+    obs.push_back(o);
+  }
+  ModelOptions options;
+  options.gpus_per_node = source.gpus_per_node;
+  options.min_samples = 1;
+  return ThroughputModel::Fit(obs, {}, options);
+}
+
+// Median over the target's packed multi-GPU placements of its overhead
+// over one GPU divided by the source model's at the same size.
+std::optional<double> OverheadRatio(const Measured& from, const Measured& to) {
+  std::vector<double> ratios;
+  for (const auto& [key, step] : to.step) {
+    const auto [batch, n, nodes] = key;
+    if (n < 2 || !to.Packed(n, nodes)) continue;
+    const std::optional<double> one = to.At(batch, 1, 1);
+    if (!one) continue;
+    const ThroughputModel model = FitAt(from, batch);
+    if (model.empty()) continue;
+    const double source = model.StepSecondsAt(n, batch, 0) - model.StepSecondsAt(1, batch, 0);
+    if (source > 0 && step > *one) ratios.push_back((step - *one) / source);
+  }
+  if (ratios.empty()) return std::nullopt;
+  return Median(ratios);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& sia_dir) {
+  const std::vector<std::string_view> apps = {"bert",     "cifar10", "deepspeech2",
+                                              "imagenet", "ncf",     "yolov3"};
+  std::map<std::pair<std::string_view, std::string_view>, Measured> data;
+  for (std::string_view app : apps) {
+    for (const SiaGpuType& type : SiaGpuTypes()) {
+      absl::StatusOr<Measured> m = Load(sia_dir, app, type);
+      if (!m.ok()) return m.status();
+      data[{app, type.trace_suffix}] = std::move(*m);
+    }
+  }
+  std::vector<CrossTypeError> out;
+  for (const SiaGpuType& s : SiaGpuTypes()) {
+    for (const SiaGpuType& t : SiaGpuTypes()) {
+      if (s.trace_suffix == t.trace_suffix) continue;
+      std::map<std::string_view, std::optional<double>> ratio;
+      for (std::string_view app : apps) {
+        ratio[app] = OverheadRatio(data[{app, s.trace_suffix}], data[{app, t.trace_suffix}]);
+      }
+      for (std::string_view app : apps) {
+        const Measured& from = data[{app, s.trace_suffix}];
+        const Measured& to = data[{app, t.trace_suffix}];
+        std::vector<double> others;
+        for (std::string_view other : apps) {
+          if (other != app && ratio[other]) others.push_back(*ratio[other]);
+        }
+        const double pair_ratio = others.empty() ? 1 : Median(others);
+        ModelOptions options;
+        options.gpus_per_node = t.gpus_per_node;
+        std::vector<double> same, sia, pair;
+        std::map<double, ThroughputModel> fits;
+        for (const auto& [key, step] : to.step) {
+          const auto [batch, n, nodes] = key;
+          if (n < 2 || !to.Packed(n, nodes)) continue;
+          const std::optional<double> one = to.At(batch, 1, 1);
+          if (!one) continue;
+          auto it = fits.find(batch);
+          if (it == fits.end()) it = fits.emplace(batch, FitAt(from, batch)).first;
+          const ThroughputModel& source = it->second;
+          if (source.empty()) continue;
+          Observation measured;
+          measured.replicas = 1;
+          measured.nodes = 1;
+          measured.step_seconds = *one;
+          measured.mean_batch = batch;
+          measured.sample_count = 10;
+          auto error = [&](double scale) {
+            const ThroughputModel m =
+                ThroughputModel::OnOtherType(source, measured, options, scale);
+            return std::abs(m.StepSecondsAt(n, batch, 0) / step - 1);
+          };
+          same.push_back(error(1));
+          sia.push_back(error(*one / source.StepSecondsAt(1, batch, 0)));
+          pair.push_back(error(pair_ratio));
+        }
+        out.push_back({std::string(app), std::string(s.trace_suffix), std::string(t.trace_suffix),
+                       same.size(), Median(same), Median(sia), Median(pair)});
+      }
+    }
+  }
+  return out;
+}
+
+std::string CrossTypeTable(const std::vector<CrossTypeError>& errors) {
+  std::string out =
+      "| from | to | app | points | same seconds | sia | pair ratio |\n"
+      "|---|---|---|---:|---:|---:|---:|\n";
+  for (const CrossTypeError& e : errors) {
+    absl::StrAppendFormat(&out, "| %s | %s | %s | %d | %.1f%% | %.1f%% | %.1f%% |\n", e.from, e.to,
+                          e.app, e.points, 100 * e.same_seconds, 100 * e.sia, 100 * e.pair_ratio);
+  }
+  return out;
+}
+
+}  // namespace rescale::sim

@@ -1,0 +1,41 @@
+// How well a job's speed on one GPU type predicts its speed on another
+// (issue 34): for each of Sia's applications and each ordered pair of its
+// three types, ThroughputModel is fitted to the source type's measured
+// placements at a local batch, given the target type's one-GPU step at that
+// batch, and asked for the target's step time at every packed multi-GPU
+// placement Sia measured there (ThroughputModel::OnOtherType). Three ways
+// of carrying the synchronisation over are compared:
+//   same seconds  the source's sync seconds as they are (sync_scale 1);
+//   sia           Sia's estimator: the source's sync as a share of
+//                 compute, so it scales with the one-GPU speed ratio;
+//   pair ratio    the source's sync seconds times the median ratio of the
+//                 two types' multi-GPU overheads over the other five
+//                 applications (what a built-in table per pair of types
+//                 could hold; leave-one-out, so the app predicted is not
+//                 in it).
+// Raw traces only (SiaDataDirectory); the figures are in docs/simulator.md.
+#ifndef RESCALE_BENCH_SIM_SIA_TRANSFER_H_
+#define RESCALE_BENCH_SIM_SIA_TRANSFER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace rescale::sim {
+
+struct CrossTypeError {
+  std::string app, from, to;  // trace suffixes
+  size_t points = 0;          // (batch, placement) predictions
+  // Median |predicted / measured - 1| of step time per way.
+  double same_seconds = 0, sia = 0, pair_ratio = 0;
+};
+
+absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& sia_dir);
+
+// The table in Markdown.
+std::string CrossTypeTable(const std::vector<CrossTypeError>& errors);
+
+}  // namespace rescale::sim
+
+#endif  // RESCALE_BENCH_SIM_SIA_TRANSFER_H_
