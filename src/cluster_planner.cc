@@ -199,6 +199,7 @@ Problem BuildProblem(std::span<const PlannerJob> jobs, const ClusterPlannerOptio
     const uint64_t useful = std::max<uint64_t>(m.lo + predicted - 1, m.current);
     m.hi = static_cast<uint32_t>(std::min<uint64_t>(job.max_replicas, useful));
     if (!allowed) m.hi = 0;
+    m.allowed = allowed;
     m.pinnable = m.cooldown && m.running && m.current >= m.lo && m.current <= m.hi;
   }
   if (p.objective == PlanObjectiveKind::kJct) SetCompletionTimeWeights(p, options);

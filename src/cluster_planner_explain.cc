@@ -128,7 +128,11 @@ std::vector<PlannedJob> Explain(const Problem& p, std::span<const uint32_t> repl
     if (r == 0) {
       queue.push_back(i);
       const uint64_t need = m.MinGpus();
-      if (!m.CanRun()) {
+      if (!m.allowed) {
+        // Typed plans explain a waiting job on a type it may use, if any.
+        d.binding = BindingConstraint::kCapacity;
+        d.reason = "cannot run: it may use none of the cluster's GPU types";
+      } else if (!m.CanRun()) {
         d.binding = BindingConstraint::kMaxReplicas;
         d.reason = absl::StrFormat("cannot run: max_replicas=%d is below min_replicas=%d",
                                    job.max_replicas, m.lo);

@@ -67,6 +67,7 @@ struct JobModel {
   // With GPU types: the job runs now on another type, so every size here is
   // a restart and a change (current is 0, running is true).
   bool elsewhere = false;
+  bool allowed = true;  // with GPU types: false when it may not use this type
   absl::string_view type_name;   // with GPU types, for the reasons
   absl::string_view moved_from;  // the type it runs on, when elsewhere
 

@@ -164,7 +164,7 @@ std::optional<TypedAssignment> SolveTypesExactly(const TypedProblem& x,
   TypedAssignment out;
   out.replicas.assign(jobs, 0);
   out.types.resize(jobs);
-  for (size_t j = 0; j < jobs; ++j) out.types[j] = x.Home(j);
+  for (size_t j = 0; j < jobs; ++j) out.types[j] = x.WaitType(j);
   uint64_t s = width - 1;
   for (size_t j = jobs; j-- > 0;) {
     const uint32_t c = choice[j * width + s];

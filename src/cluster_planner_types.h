@@ -32,6 +32,21 @@ struct TypedProblem {
     return job.current_replicas > 0 && job.current_type < types.size() ? job.current_type : 0;
   }
   const JobModel& Model(size_t i, uint32_t t) const { return problems[t].models[i]; }
+  // The type a job left at 0 is reported and explained on: the one it runs
+  // on if it may still use it, else the type it may use where it is
+  // fastest at its minimum, else (it may use none) its home.
+  uint32_t WaitType(size_t i) const {
+    const uint32_t home = Home(i);
+    if (Model(i, home).running && Model(i, home).allowed) return home;
+    int best = -1;
+    double speed = 0;
+    for (uint32_t t = 0; t < types.size(); ++t) {
+      const JobModel& m = Model(i, t);
+      if (!m.allowed) continue;
+      if (best < 0 || m.Throughput(m.lo) > speed) best = int(t), speed = m.Throughput(m.lo);
+    }
+    return best >= 0 ? uint32_t(best) : home;
+  }
 };
 
 // A typed plan: replicas and type per job (type read only where replicas > 0).

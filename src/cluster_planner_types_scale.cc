@@ -379,9 +379,9 @@ TypedScaleSolution SolveTypesAtScale(const TypedProblem& x, const ClusterPlanner
     best_value = value;
     prices = PricesOf(x, a);
   }
-  // Jobs left at 0 are reported on their home type.
+  // Jobs left at 0 are reported where TypedProblem::WaitType says.
   for (size_t i = 0; i < x.size(); ++i) {
-    if (best.replicas[i] == 0 && x.Model(i, x.Home(i)).running) best.types[i] = x.Home(i);
+    if (best.replicas[i] == 0) best.types[i] = x.WaitType(i);
   }
   TypedScaleSolution out;
   out.upper_bound = LeastBound(x, best);

@@ -411,6 +411,30 @@ TEST_CASE("a job never runs on a type it may not use", "[planner][types]") {
   }
 }
 
+TEST_CASE("a waiting job is explained on a type it may use", "[planner][types]") {
+  // The A100s are full and the job may use only them: it waits there, for
+  // GPUs, not "cannot run" on the T4s it never asked for. A job that may use
+  // no type says that.
+  const std::vector<GpuTypeCapacity> types = {{"t4", 8, {}}, {"a100", 4, {}}};
+  PlannerJob holder = Job("ns/holder", 4, 4, {{}, Curve(4, 4, 100, 0)});
+  holder.current_type = 1;
+  holder.current_replicas = 4;
+  const std::vector<PlannerJob> jobs = {holder,
+                                        Job("ns/a100-only", 2, 4, {{}, Curve(2, 4, 100, 0)}),
+                                        Job("ns/nowhere", 1, 2, {{}, {}})};
+  for (uint64_t limit : {uint64_t{10'000'000}, uint64_t{0}}) {
+    ClusterPlannerOptions options;
+    options.exact_work_limit = limit;
+    const ClusterPlan plan = PlanClusterTypes(jobs, types, options);
+    INFO("work limit " << limit);
+    CHECK(plan.jobs[1].replicas == 0);
+    CHECK(plan.jobs[1].gpu_type == 1);
+    CHECK_THAT(plan.jobs[1].reason, !Contains("cannot run"));
+    CHECK(plan.jobs[2].replicas == 0);
+    CHECK_THAT(plan.jobs[2].reason, Contains("may use none of the cluster's GPU types"));
+  }
+}
+
 TEST_CASE("without types every job waits", "[planner][types]") {
   const std::vector<PlannerJob> jobs = {Job("ns/a", 1, 2, {Curve(1, 2, 100, 0)})};
   const ClusterPlan plan = PlanClusterTypes(jobs, {});
