@@ -177,7 +177,11 @@ class Adapter {
  private:
   struct JobEntry {
     JobInfo info;
-    bool registered = false;               // with the rescaled of the current stream
+    bool registered = false;  // with the rescaled of the current stream
+    // Registered once since the adapter saw it, and kept through ResyncAll
+    // (which re-registers every job): its pods' GPUs are the managed jobs',
+    // so a capacity computed mid-resync does not count them as foreign.
+    bool managed = false;
     std::optional<std::string> sent_spec;  // serialized JobSpec last sent
     uint64_t applied_generation = 0;
   };

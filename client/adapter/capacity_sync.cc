@@ -95,7 +95,7 @@ HonestCapacity Adapter::ComputeCapacityLocked() const {
   // every job, node and pod event.
   std::vector<JobPlacement> placements;
   for (const auto& [id, entry] : jobs_) {
-    if (!entry.registered) continue;
+    if (!entry.managed) continue;
     JobPlacement placement{entry.info.gpus_per_replica.value_or(1), entry.info.tolerations};
     if (std::find(placements.begin(), placements.end(), placement) == placements.end()) {
       placements.push_back(std::move(placement));
@@ -104,7 +104,7 @@ HonestCapacity Adapter::ComputeCapacityLocked() const {
   std::map<std::string, uint32_t> foreign;
   for (const auto& [key, pod] : gpu_pods_) {
     const auto job = jobs_.find(pod.job_id);
-    if (job != jobs_.end() && job->second.registered) continue;
+    if (job != jobs_.end() && job->second.managed) continue;
     foreign[pod.node] += pod.gpus;
   }
   return ComputeCapacity(nodes_, foreign, placements);

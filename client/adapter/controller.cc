@@ -341,6 +341,7 @@ void Adapter::SyncJob(const std::string& id) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return;
     it->second.registered = true;
+    it->second.managed = true;
     it->second.sent_spec = serialized;
     if (!created) {
       // rescaled kept the job (it keeps its state across restarts, or
