@@ -141,10 +141,13 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
           measured.step_seconds = *one;
           measured.mean_batch = batch;
           measured.sample_count = 10;
+          // Copies: clang 14 cannot capture structured bindings.
+          const uint32_t size = n;
+          const double at_batch = batch, actual = step;
           auto error = [&](double scale) {
             const ThroughputModel m =
                 ThroughputModel::OnOtherType(source, measured, options, scale);
-            return std::abs(m.StepSecondsAt(n, batch, 0) / step - 1);
+            return std::abs(m.StepSecondsAt(size, at_batch, 0) / actual - 1);
           };
           same.push_back(error(1));
           sia.push_back(error(*one / source.StepSecondsAt(1, batch, 0)));
