@@ -1,7 +1,8 @@
 // Cluster planner with GPU types at scale (PlanClusterTypes beyond the exact
 // DP): give every job a type, plan each type with PlanCluster's solvers, move
-// jobs between types where the types' prices of a GPU say it gains, repeat;
-// and a Lagrangian upper bound on level 4 with one price per type.
+// jobs between types where the types' prices of a GPU say it gains, plan the
+// changed types again (kRounds rounds); and a Lagrangian upper bound on
+// level 4 with one price per type.
 //
 // The rounds. Start: a running job stays on its type; waiting jobs, by
 // priority then seniority, take the allowed type with room for their

@@ -156,14 +156,7 @@ Point Start(std::span<const TraceRow> rows, double g) {
 }  // namespace
 
 double ModelStepSeconds(const PolluxModel& model, const TraceRow& row) {
-  const double grad = model.a_c + model.b_c * row.local_batch;
-  double sync = 0;
-  if (row.replicas > 1) {
-    const double extra = std::max(double(row.replicas) - 2, 0.0);
-    sync = row.nodes > 1 ? model.a_n + model.b_n * extra : model.a_r + model.b_r * extra;
-  }
-  const double g = std::max(model.g, 1.0);
-  return std::pow(std::pow(grad, g) + std::pow(sync, g), 1 / g);
+  return model.StepSecondsOn(row.replicas, row.nodes, row.local_batch);
 }
 
 PolluxFit FitPolluxModel(std::span<const TraceRow> rows, uint32_t gpus_per_node) {

@@ -34,8 +34,7 @@ struct TraceRow {
 // line for a malformed row.
 absl::StatusOr<std::vector<TraceRow>> ReadPlacements(const std::string& path);
 
-// PolluxModel's step time for a row, with the row's own node count (the
-// model packs replicas only when asked for a size alone).
+// PolluxModel's step time for a row, on the row's own nodes.
 double ModelStepSeconds(const PolluxModel& model, const TraceRow& row);
 
 struct PolluxFit {

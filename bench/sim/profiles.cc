@@ -107,13 +107,16 @@ const BuiltinProfile* FindBuiltinProfile(std::string_view name) {
 }
 
 double PolluxModel::StepSeconds(uint32_t replicas, double local_batch) const {
+  const uint32_t per_node = std::max(gpus_per_node, 1u);
+  return StepSecondsOn(replicas, (replicas + per_node - 1) / per_node, local_batch);  // packed
+}
+
+double PolluxModel::StepSecondsOn(uint32_t replicas, uint32_t nodes, double local_batch) const {
   const double grad = a_c + b_c * local_batch;
   double sync = 0;
   if (replicas > 1) {
-    const uint32_t per_node = std::max(gpus_per_node, 1u);
-    const bool one_node = replicas <= per_node;  // packed placement
     const double extra = std::max<double>(double(replicas) - 2, 0);
-    sync = one_node ? a_r + b_r * extra : a_n + b_n * extra;
+    sync = nodes <= 1 ? a_r + b_r * extra : a_n + b_n * extra;
   }
   const double gamma = std::max(g, 1.0);
   return std::pow(std::pow(grad, gamma) + std::pow(sync, gamma), 1 / gamma);

@@ -66,7 +66,10 @@ struct PolluxModel {
   double a_c = 0, b_c = 0, a_r = 0, b_r = 0, a_n = 0, b_n = 0;
   double g = 1;
   uint32_t gpus_per_node = 4;
+  // Packed on nodes of gpus_per_node...
   double StepSeconds(uint32_t replicas, double local_batch) const;
+  // ...or over `nodes` nodes as measured (Sia's and Pollux's placements).
+  double StepSecondsOn(uint32_t replicas, uint32_t nodes, double local_batch) const;
 };
 
 // A parsed `profile` field.

@@ -79,12 +79,15 @@ ThroughputModel FitAt(const Measured& source, double batch) {
 // over one GPU divided by the source model's at the same size.
 std::optional<double> OverheadRatio(const Measured& from, const Measured& to) {
   std::vector<double> ratios;
+  std::map<double, ThroughputModel> fits;  // one fit per batch
   for (const auto& [key, step] : to.step) {
     const auto [batch, n, nodes] = key;
     if (n < 2 || !to.Packed(n, nodes)) continue;
     const std::optional<double> one = to.At(batch, 1, 1);
     if (!one) continue;
-    const ThroughputModel model = FitAt(from, batch);
+    auto it = fits.find(batch);
+    if (it == fits.end()) it = fits.emplace(batch, FitAt(from, batch)).first;
+    const ThroughputModel& model = it->second;
     if (model.empty()) continue;
     const double source = model.StepSecondsAt(n, batch, 0) - model.StepSecondsAt(1, batch, 0);
     if (source > 0 && step > *one) ratios.push_back((step - *one) / source);

@@ -342,10 +342,11 @@ struct GpuTypeCapacity {
 //  * Otherwise: each job is given a type (a running job its own; a waiting
 //    job the fastest type with room for its minimum), each type is planned
 //    with PlanCluster's solvers and slots, and jobs are moved between types
-//    where the per-type prices of a GPU say the move gains, for a few
-//    rounds; the best plan found is kept. upper_bound is a Lagrangian bound
-//    on level 4 with one price per type (valid for every plan), so gap is
-//    an honest, if loose, measure of what the heuristic may leave.
+//    where the per-type prices of a GPU say the move gains (one round: a
+//    second gained nothing on the benchmark); the better of the two plans
+//    is kept. upper_bound is a Lagrangian bound on level 4 with one price
+//    per type, over the jobs the plan runs on whichever types they may use,
+//    so gap is an honest, if loose, measure of what the heuristic may leave.
 // Queues are not modelled with types (every job is planned as if in one
 // pool per type). With one type, the plan is PlanCluster's on that type's
 // curves, bit for bit.
