@@ -60,6 +60,7 @@ JobSpec FromProto(const v1::JobSpec& proto) {
   if (proto.has_total_samples()) spec.total_samples = proto.total_samples();
   spec.queue = proto.queue();
   spec.admission = proto.admission();
+  spec.gpu_types.assign(proto.gpu_types().begin(), proto.gpu_types().end());
   if (proto.has_batch_scaling()) {
     const v1::BatchScaling& b = proto.batch_scaling();
     spec.batch_scaling = BatchLimits{.initial_batch = b.initial_batch_size(),
@@ -86,6 +87,7 @@ void ToProto(const JobSpec& spec, v1::JobSpec* proto) {
   if (spec.total_samples) proto->set_total_samples(*spec.total_samples);
   proto->set_queue(spec.queue);
   proto->set_admission(spec.admission);
+  for (const std::string& type : spec.gpu_types) proto->add_gpu_types(type);
   if (spec.batch_scaling) {
     v1::BatchScaling* b = proto->mutable_batch_scaling();
     b->set_initial_batch_size(spec.batch_scaling->initial_batch);
@@ -99,6 +101,7 @@ void ToProto(const JobSpec& spec, v1::JobSpec* proto) {
 void ToProto(const JobStatus& status, v1::JobStatus* proto) {
   proto->set_current_replicas(status.current_replicas);
   proto->set_suspended(status.suspended);
+  proto->set_gpu_type(status.gpu_type);
   proto->set_last_applied_generation(status.last_applied_generation);
   if (IsSet(status.last_applied_at))
     SetTimestamp(status.last_applied_at, proto->mutable_last_applied_at());
@@ -178,6 +181,7 @@ void ToProto(const Recommendation& rec, v1::Recommendation* proto) {
   if (IsSet(rec.decided_at)) SetTimestamp(rec.decided_at, proto->mutable_decided_at());
   proto->set_policy(rec.policy);
   proto->set_gpus(rec.gpus);
+  proto->set_gpu_type(rec.gpu_type);
   if (rec.value_one_more) proto->set_value_one_more(*rec.value_one_more);
   if (rec.value_one_fewer) proto->set_value_one_fewer(*rec.value_one_fewer);
   // Unset stays unset: clients tell a goodput-planned job by their presence.
@@ -196,6 +200,14 @@ void ToProto(const JobView& view, v1::Job* proto) {
     proto->mutable_curve()->set_fit_rms_log_error(view.curve_fit_rms_log_error);
     proto->mutable_curve()->set_planned_on(view.curve_planned_on);
   }
+  for (const JobView::TypeCurve& typed : view.curves_by_type) {
+    v1::ThroughputCurve* out = proto->add_curves_by_type();
+    for (const CurvePoint& p : typed.curve) ToProto(p, out->add_points());
+    out->set_model(typed.model);
+    out->set_fit_rms_log_error(typed.fit_rms_log_error);
+    out->set_gpu_type(typed.gpu_type);
+    out->set_source(typed.source);
+  }
   if (view.recommendation) ToProto(*view.recommendation, proto->mutable_recommendation());
   for (const PodStatus& pod : view.pods) {
     v1::PodStatus* out = proto->add_pods();
@@ -207,6 +219,27 @@ void ToProto(const JobView& view, v1::Job* proto) {
     out->set_straggler(pod.straggler);
   }
   proto->set_plan_pending(view.plan_pending);
+}
+
+GpuType FromProto(const v1::GpuType& proto) {
+  GpuType type;
+  type.name = proto.name();
+  type.total_gpus = proto.total_gpus();
+  type.gpus_per_node = proto.gpus_per_node();
+  for (const v1::ReplicaSlots& s : proto.slots())
+    type.slots.push_back({s.gpus_per_replica(), s.replicas()});
+  return type;
+}
+
+void ToProto(const GpuType& type, v1::GpuType* proto) {
+  proto->set_name(type.name);
+  proto->set_total_gpus(type.total_gpus);
+  proto->set_gpus_per_node(type.gpus_per_node);
+  for (const ReplicaSlots& s : type.slots) {
+    v1::ReplicaSlots* out = proto->add_slots();
+    out->set_gpus_per_replica(s.gpus_per_replica);
+    out->set_replicas(s.replicas);
+  }
 }
 
 void ToProto(const ClusterView& view, v1::Cluster* proto) {
@@ -224,6 +257,12 @@ void ToProto(const ClusterView& view, v1::Cluster* proto) {
     out->set_replicas(a.replicas);
     out->set_gpus(a.gpus);
     out->set_priority(a.priority);
+    out->set_gpu_type(a.gpu_type);
+  }
+  for (size_t t = 0; t < view.gpu_types.size(); ++t) {
+    ToProto(view.gpu_types[t], proto->add_gpu_types());
+    proto->add_allocated_gpus_by_type(
+        t < view.allocated_gpus_by_type.size() ? view.allocated_gpus_by_type[t] : 0);
   }
   if (IsSet(view.planned_at)) SetTimestamp(view.planned_at, proto->mutable_planned_at());
   proto->set_plan_utility(view.plan_utility);
@@ -323,6 +362,7 @@ std::vector<StepSample> FromProto(const v1::SampleBatch& batch) {
   std::vector<StepSample> out(batch.samples_size());
   const std::string_view batch_job = batch.job_id();
   const std::string_view batch_pod = batch.pod();
+  const std::string_view batch_type = batch.gpu_type();
   for (int i = 0; i < batch.samples_size(); ++i) {
     const v1::StepSample& p = batch.samples(i);
     StepSample& s = out[i];
@@ -336,6 +376,7 @@ std::vector<StepSample> FromProto(const v1::SampleBatch& batch) {
     if (p.has_grad_sqr()) s.grad_sqr = p.grad_sqr();
     if (p.has_grad_var()) s.grad_var = p.grad_var();
     s.grad_batch = p.grad_batch();
+    s.gpu_type = p.gpu_type().empty() ? batch_type : std::string_view(p.gpu_type());
   }
   return out;
 }

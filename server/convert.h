@@ -29,6 +29,8 @@ void ToProto(const JobStatus& status, v1::JobStatus* proto);
 void ToProto(const Recommendation& rec, v1::Recommendation* proto);
 void ToProto(const JobView& view, v1::Job* proto);
 void ToProto(const ClusterView& view, v1::Cluster* proto);
+GpuType FromProto(const v1::GpuType& proto);
+void ToProto(const GpuType& type, v1::GpuType* proto);
 QueueSpec FromProto(const v1::Queue& proto);
 void ToProto(const QueueSpec& queue, v1::Queue* proto);
 void ToProto(const QueueView& queue, v1::QueueStatus* proto);

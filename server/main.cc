@@ -71,7 +71,7 @@ ABSL_FLAG(absl::Duration, pod_ttl, kEngine.store.pod_ttl, "pods unseen this long
 ABSL_FLAG(int, max_pods_per_job, kEngine.store.max_pods_per_job,
           "pods tracked per job at most (also at most 4 x max_replicas + 16)");
 ABSL_FLAG(int, max_sizes_per_job, kEngine.store.max_sizes_per_job,
-          "distinct world sizes tracked per job at most");
+          "distinct (GPU type, world size) pairs tracked per job at most");
 ABSL_FLAG(double, min_step_seconds, kEngine.store.min_step_seconds,
           "samples with a shorter step_seconds are rejected as implausible");
 ABSL_FLAG(double, max_step_seconds, kEngine.store.max_step_seconds,

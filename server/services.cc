@@ -445,7 +445,7 @@ grpc::ServerUnaryReactor* RecommendationServiceImpl::ReportApplied(
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   engine_.ReportAppliedAsync(
-      job_id, request->replicas(), request->suspended(), request->generation(),
+      job_id, request->replicas(), request->suspended(), request->generation(), request->gpu_type(),
       [this, reactor, response, identity = *caller, job_id](absl::StatusOr<JobStatus> status) {
         if (status.ok()) ToProto(*status, response->mutable_status());
         reactor->Finish(
@@ -486,6 +486,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::SetCapacity(grpc::CallbackServerCo
     report.slots.push_back({s.gpus_per_replica(), s.replicas()});
   }
   report.allocatable_gpus = request->allocatable_gpus();
+  for (const v1::GpuType& type : request->gpu_types()) report.gpu_types.push_back(FromProto(type));
   // The engine checks the slots and the allocatable GPUs (INVALID_ARGUMENT
   // naming slots[i] or allocatable_gpus).
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rescale/job_rules.h"
+#include "rescale/names.h"
 #include "rescale/status_macros.h"
 #include "src/engine/job_registry.h"
 #include "src/engine/job_views.h"
@@ -168,7 +169,7 @@ std::function<void(absl::StatusOr<engine::JobEntry>)> DecisionEngine::ViewOnceDu
   return [this, done = std::move(done)](absl::StatusOr<engine::JobEntry> e) {
     if (!e.ok()) return done(e.status());
     PlanAfterChangeAsync(options_.plan_coalesce, [this, entry = *std::move(e), done](bool pending) {
-      JobView view = views_->ViewOf(entry);
+      JobView view = ViewOf(entry);
       view.plan_pending = pending;
       done(std::move(view));
     });
@@ -199,8 +200,16 @@ void DecisionEngine::DeregisterJobAsync(const std::string& job_id,
 
 void DecisionEngine::ReportAppliedAsync(const std::string& job_id, uint32_t replicas,
                                         bool suspended, uint64_t generation, Done<JobStatus> done) {
+  ReportAppliedAsync(job_id, replicas, suspended, generation, /*gpu_type=*/{}, std::move(done));
+}
+
+void DecisionEngine::ReportAppliedAsync(const std::string& job_id, uint32_t replicas,
+                                        bool suspended, uint64_t generation,
+                                        const std::string& gpu_type, Done<JobStatus> done) {
   if (absl::Status valid = ValidateJobId(job_id); !valid.ok()) return done(valid);
-  registry_->ApplyAsync(job_id, replicas, suspended, generation,
+  if (!gpu_type.empty() && !IsGpuTypeName(gpu_type))
+    return done(absl::InvalidArgumentError(GpuTypeNameError("gpu_type", gpu_type)));
+  registry_->ApplyAsync(job_id, replicas, suspended, generation, gpu_type,
                         [this, done = std::move(done)](absl::StatusOr<engine::JobEntry> e) {
                           if (!e.ok()) return done(e.status());
                           PlanAfterChangeAsync(options_.applied_debounce,
@@ -236,12 +245,21 @@ std::function<void(absl::StatusOr<std::monostate>)> DecisionEngine::ClusterViewO
   };
 }
 
+JobView DecisionEngine::ViewOf(const engine::JobEntry& entry) const {
+  // The cluster's types, and the speeds the last plan learned, for the
+  // job's curve on each type.
+  const std::vector<GpuType> types = registry_->Capacity().gpu_types;
+  if (types.empty()) return views_->ViewOf(entry);
+  const engine::TypeSpeeds speeds = pipeline_->Summary().type_speeds;
+  return views_->ViewOf(entry, types, &speeds);
+}
+
 absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
   ASSIGN_OR_RETURN(const engine::JobEntry registered, registry_->Register(std::move(spec)));
   const bool pending = PlanAfterChange(options_.plan_coalesce);
   // The reply is built from the copy, without any lock.
-  JobView view = views_->ViewOf(registered);
+  JobView view = ViewOf(registered);
   view.plan_pending = pending;
   return view;
 }
@@ -250,7 +268,7 @@ absl::StatusOr<JobView> DecisionEngine::UpdateJob(JobSpec spec) {
   ASSIGN_OR_RETURN(spec, Normalize(std::move(spec)));
   ASSIGN_OR_RETURN(const engine::JobEntry updated, registry_->Update(std::move(spec)));
   const bool pending = PlanAfterChange(options_.plan_coalesce);
-  JobView view = views_->ViewOf(updated);
+  JobView view = ViewOf(updated);
   view.plan_pending = pending;
   return view;
 }
@@ -263,7 +281,7 @@ absl::StatusOr<JobView> DecisionEngine::GetJob(const std::string& job_id) const 
   if (entry == nullptr) {
     return absl::NotFoundError(absl::StrFormat("job \"%s\" is not registered", job_id));
   }
-  return views_->ViewOf(*entry);
+  return ViewOf(*entry);
 }
 
 std::vector<JobView> DecisionEngine::ListJobs(const std::string& namespace_filter) const {
@@ -271,7 +289,10 @@ std::vector<JobView> DecisionEngine::ListJobs(const std::string& namespace_filte
       registry_->Published(namespace_filter);
   std::vector<JobView> out;
   out.reserve(entries.size());
-  for (const auto& entry : entries) out.push_back(views_->ViewOf(*entry));
+  const std::vector<GpuType> types = registry_->Capacity().gpu_types;
+  const engine::TypeSpeeds speeds =
+      types.empty() ? engine::TypeSpeeds() : pipeline_->Summary().type_speeds;
+  for (const auto& entry : entries) out.push_back(views_->ViewOf(*entry, types, &speeds));
   return out;
 }
 
@@ -327,10 +348,13 @@ void DecisionEngine::AutoRegister(std::span<const StepSample> samples, IngestRes
 
 absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_id,
                                                         uint32_t replicas, bool suspended,
-                                                        uint64_t generation) {
+                                                        uint64_t generation,
+                                                        const std::string& gpu_type) {
   RETURN_IF_ERROR(ValidateJobId(job_id));
+  if (!gpu_type.empty() && !IsGpuTypeName(gpu_type))
+    return absl::InvalidArgumentError(GpuTypeNameError("gpu_type", gpu_type));
   ASSIGN_OR_RETURN(const engine::JobEntry applied,
-                   registry_->Apply(job_id, replicas, suspended, generation));
+                   registry_->Apply(job_id, replicas, suspended, generation, gpu_type));
   PlanAfterChange(options_.applied_debounce);
   return views_->StatusOf(applied, /*fitted=*/nullptr);
 }
@@ -361,7 +385,8 @@ std::vector<std::shared_ptr<const Recommendation>> DecisionEngine::Recommendatio
 }
 
 absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(uint32_t total_gpus) {
-  return SetCapacity(CapacityReport{total_gpus, /*slots=*/{}, /*allocatable_gpus=*/0});
+  return SetCapacity(
+      CapacityReport{total_gpus, /*slots=*/{}, /*allocatable_gpus=*/0, /*gpu_types=*/{}});
 }
 
 absl::StatusOr<ClusterView> DecisionEngine::SetCapacity(const CapacityReport& report) {
@@ -413,6 +438,8 @@ ClusterView DecisionEngine::ClusterViewNow() const {
   const engine::PlanSummary plan = pipeline_->Summary();
   view.total_gpus = capacity.total_gpus;
   view.slots = capacity.slots;
+  view.gpu_types = capacity.gpu_types;
+  view.allocated_gpus_by_type.assign(view.gpu_types.size(), 0);
   view.allocatable_gpus = capacity.allocatable_gpus;
   view.planned_at = plan.planned_at;
   view.plan_utility = plan.utility;
@@ -453,7 +480,10 @@ ClusterView DecisionEngine::ClusterViewNow() const {
       continue;
     }
     view.allocated_gpus += rec.gpus;
-    view.allocations.push_back({rec.job_id, rec.replicas, rec.gpus, entry->spec.priority});
+    view.allocations.push_back(
+        {rec.job_id, rec.replicas, rec.gpus, entry->spec.priority, rec.gpu_type});
+    for (size_t t = 0; t < view.gpu_types.size(); ++t)
+      if (view.gpu_types[t].name == rec.gpu_type) view.allocated_gpus_by_type[t] += rec.gpus;
   }
   // Per slot class, the replicas the recommendations run of that size.
   for (const ReplicaSlots& s : view.slots) {

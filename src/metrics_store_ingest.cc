@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "metrics_store_internal.h"
 #include "rescale/metrics_store.h"
+#include "rescale/names.h"
 
 namespace rescale {
 namespace {
@@ -247,18 +248,18 @@ struct MetricsStore::PendingPod {
 };
 
 MetricsStore::SizeCell* MetricsStore::FindOrAddSize(JobState& job, uint32_t world_size,
-                                                    int64_t now_ns) {
+                                                    std::string_view gpu_type, int64_t now_ns) {
   for (int i = 0; i < job.max_sizes; ++i) {
     SizeCell* cell = job.sizes[i].load(std::memory_order_acquire);
     if (cell == nullptr) {
-      auto fresh = std::make_unique<SizeCell>(world_size, now_ns, i);
+      auto fresh = std::make_unique<SizeCell>(world_size, gpu_type, now_ns, i);
       if (job.sizes[i].compare_exchange_strong(cell, fresh.get(), std::memory_order_release,
                                                std::memory_order_acquire)) {
         return fresh.release();
       }
       // Lost the race: `cell` now holds the winner; it may be our size.
     }
-    if (cell->world_size == world_size) return cell;
+    if (cell->world_size == world_size && cell->gpu_type == gpu_type) return cell;
   }
   return nullptr;
 }
@@ -317,6 +318,8 @@ std::string MetricsStore::RejectReason(const StepSample& s, const JobState* job,
     return absl::StrFormat("world_size %d exceeds the job's max_replicas %d", s.world_size,
                            max_replicas);
   }
+  if (!s.gpu_type.empty() && !IsGpuTypeName(s.gpu_type))
+    return GpuTypeNameError("gpu_type", s.gpu_type);
   if (s.batch_size == 0 && job->local_batch_size.load(std::memory_order_relaxed) == 0) {
     return "batch_size is 0 and the job has no local_batch_size to default to";
   }
@@ -401,6 +404,7 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
                        s.world_size >= 1 && s.world_size <= max_replicas &&
                        (s.batch_size != 0 || local_batch != 0) &&
                        (ts == 0 || (ts >= oldest_ns && ts <= newest_ns)) &&
+                       (s.gpu_type.empty() || IsGpuTypeName(s.gpu_type)) &&
                        (!s.step.has_value() || *s.step <= kMaxStep) &&
                        s.grad_sqr.has_value() == s.grad_var.has_value() &&
                        (!s.grad_sqr.has_value() ||
@@ -413,13 +417,15 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
       result.Reject(static_cast<uint32_t>(i), std::move(reason));
       continue;
     }
-    if (size_pending.cell == nullptr || size_pending.cell->world_size != s.world_size) {
+    if (size_pending.cell == nullptr || size_pending.cell->world_size != s.world_size ||
+        size_pending.cell->gpu_type != s.gpu_type) {
       size_pending.Flush();
-      SizeCell* cell = FindOrAddSize(*job, s.world_size, now_ns);
+      SizeCell* cell = FindOrAddSize(*job, s.world_size, s.gpu_type, now_ns);
       if (cell == nullptr) {
         result.RejectForLimit(
             static_cast<uint32_t>(i),
-            absl::StrFormat("job \"%s\" already has %d distinct world sizes, the limit "
+            absl::StrFormat("job \"%s\" already has %d distinct (GPU type, world size) pairs, "
+                            "the limit "
                             "(--max_sizes_per_job)",
                             job->job_id, options_.max_sizes_per_job));
         continue;

@@ -100,8 +100,8 @@ RobustSummary Summarize(const Histogram& h);
 }  // namespace metrics_internal
 
 struct MetricsStore::SizeCell {
-  SizeCell(uint32_t size, int64_t created, int slot_index)
-      : world_size(size), created_ns(created), slot(slot_index) {
+  SizeCell(uint32_t size, std::string_view type, int64_t created, int slot_index)
+      : world_size(size), gpu_type(type), created_ns(created), slot(slot_index) {
     std::fill(std::begin(snapshot_ns), std::end(snapshot_ns), metrics_internal::kNever);
     // The empty state it starts from is its first snapshot, so Tick need
     // not visit a new size before its first period is up (see Tick).
@@ -128,6 +128,9 @@ struct MetricsStore::SizeCell {
   }
 
   const uint32_t world_size;
+  // The GPU type its samples ran on (empty = not said). A cell is one (type,
+  // size): published with the cell, as world_size is.
+  const std::string gpu_type;
   const int64_t created_ns;  // ingest time of its first sample
   const int slot;            // index in JobState::sizes, the bit in PodCell::unstepped_sizes
   // Written by ingest (relaxed RMWs), read by anyone.

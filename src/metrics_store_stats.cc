@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -307,6 +309,7 @@ std::vector<SizeStats> MetricsStore::StatsLocked(const JobState& job, int64_t wi
     RobustSummary summary = Summarize(windowed);
     SizeStats stats;
     stats.world_size = cell->world_size;
+    stats.gpu_type = cell->gpu_type;
     const Progress progress = ProgressOf(*cell);
     stats.steps_processed = progress.steps;
     stats.samples_processed = progress.samples;
@@ -338,8 +341,9 @@ std::vector<SizeStats> MetricsStore::StatsLocked(const JobState& job, int64_t wi
     stats.last_sample_at = last == kNever ? absl::InfinitePast() : absl::FromUnixNanos(last);
     out.push_back(stats);
   }
-  std::sort(out.begin(), out.end(),
-            [](const SizeStats& a, const SizeStats& b) { return a.world_size < b.world_size; });
+  std::sort(out.begin(), out.end(), [](const SizeStats& a, const SizeStats& b) {
+    return std::tie(a.gpu_type, a.world_size) < std::tie(b.gpu_type, b.world_size);
+  });
   return out;
 }
 

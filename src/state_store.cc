@@ -68,6 +68,7 @@ json SpecToJson(const JobSpec& spec) {
   if (spec.total_samples.has_value()) out["total_samples"] = *spec.total_samples;
   if (!spec.queue.empty()) out["queue"] = spec.queue;
   if (!spec.admission.empty()) out["admission"] = spec.admission;
+  if (!spec.gpu_types.empty()) out["gpu_types"] = spec.gpu_types;
   if (spec.batch_scaling.has_value()) {
     const BatchLimits& b = *spec.batch_scaling;
     out["batch_scaling"] = {{"initial_batch", b.initial_batch},
@@ -101,6 +102,7 @@ JobSpec SpecFromJson(const json& j) {
   if (j.contains("total_samples")) spec.total_samples = j.at("total_samples").get<uint64_t>();
   if (j.contains("queue")) spec.queue = j.at("queue").get<std::string>();
   if (j.contains("admission")) spec.admission = j.at("admission").get<std::string>();
+  if (j.contains("gpu_types")) spec.gpu_types = j.at("gpu_types").get<std::vector<std::string>>();
   if (j.contains("batch_scaling")) {
     const json& b = j.at("batch_scaling");
     spec.batch_scaling = BatchLimits{.initial_batch = b.at("initial_batch").get<uint32_t>(),
@@ -117,18 +119,19 @@ JobSpec SpecFromJson(const json& j) {
 std::string JobToJson(const StoredJob& job) {
   json events = json::array();
   for (const auto& [at, delta] : job.scale_events) events.push_back({TimeToJson(at), delta});
-  const json out = {{"spec", SpecToJson(job.spec)},
-                    {"current_replicas", job.current_replicas},
-                    {"suspended", job.suspended},
-                    {"last_applied_generation", job.last_applied_generation},
-                    {"last_applied_at", TimeToJson(job.last_applied_at)},
-                    {"has_applied", job.has_applied},
-                    {"registered_at", TimeToJson(job.registered_at)},
-                    {"last_change_at", TimeToJson(job.last_change_at)},
-                    {"started_at", TimeToJson(job.started_at)},
-                    {"stopped_at", TimeToJson(job.stopped_at)},
-                    {"previous_replicas", job.previous_replicas},
-                    {"scale_events", std::move(events)}};
+  json out = {{"spec", SpecToJson(job.spec)},
+              {"current_replicas", job.current_replicas},
+              {"suspended", job.suspended},
+              {"last_applied_generation", job.last_applied_generation},
+              {"last_applied_at", TimeToJson(job.last_applied_at)},
+              {"has_applied", job.has_applied},
+              {"registered_at", TimeToJson(job.registered_at)},
+              {"last_change_at", TimeToJson(job.last_change_at)},
+              {"started_at", TimeToJson(job.started_at)},
+              {"stopped_at", TimeToJson(job.stopped_at)},
+              {"previous_replicas", job.previous_replicas},
+              {"scale_events", std::move(events)}};
+  if (!job.gpu_type.empty()) out["gpu_type"] = job.gpu_type;
   return out.dump();
 }
 
@@ -147,6 +150,7 @@ absl::StatusOr<StoredJob> JobFromJson(std::string_view text) {
     job.started_at = TimeFromJson(j.at("started_at"));
     job.stopped_at = TimeFromJson(j.at("stopped_at"));
     job.previous_replicas = j.at("previous_replicas").get<uint32_t>();
+    if (j.contains("gpu_type")) job.gpu_type = j.at("gpu_type").get<std::string>();
     for (const json& e : j.at("scale_events")) {
       job.scale_events.emplace_back(TimeFromJson(e.at(0)), e.at(1).get<int32_t>());
     }
@@ -171,6 +175,7 @@ std::string RecommendationToJson(const Recommendation& rec) {
               {"decided_at", TimeToJson(rec.decided_at)},
               {"policy", rec.policy},
               {"gpus", rec.gpus}};
+  if (!rec.gpu_type.empty()) out["gpu_type"] = rec.gpu_type;
   if (rec.value_one_more) out["value_one_more"] = DoubleToJson(*rec.value_one_more);
   if (rec.value_one_fewer) out["value_one_fewer"] = DoubleToJson(*rec.value_one_fewer);
   // Goodput-planned jobs only. Kept so that a restarted rescaled, or a
@@ -201,6 +206,7 @@ absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text) {
     rec.decided_at = TimeFromJson(j.at("decided_at"));
     rec.policy = j.at("policy").get<std::string>();
     rec.gpus = j.at("gpus").get<uint32_t>();
+    if (j.contains("gpu_type")) rec.gpu_type = j.at("gpu_type").get<std::string>();
     if (j.contains("value_one_more")) rec.value_one_more = DoubleFromJson(j.at("value_one_more"));
     if (j.contains("value_one_fewer"))
       rec.value_one_fewer = DoubleFromJson(j.at("value_one_fewer"));
@@ -226,20 +232,23 @@ absl::StatusOr<Recommendation> RecommendationFromJson(std::string_view text) {
 // kMeasurementFields. Rows written as keyed objects (the first version-2
 // files) are still read.
 constexpr const char* kMeasurementFields[] = {
-    "world_size",         "sample_count",  "lifetime_count",  "step_seconds",
-    "spread_seconds",     "mean_batch",    "steps_processed", "samples_processed",
-    "samples_per_second", "from_window",   "last_sample_at",  "gradient_count",
-    "gradient_sqr",       "gradient_noise"};
+    "world_size",         "sample_count",   "lifetime_count",  "step_seconds",
+    "spread_seconds",     "mean_batch",     "steps_processed", "samples_processed",
+    "samples_per_second", "from_window",    "last_sample_at",  "gradient_count",
+    "gradient_sqr",       "gradient_noise", "gpu_type"};
 
 std::string MeasurementsToJson(const std::vector<SizeStats>& sizes) {
   json out = json::array();
   for (const SizeStats& s : sizes) {
-    out.push_back(
+    json row =
         json::array({s.world_size, s.sample_count, s.lifetime_count, DoubleToJson(s.step_seconds),
                      DoubleToJson(s.spread_seconds), DoubleToJson(s.mean_batch), s.steps_processed,
                      s.samples_processed, DoubleToJson(s.samples_per_second), s.from_window,
                      TimeToJson(s.last_sample_at), s.gradient_count, DoubleToJson(s.gradient_sqr),
-                     DoubleToJson(s.gradient_noise)}));
+                     DoubleToJson(s.gradient_noise)});
+    // Only typed sizes carry the type: untyped rows stay as they were.
+    if (!s.gpu_type.empty()) row.push_back(s.gpu_type);
+    out.push_back(std::move(row));
   }
   return out.dump();
 }
@@ -271,6 +280,8 @@ absl::StatusOr<std::vector<SizeStats>> MeasurementsFromJson(std::string_view tex
         s.gradient_sqr = DoubleFromJson(field(12));
         s.gradient_noise = DoubleFromJson(field(13));
       }
+      if (row.is_array() ? row.size() > 14 : row.contains("gpu_type"))
+        s.gpu_type = field(14).get<std::string>();
       sizes.push_back(s);
     }
     return sizes;
@@ -306,6 +317,37 @@ absl::Status PolicyMemoryFromJson(std::string_view text, StoredMeasurements& m) 
 }  // namespace state_internal
 
 namespace state_internal {
+
+std::string GpuTypesToJson(std::span<const GpuType> types) {
+  json out = json::array();
+  for (const GpuType& t : types) {
+    out.push_back({{"name", t.name},
+                   {"total_gpus", t.total_gpus},
+                   {"gpus_per_node", t.gpus_per_node},
+                   {"slots", SlotsToText(t.slots)}});
+  }
+  return out.dump();
+}
+
+absl::StatusOr<std::vector<GpuType>> GpuTypesFromJson(std::string_view text) {
+  try {
+    std::vector<GpuType> types;
+    for (const json& item : json::parse(text)) {
+      GpuType t;
+      t.name = item.at("name").get<std::string>();
+      t.total_gpus = item.at("total_gpus").get<uint32_t>();
+      t.gpus_per_node = item.at("gpus_per_node").get<uint32_t>();
+      absl::StatusOr<std::vector<ReplicaSlots>> slots =
+          SlotsFromText(item.at("slots").get<std::string>());
+      if (!slots.ok()) return slots.status();
+      t.slots = *std::move(slots);
+      types.push_back(std::move(t));
+    }
+    return types;
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrFormat("the GPU types do not parse: %s", e.what()));
+  }
+}
 
 std::string SlotsToText(std::span<const ReplicaSlots> slots) {
   std::string out;
@@ -401,6 +443,7 @@ class MemoryStateStore : public StateStore {
     state.capacity_gpus = capacity_gpus_;
     state.capacity_slots = capacity_slots_;
     state.capacity_allocatable_gpus = capacity_allocatable_gpus_;
+    state.capacity_gpu_types = capacity_gpu_types_;
     state.queues = queues_;
     for (const auto& [id, rec] : recommendations_) state.recommendations.push_back(rec);
     for (const auto& [id, generation] : retired_)
@@ -429,6 +472,7 @@ class MemoryStateStore : public StateStore {
     capacity_gpus_ = capacity.total_gpus;
     capacity_slots_ = capacity.slots;
     capacity_allocatable_gpus_ = capacity.allocatable_gpus;
+    capacity_gpu_types_ = capacity.gpu_types;
     return absl::OkStatus();
   }
 
@@ -462,6 +506,7 @@ class MemoryStateStore : public StateStore {
   std::optional<uint32_t> capacity_gpus_ ABSL_GUARDED_BY(mu_);
   std::vector<ReplicaSlots> capacity_slots_ ABSL_GUARDED_BY(mu_);
   uint32_t capacity_allocatable_gpus_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<GpuType> capacity_gpu_types_ ABSL_GUARDED_BY(mu_);
   std::vector<QueueSpec> queues_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Recommendation> recommendations_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> retired_ ABSL_GUARDED_BY(mu_);
@@ -502,6 +547,7 @@ ReplicatedChange ReplicatedChange::Full(StoredState state) {
   change.capacity_gpus = state.capacity_gpus;
   change.capacity_slots = std::move(state.capacity_slots);
   change.capacity_allocatable_gpus = state.capacity_allocatable_gpus;
+  change.capacity_gpu_types = std::move(state.capacity_gpu_types);
   change.queues = std::move(state.queues);
   change.recommendations = std::move(state.recommendations);
   change.retired_generations = std::move(state.retired_generations);

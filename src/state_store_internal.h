@@ -39,6 +39,10 @@ absl::StatusOr<std::vector<ReplicaSlots>> SlotsFromText(std::string_view text);
 // one etcd key.
 std::string QueuesToJson(std::span<const QueueSpec> queues);
 absl::StatusOr<std::vector<QueueSpec>> QueuesFromJson(std::string_view text);
+// A capacity's GPU types, JSON: [{"name", "total_gpus", "gpus_per_node",
+// "slots": "8=3,4=7"}...] ("[]" = one type).
+std::string GpuTypesToJson(std::span<const GpuType> types);
+absl::StatusOr<std::vector<GpuType>> GpuTypesFromJson(std::string_view text);
 
 // The SQLite backend on `path` (created when missing).
 absl::StatusOr<std::unique_ptr<StateStore>> OpenSqliteStateStore(const std::string& path);

@@ -146,6 +146,14 @@ class SqliteStateStore : public StateStore {
       if (!parsed.ok()) return Corrupt("the capacity's slots", parsed.status());
       state.capacity_slots = *std::move(parsed);
     }
+    // Files written before GPU types existed have no such row: one type.
+    ASSIGN_OR_RETURN(Statement types,
+                     Prepare("SELECT value FROM cluster WHERE key = 'capacity_gpu_types'"));
+    if (sqlite3_step(types.get()) == SQLITE_ROW) {
+      absl::StatusOr<std::vector<GpuType>> parsed = GpuTypesFromJson(Text(types.get(), 0));
+      if (!parsed.ok()) return Corrupt("the capacity's GPU types", parsed.status());
+      state.capacity_gpu_types = *std::move(parsed);
+    }
     // Files written before queues existed have no such row: none defined.
     ASSIGN_OR_RETURN(Statement queues, Prepare("SELECT value FROM cluster WHERE key = 'queues'"));
     if (sqlite3_step(queues.get()) == SQLITE_ROW) {
@@ -321,6 +329,11 @@ class SqliteStateStore : public StateStore {
     RETURN_IF_ERROR(PutClusterCount("capacity_gpus", capacity.total_gpus, "record the capacity"));
     RETURN_IF_ERROR(PutClusterCount("capacity_allocatable_gpus", capacity.allocatable_gpus,
                                     "record the allocatable GPUs"));
+    ASSIGN_OR_RETURN(
+        sqlite3_stmt * types,
+        Cached("INSERT OR REPLACE INTO cluster (key, value) VALUES ('capacity_gpu_types', ?)"));
+    Bind(types, 1, GpuTypesToJson(capacity.gpu_types));
+    RETURN_IF_ERROR(Run(types, "record the capacity's GPU types"));
     if (capacity.slots.empty()) {
       ASSIGN_OR_RETURN(sqlite3_stmt * drop,
                        Cached("DELETE FROM cluster WHERE key = 'capacity_slots'"));

@@ -118,4 +118,11 @@ std::string_view JobNamespace(std::string_view job_id) {
   return job_id.substr(0, job_id.find('/'));
 }
 
+uint32_t TotalGpus(const CapacityReport& report) {
+  if (report.gpu_types.empty()) return report.total_gpus;
+  uint64_t sum = 0;
+  for (const GpuType& type : report.gpu_types) sum += type.total_gpus;
+  return static_cast<uint32_t>(std::min<uint64_t>(sum, UINT32_MAX));
+}
+
 }  // namespace rescale

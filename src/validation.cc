@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rescale/goodput.h"
+#include "rescale/status_macros.h"
 
 namespace rescale {
 namespace {
@@ -54,6 +57,39 @@ absl::Status ValidateJobId(std::string_view job_id, std::string_view field) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The slots of a total (the cluster's, or one GPU type's): `field` names
+// them in errors ("slots", "gpu_types[1].slots").
+absl::Status ValidateSlots(std::span<const ReplicaSlots> slots, uint32_t total_gpus,
+                           std::string_view field, std::string_view total_field,
+                           const SpecLimits& limits) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ReplicaSlots& s = slots[i];
+    if (s.gpus_per_replica < 1 || s.gpus_per_replica > limits.max_gpus_per_replica) {
+      return Invalid(absl::StrFormat("%s[%d].gpus_per_replica must be in [1, %d], got %d", field, i,
+                                     limits.max_gpus_per_replica, s.gpus_per_replica));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (slots[j].gpus_per_replica == s.gpus_per_replica) {
+        return Invalid(
+            absl::StrFormat("%s[%d].gpus_per_replica %d repeats %s[%d]: give each size class once",
+                            field, i, s.gpus_per_replica, field, j));
+      }
+    }
+    // Replicas of one class can hold at most the GPUs there are.
+    const uint64_t limit = total_gpus / s.gpus_per_replica;
+    if (s.replicas > limit) {
+      return Invalid(absl::StrFormat(
+          "%s[%d].replicas %d of %d GPUs each exceeds the limit of %d (%s %d / %d)", field, i,
+          s.replicas, s.gpus_per_replica, limit, total_field, total_gpus, s.gpus_per_replica));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateCapacityReport(const CapacityReport& report, const SpecLimits& limits) {
   // The usable GPUs are taken out of the allocatable ones: fewer allocatable
   // than usable is a report that cannot be true.
@@ -63,26 +99,44 @@ absl::Status ValidateCapacityReport(const CapacityReport& report, const SpecLimi
         "0 (not reported)",
         report.allocatable_gpus, report.total_gpus));
   }
-  for (size_t i = 0; i < report.slots.size(); ++i) {
-    const ReplicaSlots& s = report.slots[i];
-    if (s.gpus_per_replica < 1 || s.gpus_per_replica > limits.max_gpus_per_replica) {
-      return Invalid(absl::StrFormat("slots[%d].gpus_per_replica must be in [1, %d], got %d", i,
-                                     limits.max_gpus_per_replica, s.gpus_per_replica));
-    }
+  if (report.gpu_types.empty())
+    return ValidateSlots(report.slots, report.total_gpus, "slots", "total_gpus", limits);
+  if (report.gpu_types.size() > kMaxGpuTypes) {
+    return Invalid(absl::StrFormat("gpu_types has %d types; the limit is %d",
+                                   report.gpu_types.size(), kMaxGpuTypes));
+  }
+  if (!report.slots.empty()) {
+    return Invalid(
+        "slots must be empty when gpu_types is set: give each type's slots in "
+        "gpu_types[i].slots (a replica runs on one type)");
+  }
+  uint64_t sum = 0;
+  for (size_t i = 0; i < report.gpu_types.size(); ++i) {
+    const GpuType& type = report.gpu_types[i];
+    const std::string field = absl::StrFormat("gpu_types[%d]", i);
+    if (!IsGpuTypeName(type.name)) return Invalid(GpuTypeNameError(field + ".name", type.name));
     for (size_t j = 0; j < i; ++j) {
-      if (report.slots[j].gpus_per_replica == s.gpus_per_replica) {
-        return Invalid(absl::StrFormat(
-            "slots[%d].gpus_per_replica %d repeats slots[%d]: give each size class once", i,
-            s.gpus_per_replica, j));
+      if (report.gpu_types[j].name == type.name) {
+        return Invalid(absl::StrFormat("%s.name \"%s\" repeats gpu_types[%d]: give each type once",
+                                       field, type.name, j));
       }
     }
-    // Replicas of one class can hold at most the GPUs there are.
-    const uint64_t limit = report.total_gpus / s.gpus_per_replica;
-    if (s.replicas > limit) {
-      return Invalid(absl::StrFormat(
-          "slots[%d].replicas %d of %d GPUs each exceeds the limit of %d (total_gpus %d / %d)", i,
-          s.replicas, s.gpus_per_replica, limit, report.total_gpus, s.gpus_per_replica));
+    if (type.gpus_per_node > limits.max_gpus_per_node) {
+      return Invalid(absl::StrFormat("%s.gpus_per_node %d exceeds the limit of %d", field,
+                                     type.gpus_per_node, limits.max_gpus_per_node));
     }
+    RETURN_IF_ERROR(ValidateSlots(type.slots, type.total_gpus, field + ".slots",
+                                  field + ".total_gpus", limits));
+    sum += type.total_gpus;
+  }
+  if (sum > std::numeric_limits<uint32_t>::max()) {
+    return Invalid(absl::StrFormat("gpu_types[*].total_gpus sum to %d, beyond the limit of %d", sum,
+                                   std::numeric_limits<uint32_t>::max()));
+  }
+  if (report.total_gpus != 0 && report.total_gpus != sum) {
+    return Invalid(
+        absl::StrFormat("total_gpus %d must be 0 or the sum of gpu_types[*].total_gpus (%d)",
+                        report.total_gpus, sum));
   }
   return absl::OkStatus();
 }
@@ -149,6 +203,21 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
     return Invalid(absl::StrFormat(
         "spec.admission \"%s\" is not known: \"\" (rescaled admits the job) or \"%s\"",
         spec.admission, kAdmissionKueue));
+  }
+  if (spec.gpu_types.size() > kMaxGpuTypes) {
+    return Invalid(absl::StrFormat("spec.gpu_types has %d types; the limit is %d",
+                                   spec.gpu_types.size(), kMaxGpuTypes));
+  }
+  for (size_t i = 0; i < spec.gpu_types.size(); ++i) {
+    const std::string field = absl::StrFormat("spec.gpu_types[%d]", i);
+    if (!IsGpuTypeName(spec.gpu_types[i]))
+      return Invalid(GpuTypeNameError(field, spec.gpu_types[i]));
+    for (size_t j = 0; j < i; ++j) {
+      if (spec.gpu_types[j] == spec.gpu_types[i]) {
+        return Invalid(
+            absl::StrFormat("%s \"%s\" repeats spec.gpu_types[%d]", field, spec.gpu_types[i], j));
+      }
+    }
   }
   if (spec.total_samples.has_value() && *spec.total_samples == 0) {
     return Invalid("spec.total_samples must be greater than 0 when set (unset = unknown), got 0");

@@ -1372,7 +1372,6 @@ TEST_CASE("a plan computed on a snapshot hands the policies' memory back to the 
   CHECK(rec.reason.find("finished exploring") != std::string::npos);
 }
 
-
 TEST_CASE("the plan observer sees each plan's changes by action and jobs are counted by state") {
   ManualClock clock;
   EngineOptions options = StaticMinOptions();
@@ -1392,7 +1391,7 @@ TEST_CASE("the plan observer sees each plan's changes by action and jobs are cou
   CHECK(plans.back().duration >= absl::ZeroDuration());
   CHECK(changes(Action::kScaleUp) == 1);  // a's first recommendation
   const JobView b = MustRegister(engine, Spec("team-a/b", 2, 8));
-  CHECK(changes(Action::kScaleUp) == 1);  // b's; a's target stays
+  CHECK(changes(Action::kScaleUp) == 1);         // b's; a's target stays
   MustRegister(engine, Spec("team-a/c", 2, 8));  // no GPUs left: it waits
   uint64_t total = 0;
   for (uint64_t n : plans.back().changes_by_action) total += n;
@@ -1448,7 +1447,7 @@ TEST_CASE("engine holds back a job whose replicas do not fit on the nodes, and s
 
   // ...the nodes do not.
   absl::StatusOr<ClusterView> view =
-      engine.SetCapacity(CapacityReport{8, {{8, 0}, {4, 2}, {1, 8}}, 0});
+      engine.SetCapacity(CapacityReport{8, {{8, 0}, {4, 2}, {1, 8}}, 0, {}});
   INFO(view.status().ToString());
   REQUIRE(view.ok());
   const Recommendation big = MustRecommendation(engine, "ns/big");
@@ -1475,16 +1474,16 @@ TEST_CASE("engine refuses slots that are not a capacity, naming the field and th
     REQUIRE(view.status().code() == absl::StatusCode::kInvalidArgument);
     return std::string(view.status().message());
   };
-  CHECK(refused({16, {{4, 2}, {8, 3}}, 0}) ==
+  CHECK(refused({16, {{4, 2}, {8, 3}}, 0, {}}) ==
         "slots[1].replicas 3 of 8 GPUs each exceeds the limit of 2 (total_gpus 16 / 8)");
-  CHECK(refused({16, {{0, 1}}, 0}) == "slots[0].gpus_per_replica must be in [1, 64], got 0");
-  CHECK(refused({16, {{65, 0}}, 0}) == "slots[0].gpus_per_replica must be in [1, 64], got 65");
-  CHECK(refused({16, {{4, 1}, {2, 1}, {4, 2}}, 0}) ==
+  CHECK(refused({16, {{0, 1}}, 0, {}}) == "slots[0].gpus_per_replica must be in [1, 64], got 0");
+  CHECK(refused({16, {{65, 0}}, 0, {}}) == "slots[0].gpus_per_replica must be in [1, 64], got 65");
+  CHECK(refused({16, {{4, 1}, {2, 1}, {4, 2}}, 0, {}}) ==
         "slots[2].gpus_per_replica 4 repeats slots[0]: give each size class once");
   // Nothing changed.
   CHECK_FALSE(engine->GetCluster().total_gpus.has_value());
   // At the limit is fine.
-  CHECK(engine->SetCapacity(CapacityReport{16, {{8, 2}, {1, 16}}, 0}).ok());
+  CHECK(engine->SetCapacity(CapacityReport{16, {{8, 2}, {1, 16}}, 0, {}}).ok());
 }
 
 TEST_CASE("engine shows the allocatable GPUs beside the usable total and plans with the total") {
@@ -1494,7 +1493,7 @@ TEST_CASE("engine shows the allocatable GPUs beside the usable total and plans w
   CHECK(engine.GetCluster().allocatable_gpus == 0);   // not reported yet
   MustRegister(engine, GpuSpec("ns/wide", 3, 3, 4));  // 12 GPUs or nothing
 
-  absl::StatusOr<ClusterView> view = engine.SetCapacity(CapacityReport{8, {}, 24});
+  absl::StatusOr<ClusterView> view = engine.SetCapacity(CapacityReport{8, {}, 24, {}});
   INFO(view.status().ToString());
   REQUIRE(view.ok());
   CHECK(view->allocatable_gpus == 24);
@@ -1504,7 +1503,7 @@ TEST_CASE("engine shows the allocatable GPUs beside the usable total and plans w
   CHECK(MustRecommendation(engine, "ns/wide").replicas == 0);
 
   SECTION("a report without them says they are not reported") {
-    REQUIRE(engine.SetCapacity(CapacityReport{12, {}, 0}).ok());
+    REQUIRE(engine.SetCapacity(CapacityReport{12, {}, 0, {}}).ok());
     CHECK(engine.GetCluster().allocatable_gpus == 0);
     CHECK(MustRecommendation(engine, "ns/wide").replicas == 3);
   }
@@ -1512,7 +1511,7 @@ TEST_CASE("engine shows the allocatable GPUs beside the usable total and plans w
     CHECK(MustSetCapacity(engine, 8).allocatable_gpus == 0);
   }
   SECTION("as many allocatable as usable is a cluster where every GPU is usable") {
-    REQUIRE(engine.SetCapacity(CapacityReport{8, {}, 8}).ok());
+    REQUIRE(engine.SetCapacity(CapacityReport{8, {}, 8, {}}).ok());
     CHECK(engine.GetCluster().allocatable_gpus == 8);
   }
 }
@@ -1521,8 +1520,8 @@ TEST_CASE(
     "engine refuses fewer allocatable GPUs than usable ones, naming the field and the limit") {
   ManualClock clock;
   auto engine = MustCreate(StaticMinOptions(), &clock);
-  REQUIRE(engine->SetCapacity(CapacityReport{8, {}, 24}).ok());
-  absl::StatusOr<ClusterView> view = engine->SetCapacity(CapacityReport{16, {}, 12});
+  REQUIRE(engine->SetCapacity(CapacityReport{8, {}, 24, {}}).ok());
+  absl::StatusOr<ClusterView> view = engine->SetCapacity(CapacityReport{16, {}, 12, {}});
   REQUIRE(view.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(view.status().message() ==
         "allocatable_gpus 12 must be at least total_gpus (16), the usable GPUs among them, or 0 "

@@ -103,7 +103,7 @@ TEST_CASE("engine's async mutations answer as the waiting ones, refusals at once
   CHECK(applied.Await()->current_replicas == 3u);
 
   Answer<absl::StatusOr<ClusterView>> capacity;
-  engine->SetCapacityAsync(CapacityReport{8, {}, 0}, capacity.Callback());
+  engine->SetCapacityAsync(CapacityReport{8, {}, 0, {}}, capacity.Callback());
   REQUIRE(capacity.Await().ok());
   CHECK(capacity.Await()->total_gpus == 8u);
 

@@ -520,7 +520,7 @@ TEST_CASE(
   const std::vector<ReplicaSlots> slots = {{8, 1}, {4, 3}};
   {
     auto engine = Start(path, &clock);
-    REQUIRE(engine->SetCapacity(CapacityReport{16, slots, 24}).ok());
+    REQUIRE(engine->SetCapacity(CapacityReport{16, slots, 24, {}}).ok());
   }
   {
     auto engine = Start(path, &clock);
@@ -545,7 +545,7 @@ TEST_CASE(
   follower_options.state = shared;
   follower_options.start_leading = false;
   auto follower = MustCreate(follower_options, &clock);
-  REQUIRE(leader->SetCapacity(CapacityReport{16, slots, 24}).ok());
+  REQUIRE(leader->SetCapacity(CapacityReport{16, slots, 24, {}}).ok());
   follower->ApplyReplicated(ReplicatedChange::Full(*shared->Load()));
   CHECK(follower->GetCluster().slots == slots);
   CHECK(follower->GetCluster().allocatable_gpus == 24);

@@ -100,7 +100,7 @@ TEST_CASE("etcd state store: what the leader writes loads back, without the leas
   bool lost = false;
   store->SetFenceLostCallback([&](int64_t fenced_lease) { lost = fenced_lease == *lease; });
   REQUIRE(store->PutJob(job).ok());
-  REQUIRE(store->PutCapacity({12, {{4, 3}, {2, 6}}, 20}).ok());
+  REQUIRE(store->PutCapacity({12, {{4, 3}, {2, 6}}, 20, {}}).ok());
   const std::vector<rescale::QueueSpec> queues = {{"team-a", 8, "research", 4, 2, 2.5},
                                                   {"team-b", 4, "research", {}, {}, 1}};
   REQUIRE(store->PutQueues(queues).ok());
@@ -192,7 +192,7 @@ TEST_CASE("etcd state store: what the leader writes loads back, without the leas
         c,
         b_later,
         rescale::DeletedJob{"ns/c", 2},
-        rescale::CapacityReport{16, {}, 0}};
+        rescale::CapacityReport{16, {}, 0, {}}};
     REQUIRE(store->Write(group).ok());
     absl::StatusOr<rescale::StoredState> grouped = store->Load();
     REQUIRE(grouped.ok());

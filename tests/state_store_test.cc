@@ -191,9 +191,9 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
     changed.spec.queue = "team-a";
     changed.spec.admission = "kueue";
     REQUIRE(store->PutJob(changed).ok());  // replaces
-    REQUIRE(store->PutCapacity({64, {{8, 1}}, 80}).ok());
+    REQUIRE(store->PutCapacity({64, {{8, 1}}, 80, {}}).ok());
     // Replaces, slots and allocatable GPUs and all.
-    REQUIRE(store->PutCapacity({64, {{8, 3}, {4, 7}}, 72}).ok());
+    REQUIRE(store->PutCapacity({64, {{8, 3}, {4, 7}}, 72, {}}).ok());
     REQUIRE(store->PutQueues(std::vector<QueueSpec>{{"old", 1, "", std::nullopt, std::nullopt, 1}})
                 .ok());
     REQUIRE(store->PutQueues(TwoQueues()).ok());  // replaces
@@ -239,7 +239,7 @@ void CheckRoundTrip(const std::function<std::unique_ptr<StateStore>()>& open) {
   CHECK(state->recommendations[1].generation == 10);
 
   // The total alone: no slots, and no allocatable GPUs reported, any more.
-  REQUIRE(store->PutCapacity({32, {}, 0}).ok());
+  REQUIRE(store->PutCapacity({32, {}, 0, {}}).ok());
   state = store->Load();
   REQUIRE(state.ok());
   CHECK(state->capacity_gpus == 32u);
@@ -302,14 +302,14 @@ TEST_CASE("sqlite state store: a file in use by another store is refused, naming
   TempDir dir;
   const std::string path = dir.File("state.db");
   std::unique_ptr<StateStore> first = MustOpen("sqlite:" + path);
-  REQUIRE(first->PutCapacity({8, {}, 0}).ok());
+  REQUIRE(first->PutCapacity({8, {}, 0, {}}).ok());
   absl::StatusOr<std::unique_ptr<StateStore>> second = OpenStateStore("sqlite:" + path);
   REQUIRE(!second.ok());
   CHECK(second.status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK_THAT(std::string(second.status().message()),
              Catch::Contains(path) && Catch::Contains("in use"));
   // The first goes on writing.
-  CHECK(first->PutCapacity({16, {}, 0}).ok());
+  CHECK(first->PutCapacity({16, {}, 0, {}}).ok());
 }
 
 // Runs `sql` on the file directly, as a damaged or foreign file would be.
@@ -334,7 +334,7 @@ std::string Bytes(const std::string& path) {
 TEST_CASE("sqlite state store: a file from a newer rescaled is refused and left as it was") {
   TempDir dir;
   const std::string path = dir.File("state.db");
-  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({8, {}, 0}).ok());
+  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({8, {}, 0, {}}).ok());
   RunSql(path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
   const std::string before = Bytes(path);
   absl::StatusOr<std::unique_ptr<StateStore>> store = OpenStateStore("sqlite:" + path);
@@ -387,7 +387,7 @@ TEST_CASE("sqlite state store: a file of schema version 1 is migrated, its recor
 TEST_CASE("sqlite state store: capacity slots that do not parse stop Load, naming them") {
   TempDir dir;
   const std::string path = dir.File("state.db");
-  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({16, {{8, 2}}, 0}).ok());
+  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({16, {{8, 2}}, 0, {}}).ok());
   RunSql(path, "UPDATE cluster SET value = '8=two' WHERE key = 'capacity_slots'");
   absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
   REQUIRE(state.status().code() == absl::StatusCode::kFailedPrecondition);
@@ -414,7 +414,7 @@ TEST_CASE("capacity slots read back from their text form, and nothing else does"
 StoredMeasurements LoadWrittenRow(const std::string& record) {
   TempDir dir;
   const std::string path = dir.File("state.db");
-  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({1, {}, 0}).ok());
+  REQUIRE(MustOpen("sqlite:" + path)->PutCapacity({1, {}, 0, {}}).ok());
   RunSql(path, "INSERT INTO measurements (job_id, record) VALUES ('ns/a', '" + record + "')");
   absl::StatusOr<StoredState> state = MustOpen("sqlite:" + path)->Load();
   INFO(state.status().ToString());

@@ -229,8 +229,11 @@ class DecisionEngine {
 
   // What the cluster runs now. `generation` 0 = applied out of band; a
   // generation newer than the job's latest recommendation is INVALID_ARGUMENT.
+  // `gpu_type`: the GPU type the replicas run on (empty = not said; the
+  // type last reported stays); not a GPU type name is INVALID_ARGUMENT.
   absl::StatusOr<JobStatus> ReportApplied(const std::string& job_id, uint32_t replicas,
-                                          bool suspended, uint64_t generation);
+                                          bool suspended, uint64_t generation,
+                                          const std::string& gpu_type = {});
 
   absl::StatusOr<Recommendation> GetRecommendation(const std::string& job_id) const;
   std::vector<Recommendation> ListRecommendations(const std::string& namespace_filter = "") const;
@@ -286,6 +289,8 @@ class DecisionEngine {
   void DeregisterJobAsync(const std::string& job_id, std::function<void(absl::Status)> done);
   void ReportAppliedAsync(const std::string& job_id, uint32_t replicas, bool suspended,
                           uint64_t generation, Done<JobStatus> done);
+  void ReportAppliedAsync(const std::string& job_id, uint32_t replicas, bool suspended,
+                          uint64_t generation, const std::string& gpu_type, Done<JobStatus> done);
   void SetCapacityAsync(const CapacityReport& report, Done<ClusterView> done);
   void SetQueuesAsync(std::vector<QueueSpec> queues, Done<ClusterView> done);
 
@@ -334,6 +339,8 @@ class DecisionEngine {
   // RegisterJobAsync's and UpdateJobAsync's continuation: once the entry
   // is in, the plan it asks for, then the job's view to `done`.
   std::function<void(absl::StatusOr<engine::JobEntry>)> ViewOnceDurable(Done<JobView> done);
+  // The job's view, with its curve on each of the cluster's GPU types.
+  JobView ViewOf(const engine::JobEntry& entry) const;
   // Registers the unknown jobs of `samples`, ingests their samples again and
   // asks for one plan for all of them.
   void AutoRegister(std::span<const StepSample> samples, IngestResult& result);

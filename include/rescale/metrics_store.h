@@ -34,7 +34,7 @@
 // once they pass that size's earlier ones). Not robust to resends without
 // step numbers (counted twice), or to a pod forgotten after pod_ttl that
 // returns without step numbers (counted as a second pod: an underestimate).
-// Samples at a size beyond max_sizes_per_job are rejected, so their progress
+// Samples at a (GPU type, size) beyond max_sizes_per_job are rejected, so their progress
 // is lost: the total is then a lower bound.
 //
 // Thread safety and memory ordering (the argument, per atomic):
@@ -149,6 +149,9 @@ struct MetricsStoreOptions {
 // Aggregate of the samples measured at one world size.
 struct SizeStats {
   uint32_t world_size = 0;
+  // The GPU type it ran on (StepSample::gpu_type; empty = not said). Sizes
+  // are kept per (type, size), ordered by type, then size.
+  std::string gpu_type = {};
   // Samples inside the window, and since the size was first seen.
   uint64_t sample_count = 0;
   uint64_t lifetime_count = 0;
@@ -291,7 +294,8 @@ class MetricsStore {
 
   std::string RejectReason(const StepSample& sample, const JobState* job, absl::Time now) const;
   // Null when the job already has max_sizes_per_job sizes.
-  SizeCell* FindOrAddSize(JobState& job, uint32_t world_size, int64_t now_ns);
+  SizeCell* FindOrAddSize(JobState& job, uint32_t world_size, std::string_view gpu_type,
+                          int64_t now_ns);
   // Null when the job's pod limit is reached.
   PodCell* FindOrAddPod(JobState& job, std::string_view pod, int64_t now_ns);
 

@@ -49,6 +49,7 @@ struct StoredJob {
   // What the cluster runs, as last reported (ReportApplied).
   uint32_t current_replicas = 0;
   bool suspended = false;
+  std::string gpu_type;  // the type it runs on, as reported (empty = not said)
   uint64_t last_applied_generation = 0;
   absl::Time last_applied_at = absl::InfinitePast();
   bool has_applied = false;
@@ -87,6 +88,9 @@ struct StoredState {
   // All nodes' GPUs, set with the capacity (CapacityReport); 0 when not
   // reported (or the state predates it).
   uint32_t capacity_allocatable_gpus = 0;
+  // The GPU types set with the capacity; empty when one type (or the state
+  // predates them).
+  std::vector<GpuType> capacity_gpu_types;
   // The queues as last set (empty: none, or the state predates them).
   std::vector<QueueSpec> queues;
   // Each job's newest recommendation, ordered by job id.
@@ -112,6 +116,8 @@ struct ReplicatedChange {
   // Set when the allocatable GPUs changed (with the capacity); 0 = not
   // reported.
   std::optional<uint32_t> capacity_allocatable_gpus;
+  // Set when the GPU types changed (with the capacity); empty = one type.
+  std::optional<std::vector<GpuType>> capacity_gpu_types;
   // Set when the queues changed (all of them; empty = none defined).
   std::optional<std::vector<QueueSpec>> queues;
   std::vector<Recommendation> recommendations;
@@ -119,8 +125,8 @@ struct ReplicatedChange {
   std::vector<StoredMeasurements> measurements;
   bool empty() const {
     return !full && jobs.empty() && removed_jobs.empty() && !capacity_gpus && !capacity_slots &&
-           !capacity_allocatable_gpus && !queues && recommendations.empty() &&
-           retired_generations.empty() && measurements.empty();
+           !capacity_allocatable_gpus && !capacity_gpu_types && !queues &&
+           recommendations.empty() && retired_generations.empty() && measurements.empty();
   }
   static ReplicatedChange Full(StoredState state);
 };

@@ -77,6 +77,9 @@ struct JobSpec {
   // rescaled never suspends or resumes it and sizes it only while it runs
   // (see "External admission" in rescale/cluster_planner.h).
   std::string admission;
+  // The GPU types the job may run on (GpuType::name, e.g. the nodes'
+  // nvidia.com/gpu.product); empty = any type the cluster has.
+  std::vector<std::string> gpu_types;
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
 
@@ -84,6 +87,9 @@ struct JobSpec {
 struct JobStatus {
   uint32_t current_replicas = 0;
   bool suspended = false;
+  // The GPU type its replicas run on, as reported (empty = not said; in a
+  // cluster of one type, that type).
+  std::string gpu_type;
   uint64_t last_applied_generation = 0;
   absl::Time last_applied_at = absl::InfinitePast();
   absl::Time registered_at = absl::InfinitePast();
@@ -155,6 +161,10 @@ struct Recommendation {
   absl::Time decided_at = absl::InfinitePast();
   std::string policy;
   uint32_t gpus = 0;
+  // The GPU type to run on, in a cluster of more than one (empty
+  // otherwise). A change of type is a restart, like a resize: it bumps the
+  // generation.
+  std::string gpu_type;
   // Planner only: utility change from one replica more / fewer.
   std::optional<double> value_one_more;
   std::optional<double> value_one_fewer;
@@ -172,7 +182,7 @@ struct Recommendation {
 
   // Whether `other` asks the cluster for the same thing.
   bool SameTarget(const Recommendation& other) const {
-    return replicas == other.replicas && suspend == other.suspend;
+    return replicas == other.replicas && suspend == other.suspend && gpu_type == other.gpu_type;
   }
   // Whether a watcher would see a difference worth an event: everything but
   // the decision time and the (noisy) throughput figures.
@@ -211,6 +221,19 @@ struct JobView {
   // Set on the reply of a change whose plan had not run yet (see
   // EngineOptions::plan_coalesce): `recommendation` predates the change.
   bool plan_pending = false;
+  // Its curve on each GPU type: the cluster's types in order, then the
+  // measured types the cluster does not have. Empty for a job of a
+  // one-type cluster whose samples name no type.
+  struct TypeCurve {
+    std::string gpu_type;
+    // "measured", "transferred", "predicted" or "unknown" (see
+    // rescale.v1.ThroughputCurve.source).
+    std::string source;
+    std::vector<CurvePoint> curve;
+    std::string model;
+    double fit_rms_log_error = 0;
+  };
+  std::vector<TypeCurve> curves_by_type;
 };
 
 // One step measurement after batch-level defaults have been applied. The
@@ -235,6 +258,8 @@ struct StepSample {
   std::optional<double> grad_sqr;
   std::optional<double> grad_var;
   uint32_t grad_batch = 0;
+  // The GPU type it ran on (empty = not said: the job's one curve).
+  std::string_view gpu_type;
 };
 
 struct SampleRejection {
@@ -296,6 +321,7 @@ struct JobAllocation {
   uint32_t replicas = 0;
   uint32_t gpus = 0;
   int32_t priority = 0;
+  std::string gpu_type;  // the type it runs on (empty in a one-type cluster)
 };
 
 // How many replicas of one size fit on the nodes' free GPUs: a replica needs
@@ -316,12 +342,30 @@ struct ReplicaSlots {
 // Ready, cordoned or tainted, GPUs of pods Rescale does not manage) is taken
 // out, for people reading the cluster; the planner uses total_gpus only.
 // 0 = not reported (a fixed capacity); otherwise at least total_gpus.
+// One GPU type of a mixed cluster: its name (the nodes' label value, e.g.
+// nvidia.com/gpu.product), its GPUs and slots as CapacityReport has them for
+// the whole cluster, and how many GPUs its nodes carry (0 = not said), which
+// tells the models where replicas share a node.
+struct GpuType {
+  std::string name;
+  uint32_t total_gpus = 0;
+  uint32_t gpus_per_node = 0;
+  std::vector<ReplicaSlots> slots;
+  friend bool operator==(const GpuType&, const GpuType&) = default;
+};
+
 struct CapacityReport {
   uint32_t total_gpus = 0;
   std::vector<ReplicaSlots> slots;
   uint32_t allocatable_gpus = 0;
+  // A cluster of more than one GPU type: each type's capacity (total_gpus is
+  // then their sum, and slots are per type). Empty = one type.
+  std::vector<GpuType> gpu_types;
   friend bool operator==(const CapacityReport&, const CapacityReport&) = default;
 };
+
+// The report's GPUs: the types' sum when it has types, else total_gpus.
+uint32_t TotalGpus(const CapacityReport& report);
 
 // One size class of the slots and how much of it the current plan uses.
 struct ReplicaSlotUse {
@@ -354,6 +398,10 @@ struct ClusterView {
   // unknown), and for each the replicas the recommendations plan of it.
   std::vector<ReplicaSlots> slots;
   std::vector<ReplicaSlotUse> slot_use;
+  // The GPU types as last set (empty = one type), and the GPUs the
+  // recommendations run of each (same order).
+  std::vector<GpuType> gpu_types;
+  std::vector<uint32_t> allocated_gpus_by_type;
   uint32_t allocated_gpus = 0;
   uint32_t waiting_jobs = 0;
   std::vector<JobAllocation> allocations;

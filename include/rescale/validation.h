@@ -22,6 +22,7 @@ struct SpecLimits {
   double max_restart_cost_seconds = 86'400;
   uint32_t max_local_batch_size = 1u << 24;
   size_t max_prior_points = 256;
+  uint32_t max_gpus_per_node = 1024;
 };
 
 // OK when `job_id` is "namespace/name" with both parts DNS-1123 labels
@@ -37,7 +38,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits = {})
 // than the total (slots[i].replicas x slots[i].gpus_per_replica <=
 // total_gpus), and allocatable_gpus, when reported (not 0), at least
 // total_gpus. Errors name the field (slots[i].replicas, allocatable_gpus)
-// and the limit.
+// and the limit. With gpu_types: at most kMaxGpuTypes, each named
+// (IsGpuTypeName) once, its slots checked against its own total, the
+// top-level slots empty and total_gpus 0 or the types' sum.
 absl::Status ValidateCapacityReport(const CapacityReport& report, const SpecLimits& limits = {});
 
 }  // namespace rescale

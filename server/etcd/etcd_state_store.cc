@@ -20,6 +20,8 @@
 namespace rescale::server {
 namespace {
 
+using state_internal::GpuTypesFromJson;
+using state_internal::GpuTypesToJson;
 using state_internal::JobFromJson;
 using state_internal::JobToJson;
 using state_internal::MeasurementsFromJson;
@@ -243,6 +245,8 @@ absl::StatusOr<StoredState> EtcdStateStore::Load() {
   if (change.capacity_slots) state.capacity_slots = *std::move(change.capacity_slots);
   // Nor, before allocatable GPUs were reported, that key: not reported.
   state.capacity_allocatable_gpus = change.capacity_allocatable_gpus.value_or(0);
+  // Nor, before GPU types existed, that key: one type.
+  if (change.capacity_gpu_types) state.capacity_gpu_types = *std::move(change.capacity_gpu_types);
   // Nor, before queues existed, a queues key: none defined.
   if (change.queues) state.queues = *std::move(change.queues);
   state.recommendations = std::move(change.recommendations);
@@ -325,6 +329,10 @@ absl::Status EtcdStateStore::AddEvent(const mvccpb::Event& event, ReplicatedChan
     absl::StatusOr<std::vector<ReplicaSlots>> slots = SlotsFromText(value);
     if (!slots.ok()) return named(slots.status());
     change.capacity_slots = *std::move(slots);
+  } else if (kind == "capacity_gpu_types" && put) {
+    absl::StatusOr<std::vector<GpuType>> types = GpuTypesFromJson(value);
+    if (!types.ok()) return named(types.status());
+    change.capacity_gpu_types = *std::move(types);
   } else if (kind == "queues" && put) {
     absl::StatusOr<std::vector<QueueSpec>> queues = QueuesFromJson(value);
     if (!queues.ok()) return named(queues.status());
@@ -351,14 +359,15 @@ void EtcdStateStore::AppendOps(const StateChange& change,
       ops.push_back(PutOp(Key("retired", gone->job_id), std::to_string(gone->last_generation)));
     }
   } else if (const auto* capacity = std::get_if<CapacityReport>(&change)) {
-    // Three keys in one transaction, so followers see a total with its
-    // slots and allocatable GPUs; each gets a key of its own (always
-    // written, "" = no slots, "0" = not reported) so that a rescaled from
-    // before them still reads /capacity as a number.
+    // Four keys in one transaction, so followers see a total with its
+    // slots, allocatable GPUs and types; each gets a key of its own (always
+    // written, "" = no slots, "0" = not reported, "[]" = one type) so that
+    // a rescaled from before them still reads /capacity as a number.
     ops.push_back(PutOp(Key("capacity"), std::to_string(capacity->total_gpus)));
     ops.push_back(PutOp(Key("capacity_slots"), SlotsToText(capacity->slots)));
     ops.push_back(
         PutOp(Key("capacity_allocatable_gpus"), std::to_string(capacity->allocatable_gpus)));
+    ops.push_back(PutOp(Key("capacity_gpu_types"), GpuTypesToJson(capacity->gpu_types)));
   } else if (const auto* queues = std::get_if<QueueSet>(&change)) {
     ops.push_back(PutOp(Key("queues"), QueuesToJson(queues->queues)));
   } else if (const auto* recs = std::get_if<std::vector<Recommendation>>(&change)) {

@@ -17,6 +17,9 @@
 //   /capacity_allocatable_gpus
 //                      all nodes' GPUs reported with them ("0" = not
 //                      reported; absent before they were = not reported)
+//   /capacity_gpu_types
+//                      their GPU types, JSON ("[]" = one type; absent
+//                      before types existed = one type)
 //   /election          the leader election (etcd's Election service)
 //
 // Fencing: every write is one etcd transaction (a large one is split into

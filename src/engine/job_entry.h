@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -74,6 +76,24 @@ struct Fitted {
   // Progress in samples at the job's initial batch M0 (JobViews::Fit), for
   // a job with batch_scaling and a noise scale; else nullopt.
   std::optional<double> progress_at_m0;
+  // GPU types. A job whose samples say where they ran (SizeStats::gpu_type)
+  // is fitted per type: `model` and `observations` are then those of
+  // `gpu_type` (the type it runs on, else the one with the most samples),
+  // and by_type holds every measured type's fit, ordered by name.
+  // Untyped samples are the running type's when it has none of its own.
+  // Empty for a job whose samples carry no type.
+  struct TypeFit {
+    std::string gpu_type;
+    ThroughputModel model;
+    std::vector<Observation> observations;
+  };
+  std::string gpu_type;
+  std::vector<TypeFit> by_type;
+  const TypeFit* OnType(std::string_view type) const {
+    for (const TypeFit& t : by_type)
+      if (t.gpu_type == type) return &t;
+    return nullptr;
+  }
   static constexpr uint32_t kCachedSizes = 256;
   // Samples/s at n: on the points when the model misses them, else the
   // model's.

@@ -54,6 +54,9 @@ struct CapacityState {
   std::vector<ReplicaSlots> slots;
   uint32_t allocatable_gpus = 0;
   std::vector<QueueSpec> queues;
+  // A cluster of several GPU types (CapacityReport::gpu_types; total_gpus
+  // is then their sum and `slots` empty); empty = one type.
+  std::vector<GpuType> gpu_types;
 };
 
 // What changed since the last plan's sync: each job changed (nullopt: gone),
@@ -84,8 +87,10 @@ class JobRegistry {
   std::vector<std::string> RegisterAll(std::vector<JobSpec> specs);
   absl::StatusOr<JobEntry> Update(JobSpec spec);
   absl::Status Deregister(const std::string& job_id);
+  // `gpu_type`: where the replicas run (empty = not said: the type it had
+  // stays). A change of type while it runs is a change like a resize.
   absl::StatusOr<JobEntry> Apply(const std::string& job_id, uint32_t replicas, bool suspended,
-                                 uint64_t generation);
+                                 uint64_t generation, const std::string& gpu_type = {});
   absl::Status SetCapacity(const CapacityReport& report);
   // Replaces every queue (validated by the caller).
   absl::Status SetQueues(std::vector<QueueSpec> queues);
@@ -94,7 +99,7 @@ class JobRegistry {
   void UpdateAsync(JobSpec spec, Then<JobEntry> then);
   void DeregisterAsync(const std::string& job_id, Then<std::monostate> then);
   void ApplyAsync(const std::string& job_id, uint32_t replicas, bool suspended, uint64_t generation,
-                  Then<JobEntry> then);
+                  const std::string& gpu_type, Then<JobEntry> then);
   void SetCapacityAsync(const CapacityReport& report, Then<std::monostate> then);
   void SetQueuesAsync(std::vector<QueueSpec> queues, Then<std::monostate> then);
   CapacityState Capacity() const;
@@ -161,7 +166,8 @@ class JobRegistry {
   Decision<std::monostate> DecideDeregisterLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Decision<JobEntry> DecideApplyLocked(const std::string& job_id, uint32_t replicas, bool suspended,
-                                       uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                       uint64_t generation, const std::string& gpu_type)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Decision<std::monostate> DecideCapacityLocked(const CapacityReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Decision<std::monostate> DecideQueuesLocked(std::vector<QueueSpec> queues)

@@ -164,7 +164,8 @@ JobRegistry::Decision<std::monostate> JobRegistry::DecideDeregisterLocked(
 
 JobRegistry::Decision<JobEntry> JobRegistry::DecideApplyLocked(const std::string& job_id,
                                                                uint32_t replicas, bool suspended,
-                                                               uint64_t generation) {
+                                                               uint64_t generation,
+                                                               const std::string& gpu_type) {
   AwaitIdleLocked(job_id);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
@@ -189,7 +190,10 @@ JobRegistry::Decision<JobEntry> JobRegistry::DecideApplyLocked(const std::string
   after.current_replicas = replicas;
   after.suspended = suspended;
   const uint32_t running_after = RunningReplicas(after);
-  if (entry.has_applied && running_after != running_before) {
+  // A move to another type restarts every replica: a change, as a resize.
+  const bool moved = running_before > 0 && running_after > 0 && !gpu_type.empty() &&
+                     !entry.status.gpu_type.empty() && gpu_type != entry.status.gpu_type;
+  if (entry.has_applied && (running_after != running_before || moved)) {
     // A change the cluster made: starts the cooldown and feeds the
     // policies' memory (previous size, HPA scale events).
     entry.last_change_at = now;
@@ -204,6 +208,7 @@ JobRegistry::Decision<JobEntry> JobRegistry::DecideApplyLocked(const std::string
   entry.has_applied = true;
   entry.status.current_replicas = replicas;
   entry.status.suspended = suspended;
+  if (!gpu_type.empty()) entry.status.gpu_type = gpu_type;
   if (generation != 0) {
     entry.status.last_applied_generation =
         std::max(entry.status.last_applied_generation, generation);
@@ -230,9 +235,12 @@ JobRegistry::Decision<JobEntry> JobRegistry::DecideApplyLocked(const std::string
 JobRegistry::Decision<std::monostate> JobRegistry::DecideCapacityLocked(
     const CapacityReport& report) {
   idle_cv_.Wait(mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !capacity_in_flight_; });
-  return DecideClusterLocked(
-      CapacityState{report.total_gpus, report.slots, report.allocatable_gpus, capacity_.queues},
-      report);
+  // With GPU types the total is their sum, whatever the report said (0).
+  CapacityReport normal = report;
+  normal.total_gpus = TotalGpus(report);
+  CapacityState next{normal.total_gpus, normal.slots, normal.allocatable_gpus, capacity_.queues,
+                     normal.gpu_types};
+  return DecideClusterLocked(std::move(next), std::move(normal));
 }
 
 JobRegistry::Decision<std::monostate> JobRegistry::DecideQueuesLocked(
@@ -300,17 +308,19 @@ void JobRegistry::DeregisterAsync(const std::string& job_id, Then<std::monostate
 }
 
 absl::StatusOr<JobEntry> JobRegistry::Apply(const std::string& job_id, uint32_t replicas,
-                                            bool suspended, uint64_t generation) {
+                                            bool suspended, uint64_t generation,
+                                            const std::string& gpu_type) {
   return Execute<JobEntry>([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return DecideApplyLocked(job_id, replicas, suspended, generation);
+    return DecideApplyLocked(job_id, replicas, suspended, generation, gpu_type);
   });
 }
 
 void JobRegistry::ApplyAsync(const std::string& job_id, uint32_t replicas, bool suspended,
-                             uint64_t generation, Then<JobEntry> then) {
+                             uint64_t generation, const std::string& gpu_type,
+                             Then<JobEntry> then) {
   ExecuteAsync<JobEntry>(
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return DecideApplyLocked(job_id, replicas, suspended, generation);
+        return DecideApplyLocked(job_id, replicas, suspended, generation, gpu_type);
       },
       std::move(then));
 }

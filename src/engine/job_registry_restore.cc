@@ -36,6 +36,7 @@ absl::Status JobRegistry::Restore(StoredState& stored, std::string_view describe
   if (stored.capacity_gpus.has_value()) capacity_.total_gpus = stored.capacity_gpus;
   capacity_.slots = std::move(stored.capacity_slots);
   capacity_.allocatable_gpus = stored.capacity_allocatable_gpus;
+  capacity_.gpu_types = std::move(stored.capacity_gpu_types);
   capacity_.queues = std::move(stored.queues);
   // Recommendations of jobs no longer kept (none, unless the file was
   // edited) would have no job to describe.
@@ -103,6 +104,8 @@ void JobRegistry::ApplyReplicated(ReplicatedChange& change) {
   if (change.capacity_gpus.has_value()) capacity_.total_gpus = change.capacity_gpus;
   if (change.capacity_slots.has_value()) capacity_.slots = *std::move(change.capacity_slots);
   if (change.queues.has_value()) capacity_.queues = *std::move(change.queues);
+  if (change.capacity_gpu_types.has_value())
+    capacity_.gpu_types = *std::move(change.capacity_gpu_types);
   if (change.capacity_allocatable_gpus.has_value()) {
     capacity_.allocatable_gpus = *change.capacity_allocatable_gpus;
   }

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
+#include <string>
+#include <tuple>
 
 #include "rescale/goodput.h"
 #include "rescale/job_rules.h"
@@ -15,6 +18,7 @@ StoredJob StoredJobOf(const JobEntry& entry) {
   kept.spec = entry.spec;
   kept.current_replicas = entry.status.current_replicas;
   kept.suspended = entry.status.suspended;
+  kept.gpu_type = entry.status.gpu_type;
   kept.last_applied_generation = entry.status.last_applied_generation;
   kept.last_applied_at = entry.status.last_applied_at;
   kept.has_applied = entry.has_applied;
@@ -31,6 +35,7 @@ void FillFromStored(JobEntry& entry, JobSpec spec, StoredJob& kept) {
   entry.spec = std::move(spec);
   entry.status.current_replicas = kept.current_replicas;
   entry.status.suspended = kept.suspended;
+  entry.status.gpu_type = kept.gpu_type;
   entry.status.last_applied_generation = kept.last_applied_generation;
   entry.status.last_applied_at = kept.last_applied_at;
   entry.status.registered_at = kept.registered_at;
@@ -74,8 +79,11 @@ std::optional<double> ProgressAtInitialBatch(const JobSpec& spec, std::span<cons
   return progress;
 }
 
-Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now) const {
-  Fitted fitted;
+namespace {
+
+std::vector<Observation> ObservationsOf(std::span<const SizeStats> stats, absl::Time now) {
+  std::vector<Observation> observations;
+  observations.reserve(stats.size());
   for (const SizeStats& s : stats) {
     Observation o;
     o.replicas = s.world_size;
@@ -85,12 +93,75 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
     o.lifetime_count = s.lifetime_count;
     o.mean_batch = s.mean_batch;
     o.age_seconds = std::max(0.0, absl::ToDoubleSeconds(now - s.last_sample_at));
-    fitted.observations.push_back(o);
+    observations.push_back(o);
   }
+  return observations;
+}
+
+// The type a typed job's own curve is of: the one it runs on when it has
+// samples there, else the one with the most samples (ties: first by name).
+std::string MainType(std::span<const SizeStats> stats, std::string_view current_type) {
+  std::map<std::string_view, uint64_t> samples;
+  for (const SizeStats& s : stats)
+    if (!s.gpu_type.empty()) samples[s.gpu_type] += s.lifetime_count;
+  if (samples.contains(current_type)) return std::string(current_type);
+  std::string_view best;
+  uint64_t most = 0;
+  for (const auto& [type, count] : samples) {
+    if (best.empty() || count > most) {
+      best = type;
+      most = count;
+    }
+  }
+  return std::string(best);
+}
+
+}  // namespace
+
+ModelOptions JobViews::ModelOptionsOf(const JobSpec& spec) const {
   ModelOptions model_options = options_.model;
   model_options.min_samples = options_.min_samples;
   model_options.gpus_per_replica = std::max<uint32_t>(spec.gpus_per_replica, 1);
   if (spec.local_batch_size > 0) model_options.default_local_batch = spec.local_batch_size;
+  return model_options;
+}
+
+Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now,
+                     std::string_view current_type) const {
+  Fitted fitted;
+  const ModelOptions model_options = ModelOptionsOf(spec);
+  // Typed when a sample said where it ran, or the cluster where the job runs.
+  const bool typed = (!current_type.empty() && !stats.empty()) ||
+                     std::any_of(stats.begin(), stats.end(),
+                                 [](const SizeStats& s) { return !s.gpu_type.empty(); });
+  if (!typed) {
+    fitted.observations = ObservationsOf(stats, now);
+  } else {
+    // One fit per type; untyped samples count as the running type's when
+    // it has none of its own (a reporter that does not say where it runs).
+    const std::string main = MainType(stats, current_type);
+    std::map<std::string, std::vector<SizeStats>> by_type;
+    for (const SizeStats& s : stats) by_type[s.gpu_type].push_back(s);
+    if (auto untyped = by_type.find(""); untyped != by_type.end()) {
+      if (!current_type.empty() && !by_type.contains(std::string(current_type))) {
+        for (SizeStats& s : untyped->second) s.gpu_type = std::string(current_type);
+        by_type[std::string(current_type)] = std::move(untyped->second);
+      }
+      by_type.erase("");
+    }
+    for (auto& [type, sizes] : by_type) {
+      Fitted::TypeFit& fit = fitted.by_type.emplace_back();
+      fit.gpu_type = type;
+      fit.observations = ObservationsOf(sizes, now);
+      // The prior is the job's, on no type in particular: it informs every
+      // type's fit until that type's own measurements take over.
+      fit.model = ThroughputModel::Fit(fit.observations, spec.prior, model_options);
+    }
+    fitted.gpu_type =
+        by_type.contains(std::string(current_type)) ? std::string(current_type) : main;
+    if (const Fitted::TypeFit* own = fitted.OnType(fitted.gpu_type); own != nullptr)
+      fitted.observations = own->observations;
+  }
   fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
   if (options_.keep_stats) fitted.stats.assign(stats.begin(), stats.end());
   fitted.noise_scale = store_.GradientNoiseScale(spec.job_id, now);
@@ -113,15 +184,17 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
 
 Fitted JobViews::FitNow(const JobEntry& entry) const {
   const absl::Time now = clock_.Now();
-  return Fit(entry.spec, WithRestored(store_.Stats(entry.spec.job_id, now), entry), now);
+  return Fit(entry.spec, WithRestored(store_.Stats(entry.spec.job_id, now), entry), now,
+             entry.status.gpu_type);
 }
 
 std::vector<SizeStats> JobViews::WithRestored(std::vector<SizeStats> live,
                                               const JobEntry& entry) const {
   if (entry.restored == nullptr) return live;
   for (const SizeStats& kept : *entry.restored) {
-    auto same = std::find_if(live.begin(), live.end(),
-                             [&](const SizeStats& s) { return s.world_size == kept.world_size; });
+    auto same = std::find_if(live.begin(), live.end(), [&](const SizeStats& s) {
+      return s.world_size == kept.world_size && s.gpu_type == kept.gpu_type;
+    });
     if (same == live.end()) {
       live.push_back(kept);
       continue;
@@ -140,8 +213,9 @@ std::vector<SizeStats> JobViews::WithRestored(std::vector<SizeStats> live,
     same->steps_processed += steps_before;
     same->samples_processed += samples_before;
   }
-  std::sort(live.begin(), live.end(),
-            [](const SizeStats& a, const SizeStats& b) { return a.world_size < b.world_size; });
+  std::sort(live.begin(), live.end(), [](const SizeStats& a, const SizeStats& b) {
+    return std::tie(a.gpu_type, a.world_size) < std::tie(b.gpu_type, b.world_size);
+  });
   return live;
 }
 
@@ -228,7 +302,70 @@ JobStatus JobViews::StatusOf(const JobEntry& entry, const Fitted* fitted) const 
   return status;
 }
 
-JobView JobViews::ViewOf(const JobEntry& entry) const {
+namespace {
+
+// A model's curve for n in [1, min(max_replicas, 256)], observed sizes marked.
+std::vector<CurvePoint> ModelCurve(const JobSpec& spec, const ThroughputModel& model,
+                                   std::span<const Observation> observations) {
+  std::vector<CurvePoint> curve;
+  if (model.empty()) return curve;
+  const uint32_t last = std::min(spec.max_replicas, Fitted::kCachedSizes);
+  for (uint32_t n = 1; n <= last; ++n) {
+    CurvePoint p;
+    p.replicas = n;
+    p.samples_per_second = model.SamplesPerSecond(n);
+    p.uncertainty = model.Uncertainty(n);
+    p.efficiency = model.Efficiency(n);
+    for (const Observation& o : observations) {
+      if (o.replicas != n || o.step_seconds <= 0) continue;
+      p.observed = true;
+      p.sample_count = o.sample_count;
+      p.observed_samples_per_second = ObservedSamplesPerSecond(n, o.mean_batch, o.step_seconds);
+    }
+    curve.push_back(p);
+  }
+  return curve;
+}
+
+}  // namespace
+
+std::vector<JobView::TypeCurve> JobViews::CurvesByType(const JobSpec& spec, const Fitted& fitted,
+                                                       std::span<const GpuType> types,
+                                                       const TypeSpeeds& speeds) const {
+  std::vector<JobView::TypeCurve> out;
+  const ModelOptions options = ModelOptionsOf(spec);
+  auto add = [&](const GpuType& type) {
+    JobView::TypeCurve& typed = out.emplace_back();
+    typed.gpu_type = type.name;
+    const TypeModel on_type = ModelOnType(fitted, type, speeds, options);
+    typed.source = std::string(TypeCurveSourceName(on_type.source));
+    if (on_type.source == TypeCurveSource::kTransferred ||
+        on_type.source == TypeCurveSource::kPredicted) {
+      if (!on_type.from_type.empty()) typed.source += " from " + on_type.from_type;
+    }
+    const Fitted::TypeFit* own = fitted.OnType(type.name);
+    typed.curve = ModelCurve(spec, on_type.model,
+                             own != nullptr ? std::span<const Observation>(own->observations)
+                                            : std::span<const Observation>());
+    typed.model = on_type.model.Describe();
+    typed.fit_rms_log_error = on_type.model.rms_log_error();
+  };
+  for (const GpuType& type : types) {
+    if (AllowedOn(spec, type.name)) add(type);
+  }
+  for (const Fitted::TypeFit& t : fitted.by_type) {
+    const bool listed = std::any_of(types.begin(), types.end(),
+                                    [&](const GpuType& type) { return type.name == t.gpu_type; });
+    if (listed) continue;
+    GpuType elsewhere;
+    elsewhere.name = t.gpu_type;
+    add(elsewhere);
+  }
+  return out;
+}
+
+JobView JobViews::ViewOf(const JobEntry& entry, std::span<const GpuType> types,
+                         const TypeSpeeds* speeds) const {
   JobView view;
   view.spec = entry.spec;
   const Fitted fitted = FitNow(entry);
@@ -239,6 +376,11 @@ JobView JobViews::ViewOf(const JobEntry& entry) const {
   if (fitted.points.has_value()) view.curve_planned_on = fitted.points->Describe();
   view.recommendation = board_.Get(entry.spec.job_id);
   view.pods = store_.Pods(entry.spec.job_id);
+  if (!types.empty() || !fitted.by_type.empty()) {
+    const TypeSpeeds none;
+    view.curves_by_type =
+        CurvesByType(entry.spec, fitted, types, speeds != nullptr ? *speeds : none);
+  }
   return view;
 }
 

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -18,6 +19,7 @@
 #include "rescale/throughput_model.h"
 #include "rescale/types.h"
 #include "src/engine/job_entry.h"
+#include "src/engine/type_curves.h"
 
 namespace rescale::engine {
 
@@ -54,7 +56,12 @@ class JobViews {
            Clock& clock)
       : options_(options), store_(store), board_(board), clock_(clock) {}
 
-  Fitted Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now) const;
+  // `current_type`: the GPU type the job runs on (JobStatus::gpu_type), whose
+  // fit is the job's curve when its samples carry types (Fitted::by_type).
+  Fitted Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl::Time now,
+             std::string_view current_type = {}) const;
+  // The model options a fit of `spec` uses (its batch and GPUs per replica).
+  ModelOptions ModelOptionsOf(const JobSpec& spec) const;
   // A fit of the job's statistics now, for readers.
   Fitted FitNow(const JobEntry& entry) const;
   // `live` (the store's statistics of the job) with the restored ones for
@@ -72,8 +79,14 @@ class JobViews {
   // at the running size, from `fitted` (null: fitted here, and only when the
   // estimate needs it).
   JobStatus StatusOf(const JobEntry& entry, const Fitted* fitted) const;
-  // The job's view: spec, status, fitted curve, pods, recommendation.
-  JobView ViewOf(const JobEntry& entry) const;
+  // The job's view: spec, status, fitted curve, pods, recommendation, and
+  // its curve per GPU type: on each of `types` (the cluster's, predicted
+  // with `speeds` where it never ran) and on each other type it ran on.
+  JobView ViewOf(const JobEntry& entry, std::span<const GpuType> types = {},
+                 const TypeSpeeds* speeds = nullptr) const;
+  std::vector<JobView::TypeCurve> CurvesByType(const JobSpec& spec, const Fitted& fitted,
+                                               std::span<const GpuType> types,
+                                               const TypeSpeeds& speeds) const;
 
  private:
   const JobViewsOptions options_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <span>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "rescale/job_rules.h"
 #include "rescale/queues.h"
@@ -29,28 +30,81 @@ Action ActionFor(const JobStatus& status, uint32_t replicas) {
 
 void PlanPipeline::FitInto(PlanSlot& slot, absl::Time now, bool& refitted) const {
   // A new spec refits whatever the statistics say (a default revision).
-  if (slot.fitted_spec_version != slot.entry.spec_version) slot.stats_revision = {};
+  // So does a move to another GPU type (its curve is that type's fit).
+  if (slot.fitted_spec_version != slot.entry.spec_version ||
+      slot.fitted_type != slot.entry.status.gpu_type)
+    slot.stats_revision = {};
   std::optional<std::vector<SizeStats>> stats =
       store_.StatsIfChanged(slot.entry.spec.job_id, now, slot.stats_revision);
   refitted = stats.has_value() || slot.fitted == nullptr;
   if (!refitted) return;
   if (!stats.has_value()) stats = store_.Stats(slot.entry.spec.job_id, now);
   slot.fitted = std::make_shared<const Fitted>(
-      views_.Fit(slot.entry.spec, views_.WithRestored(*std::move(stats), slot.entry), now));
+      views_.Fit(slot.entry.spec, views_.WithRestored(*std::move(stats), slot.entry), now,
+                 slot.entry.status.gpu_type));
   slot.fitted_spec_version = slot.entry.spec_version;
+  slot.fitted_type = slot.entry.status.gpu_type;
   ++slot.fit_serial;
 }
 
+void PlanPipeline::TypedCurves(const JobSpec& spec, const JobStatus& status, const Fitted& fit,
+                               const TypeContext& types, PlanInput& input) const {
+  PlannerJob& job = input.job;
+  const ModelOptions options = views_.ModelOptionsOf(spec);
+  job.throughput_by_type.assign(types.types.size(), {});
+  input.type_sources.assign(types.types.size(), TypeCurveSource::kUnknown);
+  std::optional<uint32_t> first_allowed;
+  for (size_t t = 0; t < types.types.size(); ++t) {
+    const GpuType& type = types.types[t];
+    if (!AllowedOn(spec, type.name)) continue;  // an empty curve: not allowed
+    if (!first_allowed) first_allowed = static_cast<uint32_t>(t);
+    std::vector<double>& curve = job.throughput_by_type[t];
+    curve = job.throughput;
+    // Only a planner job's curve is its throughput; the others' is a rising
+    // ramp toward their wish, the same on every type. So is the curve of a
+    // job measured on no type (no data, or samples that never said where).
+    if (!input.planned_by_cluster || fit.by_type.empty()) continue;
+    const TypeModel on_type = ModelOnType(fit, type, *types.speeds, options);
+    input.type_sources[t] = on_type.source;
+    if (on_type.model.empty()) continue;
+    for (size_t i = 0; i < curve.size(); ++i) {
+      const uint32_t n = job.min_replicas + static_cast<uint32_t>(i);
+      const double here = on_type.model.SamplesPerSecond(n);
+      if (!(here > 0)) continue;
+      if (input.goodput.has_value()) {
+        // Goodput: the job's own type's progress curve, scaled by how much
+        // faster this type steps (the batch chosen stays the same).
+        const double own = fit.SamplesPerSecond(n);
+        if (own > 0) curve[i] *= here / own;
+      } else {
+        curve[i] = here;
+      }
+    }
+  }
+  // The type it runs on: as reported, else the one its curve is of, else
+  // the first it may use (a job that does not run has none).
+  job.current_type = first_allowed.value_or(0);
+  for (const std::string_view name :
+       {std::string_view(status.gpu_type), std::string_view(fit.gpu_type)}) {
+    auto it = std::find_if(types.types.begin(), types.types.end(),
+                           [&](const GpuType& type) { return type.name == name; });
+    if (!name.empty() && it != types.types.end()) {
+      job.current_type = static_cast<uint32_t>(it - types.types.begin());
+      break;
+    }
+  }
+}
+
 std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
-    PlanSlot& slot, bool refitted, bool capacity_known, absl::Time now, PlannerJob& job_out,
-    std::shared_ptr<const PlanInput>& source) const {
+    PlanSlot& slot, bool refitted, bool capacity_known, const TypeContext& types, absl::Time now,
+    PlannerJob& job_out, std::shared_ptr<const PlanInput>& source) const {
   JobEntry& entry = slot.entry;
   std::optional<GoodputPlan> goodput =
       GoodputPlan::Of(options_.plan_on_goodput, entry.spec, *slot.fitted,
                       RunningReplicas(entry.status), slot.batch);
   if (const std::shared_ptr<const PlanInput>& cached = slot.plan_input;
       cached != nullptr && cached->version == entry.version && cached->fitted == slot.fitted &&
-      cached->capacity_known == capacity_known &&
+      cached->capacity_known == capacity_known && cached->types_key == types.key &&
       cached->goodput.has_value() == goodput.has_value() &&
       (!goodput.has_value() || cached->goodput->running() == goodput->running())) {
     if (source != cached) {
@@ -63,6 +117,7 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
   input->version = entry.version;
   input->fitted = slot.fitted;
   input->capacity_known = capacity_known;
+  input->types_key = types.key;
   const JobSpec& spec = entry.spec;
   const Fitted& fit = *input->fitted;
   const Policy* policy =
@@ -146,6 +201,7 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
     }
     job.throughput.push_back(predicted > 0 ? predicted : double(n));
   }
+  if (!types.types.empty()) TypedCurves(spec, entry.status, fit, types, *input);
   if (!spec.admission.empty()) {
     // Kueue (or another admitter) owns admission and preemption: a job it
     // has not admitted cannot be started by any plan, and one it runs is
@@ -154,6 +210,7 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
     if (!running) {
       job.max_replicas = 0;  // < min: cannot run
       job.throughput.clear();
+      for (std::vector<double>& curve : job.throughput_by_type) curve.clear();
     }
   }
   // Only a planner job's input outlives this plan: the other policies read
@@ -193,6 +250,15 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
   planner_jobs.resize(slots.size());
   planner_job_sources_.resize(slots.size());
   prepared.reserve(slots.size());
+  // GPU types bind only with a known total, as slots do.
+  TypeContext types;
+  if (capacity && !capacity_gpu_types_.empty()) {
+    types.types = capacity_gpu_types_;
+    types.speeds = &type_speeds_;
+    types.key = absl::HashOf(type_speeds_.Fingerprint(), capacity_gpu_types_.size());
+    for (const GpuType& type : capacity_gpu_types_)
+      types.key = absl::HashOf(types.key, type.name, type.gpus_per_node);
+  }
   size_t index = 0;
   for (auto& [id, slot] : slots) {
     const JobEntry& entry = slot.entry;
@@ -201,7 +267,7 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
     bool refitted = false;
     FitInto(slot, now, refitted);
     PlannerJob& job = planner_jobs[index];
-    p.input = PlanInputOf(slot, refitted, capacity_gpus.has_value(), now, job,
+    p.input = PlanInputOf(slot, refitted, capacity_gpus.has_value(), types, now, job,
                           planner_job_sources_[index]);
     job.queue = FindQueue(result.queues, entry.spec.queue)
                     .value_or(static_cast<uint32_t>(result.queues.size()));
@@ -234,8 +300,16 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
   // Slots bind only with a known total (SetCapacity sets both).
   const std::span<const ReplicaSlots> node_slots =
       capacity ? std::span<const ReplicaSlots>(capacity_slots_) : std::span<const ReplicaSlots>();
-  ClusterPlan plan =
-      PlanCluster(planner_jobs, capacity, planner_options, node_slots, result.queues);
+  ClusterPlan plan;
+  if (!types.types.empty()) {
+    // Type and size together (queues are not planned with types).
+    std::vector<GpuTypeCapacity> capacities;
+    for (const GpuType& type : capacity_gpu_types_)
+      capacities.push_back({type.name, type.total_gpus, type.slots});
+    plan = PlanClusterTypes(planner_jobs, capacities, planner_options);
+  } else {
+    plan = PlanCluster(planner_jobs, capacity, planner_options, node_slots, result.queues);
+  }
   result.queue_use = std::move(plan.queues);
   if (result.queue_use.empty()) {
     // One pool (no queue constrains anything): the default queue holds all.
@@ -305,6 +379,17 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
     }
     rec.current_samples_per_second = fitted.SamplesPerSecond(RunningReplicas(entry.status));
     rec.predicted_samples_per_second = fitted.SamplesPerSecond(planned.replicas);
+    if (!types.types.empty() && planned.replicas > 0) {
+      const PlannerJob& job = planner_jobs[i - 1];
+      rec.gpu_type = capacity_gpu_types_[planned.gpu_type].name;
+      // On the type planned (a planner job's curve; the others' is a ramp).
+      const std::vector<double>& curve = job.throughput_by_type[planned.gpu_type];
+      const size_t at = planned.replicas - std::min(planned.replicas, job.min_replicas);
+      if (p.input->planned_by_cluster && !fitted.by_type.empty() &&
+          planned.replicas >= job.min_replicas && at < curve.size() && !p.input->goodput) {
+        rec.predicted_samples_per_second = curve[at];
+      }
+    }
     rec.queue_position = planned.queue_position;
     rec.decided_at = now;
     rec.policy = std::string(p.input->policy);
@@ -337,6 +422,13 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
     result.registrations.push_back(entry.registration);
   }
   result.recs = std::move(recs);
+  if (!types.types.empty()) {
+    // What the next plan predicts unmeasured types with.
+    std::vector<const Fitted*> fits;
+    fits.reserve(slots.size());
+    for (const auto& [id, slot] : slots) fits.push_back(slot.fitted.get());
+    type_speeds_ = TypeSpeeds::Learn(fits);
+  }
   return result;
 }
 

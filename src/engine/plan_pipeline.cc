@@ -46,6 +46,7 @@ void PlanPipeline::Replan(const std::atomic<bool>& leading) {
   next.exact = result.exact;
   next.queues = std::move(result.queues);
   next.queue_use = std::move(result.queue_use);
+  next.type_speeds = type_speeds_;
   std::shared_ptr<WriteTicket> recorded =
       registry_.CommitPlan(std::move(result.recs), result.registrations, &stats.changes_by_action,
                            [this, &stats, &next](bool published) {
@@ -88,6 +89,7 @@ CapacityState PlanPipeline::SyncLocked() {
     slot.entry.memory = std::move(memory);
   }
   capacity_slots_ = changes.capacity.slots;
+  capacity_gpu_types_ = changes.capacity.gpu_types;
   capacity_queues_ = changes.capacity.queues;
   return changes.capacity;
 }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "src/engine/job_registry.h"
 #include "src/engine/job_views.h"
 #include "src/engine/state_writer.h"
+#include "src/engine/type_curves.h"
 
 namespace rescale::engine {
 
@@ -53,6 +55,8 @@ struct PlanSummary {
   std::vector<PlannedQueue> queue_use;
   // When a checkpoint last wrote every job it meant to.
   absl::Time checkpointed_at = absl::InfinitePast();
+  // The GPU types' speed ratios it learned (what views predict with).
+  TypeSpeeds type_speeds;
 };
 
 class PlanPipeline {
@@ -91,6 +95,10 @@ class PlanPipeline {
     // only): what the planner's curve was made of, and what the
     // recommendation carries for the size planned.
     std::vector<std::optional<BatchChoice>> choices;
+    // The GPU types it was made for (TypesKey; 0 = one type), and where
+    // each type's curve came from (job.throughput_by_type's order).
+    uint64_t types_key = 0;
+    std::vector<TypeCurveSource> type_sources;
   };
   // A plan's copy of one job, kept from plan to plan and brought up to date
   // only for the jobs changed since, with what plans keep between them.
@@ -105,6 +113,7 @@ class PlanPipeline {
     std::shared_ptr<const PlanInput> plan_input;
     MetricsStore::StatsRevision stats_revision;
     uint64_t fitted_spec_version = 0;
+    std::string fitted_type;  // the GPU type the job ran on when fitted
     // Bumped by every refit; the checkpoint writes the jobs whose fit
     // moved on since the last (checkpointed_fit).
     uint64_t fit_serial = 0;
@@ -136,8 +145,20 @@ class PlanPipeline {
   void FitInto(PlanSlot& slot, absl::Time now, bool& refitted) const;
   // The slot's PlanInput: its kept one while it stands, else a new one
   // (see the .cc); `job` gets its planner input.
+  // `types`: the cluster's GPU types (null = one type), `types_key` what
+  // identifies them and the speeds the typed curves are predicted with.
+  struct TypeContext {
+    std::span<const GpuType> types;
+    const TypeSpeeds* speeds = nullptr;
+    uint64_t key = 0;
+  };
+  // The planner job's curve per GPU type (PlannerJob::throughput_by_type)
+  // and the type it runs on, from its fits (type_curves.h).
+  void TypedCurves(const JobSpec& spec, const JobStatus& status, const Fitted& fit,
+                   const TypeContext& types, PlanInput& input) const;
   std::shared_ptr<const PlanInput> PlanInputOf(PlanSlot& slot, bool refitted, bool capacity_known,
-                                               absl::Time now, PlannerJob& job,
+                                               const TypeContext& types, absl::Time now,
+                                               PlannerJob& job,
                                                std::shared_ptr<const PlanInput>& source) const;
   // Writes the measurements of the jobs refitted since the last checkpoint
   // (once a plan_interval).
@@ -153,6 +174,11 @@ class PlanPipeline {
   Mutex plan_mu_;
   SlotMap slots_ ABSL_GUARDED_BY(plan_mu_);
   std::vector<ReplicaSlots> capacity_slots_ ABSL_GUARDED_BY(plan_mu_);
+  // The cluster's GPU types (empty = one type), and the speed ratios the
+  // last plan's fits taught (type_curves.h): a plan predicts the types a
+  // job never ran on with the ratios of the plan before it.
+  std::vector<GpuType> capacity_gpu_types_ ABSL_GUARDED_BY(plan_mu_);
+  TypeSpeeds type_speeds_ ABSL_GUARDED_BY(plan_mu_);
   std::vector<QueueSpec> capacity_queues_ ABSL_GUARDED_BY(plan_mu_);
   // The planner's input of the last plan, one per slot in the slots'
   // order, and the kept PlanInput each was copied from (null: none): the

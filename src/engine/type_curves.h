@@ -1,0 +1,70 @@
+// A job's throughput on each GPU type of a mixed cluster: its own fit where
+// it ran, and a prediction where it did not (Sia's bootstrapping, SOSP'23
+// 3.1: the compute part scaled by how much faster the type is, the
+// communication model carried over), with the band the guess deserves.
+// TypeSpeeds learns "how much faster" from the jobs measured on two types.
+// Values only: the plan pipeline builds them under its gate, and the views
+// read copies.
+#ifndef RESCALE_SRC_ENGINE_TYPE_CURVES_H_
+#define RESCALE_SRC_ENGINE_TYPE_CURVES_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "rescale/throughput_model.h"
+#include "rescale/types.h"
+#include "src/engine/job_entry.h"
+
+namespace rescale::engine {
+
+// Per ordered pair of types (a, b), the median over the jobs measured on
+// both of samples/s on b over samples/s on a at one replica.
+class TypeSpeeds {
+ public:
+  // From each job's per-type fits (Fitted::by_type; jobs with fewer than two
+  // types measured add nothing).
+  static TypeSpeeds Learn(std::span<const Fitted* const> fits);
+  // How much faster `to` runs a job than `from` (nullopt: no job ran on both).
+  std::optional<double> Ratio(std::string_view from, std::string_view to) const;
+  // Changes when any ratio does by more than a percent: what a kept plan
+  // input is keyed by, so a new job measured on two types does not refit
+  // every other job's typed curves for a ratio that barely moved.
+  uint64_t Fingerprint() const;
+  bool empty() const { return ratio_.empty(); }
+
+ private:
+  std::map<std::pair<std::string, std::string>, double, std::less<>> ratio_;
+};
+
+// Where a job's model on one type comes from.
+enum class TypeCurveSource {
+  kMeasured,     // its own fit there (at two sizes or more)
+  kTransferred,  // measured there at one size; the rest from another type
+  kPredicted,    // never measured there: another type's, scaled by TypeSpeeds
+  kUnknown,      // no fit on any type (the caller's default curve applies)
+};
+std::string_view TypeCurveSourceName(TypeCurveSource source);
+
+struct TypeModel {
+  ThroughputModel model;
+  TypeCurveSource source = TypeCurveSource::kUnknown;
+  std::string from_type;  // the type a transferred or predicted model is of
+};
+
+// The job's model on `type` (see TypeCurveSource), its nodes of
+// type.gpus_per_node GPUs. `options` are the job's (JobViews::ModelOptionsOf).
+TypeModel ModelOnType(const Fitted& fitted, const GpuType& type, const TypeSpeeds& speeds,
+                      ModelOptions options);
+
+// Whether `spec` may run on the type named `name` (JobSpec::gpu_types).
+bool AllowedOn(const JobSpec& spec, std::string_view name);
+
+}  // namespace rescale::engine
+
+#endif  // RESCALE_SRC_ENGINE_TYPE_CURVES_H_
