@@ -79,6 +79,8 @@ TEST_CASE("every typed policy finishes a small workload on Sia's cluster, by its
     const TypedSummary summary = Summarize(*result);
     CHECK(summary.unfinished == 0);
     CHECK(summary.avg_jct_hours > 0);
+    // No thrash: a job is not re-placed (and restarted) plan after plan.
+    CHECK(summary.restarts_per_job < 15);
     by_policy[policy] = summary;
   }
   // fifo runs every job once, at its submitted size.

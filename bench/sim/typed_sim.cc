@@ -240,13 +240,20 @@ absl::Status TypedSimulation::Apply(const std::vector<std::pair<int, uint32_t>>&
     auto [t, n] = placed[i];
     if (n == 0 || stays(i)) continue;
     if (engine_policy() && !typed_engine()) {
-      // First fit: its own type, then cluster order, else the most room.
+      // First fit: its own type, then the first in cluster order with room
+      // for all of it. Where it fits nowhere: a running job stays on its
+      // type, as large as the type lets it (re-placing it every plan would
+      // restart it every plan), a waiting one starts where most is free.
       const int own = before[i].first;
+      const uint32_t own_room = own == kNoType ? 0 : free[own] + (j.type == own ? j.replicas : 0);
       t = kNoType;
-      if (own != kNoType && free[own] + (j.type == own ? j.replicas : 0) >= n) t = own;
+      if (own != kNoType && own_room >= n) t = own;
       for (size_t k = 0; k < types && t == kNoType; ++k)
         if (free[k] >= n) t = static_cast<int>(k);
-      if (t == kNoType) {
+      if (t == kNoType && own != kNoType) {
+        t = own;
+        n = std::min(n, own_room);
+      } else if (t == kNoType) {
         int most = 0;
         for (size_t k = 1; k < types; ++k)
           if (free[k] > free[most]) most = static_cast<int>(k);
