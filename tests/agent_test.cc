@@ -4,8 +4,9 @@
 // resolution, and the sender: batching, backoff with injected time and
 // randomness, the bounded buffer, and — against a real in-process rescaled
 // — no sample lost or stored twice when answers are lost and batches are
-// resent. Time is a ManualClock shared by agent and server; nothing sleeps;
-// the server binds port 0.
+// resent; the GPU type on every batch (the binary itself:
+// agent_binary_test.cc). Time is a ManualClock shared by agent and server;
+// nothing sleeps; the server binds port 0.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <unistd.h>
@@ -183,6 +184,36 @@ TEST_CASE("world size comes from the flag, then WORLD_SIZE, then a fixed PET_NNO
   env["WORLD_SIZE"] = "eight";
   CHECK_FALSE(ResolveWorldSize(0, getenv).ok());
   CHECK_FALSE(ResolveWorldSize(-1, getenv).ok());
+}
+
+// ---- GPU type --------------------------------------------------------------------
+
+TEST_CASE("gpu type comes from --gpu-type, then RESCALE_GPU_TYPE, and must be a type name") {
+  std::map<std::string, std::string> env;
+  auto getenv = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  CHECK(*ResolveGpuType("", getenv) == "");  // not said
+  env["RESCALE_GPU_TYPE"] = "";
+  CHECK(*ResolveGpuType("", getenv) == "");
+  env["RESCALE_GPU_TYPE"] = "Tesla-T4";
+  CHECK(*ResolveGpuType("", getenv) == "Tesla-T4");
+  CHECK(*ResolveGpuType("NVIDIA-A100-SXM4-40GB", getenv) == "NVIDIA-A100-SXM4-40GB");
+
+  // A bad value is named by where it came from.
+  absl::StatusOr<std::string> bad_flag = ResolveGpuType("A100 80GB", getenv);
+  REQUIRE_FALSE(bad_flag.ok());
+  CHECK(bad_flag.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(bad_flag.status().message()),
+             Contains("--gpu-type \"A100 80GB\" is not a GPU type name"));
+  env["RESCALE_GPU_TYPE"] = "-T4";
+  absl::StatusOr<std::string> bad_env = ResolveGpuType("", getenv);
+  REQUIRE_FALSE(bad_env.ok());
+  CHECK_THAT(std::string(bad_env.status().message()),
+             Contains("RESCALE_GPU_TYPE \"-T4\" is not a GPU type name"));
+  CHECK_FALSE(ResolveGpuType(std::string(64, 'a'), getenv).ok());  // 63 characters at most
+  CHECK(*ResolveGpuType(std::string(63, 'a'), getenv) == std::string(63, 'a'));
 }
 
 // ---- file follower ----------------------------------------------------------------
@@ -433,6 +464,32 @@ TEST_CASE("line feeder counts lines, stamps samples and fills the default batch 
         1'000'000'000);
 }
 
+TEST_CASE("sender names its GPU type on every batch, and no type when it has none") {
+  ManualClock clock;
+  ScriptedTransport transport;
+  SenderOptions options = SmallOptions();
+  options.gpu_type = "Tesla-T4";
+  SampleSender sender(options, &transport, &clock, [] { return 0.5; });
+  for (uint64_t i = 0; i < 7; ++i) sender.Add(At(clock, i));
+  sender.Close();
+  while (sender.MaybeSend()) {
+  }
+  REQUIRE(transport.batches.size() == 3);  // 3 + 3 + 1
+  for (const v1::SampleBatch& batch : transport.batches) {
+    CHECK(batch.gpu_type() == "Tesla-T4");
+    // The batch says it once; the samples leave theirs empty.
+    for (const v1::StepSample& sample : batch.samples()) CHECK(sample.gpu_type().empty());
+  }
+
+  ScriptedTransport untyped;
+  SampleSender plain(SmallOptions(), &untyped, &clock, [] { return 0.5; });
+  plain.Add(At(clock, 0));
+  plain.Close();
+  CHECK(plain.MaybeSend());
+  REQUIRE(untyped.batches.size() == 1);
+  CHECK(untyped.batches[0].gpu_type().empty());
+}
+
 // ---- against a real rescaled ---------------------------------------------------------
 
 struct AgentServer {
@@ -457,6 +514,18 @@ struct AgentServer {
     REQUIRE(jobs->RegisterJob(&ctx, req, &job).ok());
   }
   uint64_t Accepted() { return server->engine().GetJob("ns/job").value().status.samples_accepted; }
+  // The GPU types the job has a curve on, and the samples stored there.
+  std::map<std::string, uint64_t> SamplesByType() {
+    std::map<std::string, uint64_t> out;
+    const JobView job = server->engine().GetJob("ns/job").value();
+    for (const JobView::TypeCurve& typed : job.curves_by_type) {
+      uint64_t samples = 0;
+      for (const CurvePoint& point : typed.curve)
+        samples += point.observed ? point.sample_count : 0;
+      out[typed.gpu_type] = samples;
+    }
+    return out;
+  }
 
   ManualClock clock;
   std::unique_ptr<server::RescaleServer> server;
@@ -576,6 +645,23 @@ TEST_CASE("grpc transport reports an unreachable server as UNAVAILABLE, which th
   CHECK(sender.last_error().code() == absl::StatusCode::kUnavailable);
   CHECK(sender.stats().pending == 3);
   CHECK(sender.NextAttempt() > clock.Now());
+}
+
+TEST_CASE("agent pipeline's GPU type reaches rescaled: the job gets a curve on that type") {
+  AgentServer server;
+  GrpcTransport grpc(server.channel, absl::Seconds(30));
+  SenderOptions options = SmallOptions();
+  options.gpu_type = "Tesla-T4";
+  SampleSender sender(options, &grpc, &server.clock);
+  auto parser = Parser("kv");
+  LineFeeder feeder(parser.get(), &sender, &server.clock);
+  for (int step = 0; step < 10; ++step)
+    feeder.Feed("step=" + std::to_string(step) + " step_time=0.5");
+  sender.Close();
+  sender.Run(absl::Seconds(5));  // closed: everything is due at once, no waiting
+  CHECK(sender.stats().accepted == 10);
+  CHECK(sender.stats().rejected == 0);
+  CHECK(server.SamplesByType() == std::map<std::string, uint64_t>{{"Tesla-T4", 10}});
 }
 
 }  // namespace

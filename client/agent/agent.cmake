@@ -3,8 +3,9 @@
 #   rescale_agent_lib  parsers, file follower, reliable sender
 #   rescale-agent      the binary
 #   agent_tests        its Catch2 suite (label "agent"), against a real
-#                      in-process rescaled; not part of the TSan build,
-#                      which runs only the core's [concurrency] tests
+#                      in-process rescaled, some through the binary; not
+#                      part of the TSan build, which runs only the core's
+#                      [concurrency] tests
 add_library(rescale_agent_lib
   client/agent/parser.cc
   client/agent/sender.cc
@@ -20,8 +21,13 @@ target_link_libraries(rescale-agent PRIVATE rescale_agent_lib
   CLI11::CLI11 absl::str_format)
 
 if(NOT RESCALE_SANITIZE STREQUAL "thread")
-  add_executable(agent_tests tests/test_main.cc tests/agent_test.cc)
+  add_executable(agent_tests tests/test_main.cc tests/agent_test.cc tests/agent_binary_test.cc
+    tests/child_process.cc)
   target_link_libraries(agent_tests PRIVATE rescale_agent_lib rescale_server Catch2::Catch2)
+  # agent_binary_test.cc runs the binary itself (its flags and environment).
+  target_compile_definitions(agent_tests PRIVATE
+    RESCALE_AGENT_BINARY="$<TARGET_FILE:rescale-agent>")
+  add_dependencies(agent_tests rescale-agent)
   catch_discover_tests(agent_tests PROPERTIES LABELS agent)
 endif()
 

@@ -5,6 +5,7 @@
 //   kubectl logs -f POD | rescale-agent --job NS/NAME --pod POD
 //   rescale-agent --server rescaled:50051 --job NS/NAME --pod POD
 //       --file /var/log/train.log --format kv --world-size 4
+//       --gpu-type NVIDIA-A100-SXM4-40GB
 // Formats: see client/agent/parser.h; delivery guarantees: client/agent/sender.h;
 // file following: client/agent/source.h. The flag names (with dashes, hence CLI11
 // rather than absl flags) are a public contract.
@@ -14,7 +15,8 @@
 //      acknowledged by rescaled (stored, de-duplicated or rejected as invalid)
 //   1  --file exists but could not be opened (a missing file is waited
 //      for), or --ca-file could not be read
-//   2  usage: bad flags, no world size, bad --format
+//   2  usage: bad flags, no world size, bad --format, a --gpu-type (or
+//      RESCALE_GPU_TYPE) that is not a GPU type name
 //   3  samples were lost: dropped from a full buffer, refused for good, or
 //      still unacknowledged when --drain-timeout ran out
 // On exit one line of statistics goes to stderr.
@@ -51,6 +53,7 @@ struct Flags {
   std::string job;
   std::string pod;
   int64_t world_size = 0;
+  std::string gpu_type;
   uint32_t batch_size = 0;
   std::string file;
   std::string format = "imagenet";
@@ -105,6 +108,11 @@ int main(int argc, char** argv) {
   app.add_option(
       "--world-size", flags.world_size,
       "workers in the job; default: $WORLD_SIZE, else $PET_NNODES when not a min:max range");
+  // Not CLI11's envname: ResolveGpuType reads RESCALE_GPU_TYPE, so an
+  // invalid value is named by where it came from.
+  app.add_option("--gpu-type", flags.gpu_type,
+                 "GPU type the pod runs on, the node's nvidia.com/gpu.product label (e.g. "
+                 "NVIDIA-A100-SXM4-40GB); default: $RESCALE_GPU_TYPE, else not said");
   app.add_option("--batch-size", flags.batch_size,
                  "samples per step on this pod, for lines that do not say; 0 = the job's "
                  "local_batch_size")
@@ -152,6 +160,11 @@ int main(int argc, char** argv) {
     std::cerr << "rescale-agent: " << world_size.status().message() << "\n";
     return 2;
   }
+  absl::StatusOr<std::string> gpu_type = rescale::agent::ResolveGpuType(flags.gpu_type, nullptr);
+  if (!gpu_type.ok()) {
+    std::cerr << "rescale-agent: " << gpu_type.status().message() << "\n";
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<rescale::agent::LineParser>> parser =
       rescale::agent::MakeLineParser(flags.format);
   if (!parser.ok()) {
@@ -165,6 +178,7 @@ int main(int argc, char** argv) {
   options.job_id = flags.job;
   options.pod = flags.pod;
   options.world_size = *world_size;
+  options.gpu_type = *gpu_type;
   options.max_batch = flags.max_batch;
   options.flush_interval = absl::Seconds(flags.flush_interval);
   options.buffer_capacity = flags.buffer;

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "rescale/names.h"
 
 namespace rescale::agent {
 namespace {
@@ -121,6 +122,7 @@ bool SampleSender::MaybeSend() {
     batch.set_job_id(options_.job_id);
     batch.set_pod(options_.pod);
     batch.set_world_size(options_.world_size);
+    batch.set_gpu_type(options_.gpu_type);
     batch.mutable_samples()->Reserve(static_cast<int>(n));
     for (size_t i = 0; i < n; ++i) {
       const AgentSample& s = buffer_[i];
@@ -247,6 +249,22 @@ absl::StatusOr<uint32_t> ResolveWorldSize(int64_t flag,
   }
   return absl::InvalidArgumentError(
       "no world size: pass --world-size or set WORLD_SIZE (or PET_NNODES) in the environment");
+}
+
+absl::StatusOr<std::string> ResolveGpuType(std::string_view flag,
+                                           const std::function<const char*(const char*)>& getenv) {
+  std::string_view source = "--gpu-type";
+  std::string_view value = flag;
+  if (value.empty()) {
+    const char* env = getenv ? getenv("RESCALE_GPU_TYPE") : std::getenv("RESCALE_GPU_TYPE");
+    if (env == nullptr || *env == '\0') return std::string();
+    source = "RESCALE_GPU_TYPE";
+    value = env;
+  }
+  // Checked here rather than left to the server: it would reject every
+  // sample one by one, and the agent would stream on, measuring nothing.
+  if (!IsGpuTypeName(value)) return absl::InvalidArgumentError(GpuTypeNameError(source, value));
+  return std::string(value);
 }
 
 }  // namespace rescale::agent

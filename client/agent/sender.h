@@ -29,14 +29,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/common/backoff.h"
-#include "rescale/clock.h"
 #include "client/common/server_list.h"
+#include "rescale/clock.h"
 #include "rescale/v1/rescale.grpc.pb.h"
 
 namespace rescale::agent {
@@ -79,6 +80,8 @@ struct SenderOptions {
   std::string job_id;
   std::string pod;
   uint32_t world_size = 0;
+  // The GPU type the pod runs on (SampleBatch.gpu_type); "" = not said.
+  std::string gpu_type;
   // Samples per RPC at most.
   size_t max_batch = 500;
   // A partial batch is sent once its oldest sample has waited this long.
@@ -174,6 +177,14 @@ class SampleSender {
 // `getenv` is injected for tests (null = std::getenv).
 absl::StatusOr<uint32_t> ResolveWorldSize(int64_t flag,
                                           const std::function<const char*(const char*)>& getenv);
+
+// GPU type for the batches: `flag` when non-empty, else the environment
+// variable RESCALE_GPU_TYPE, else "" (not said: the server keeps the job's
+// one curve). A value that is not a GPU type name (rescale/names.h) is
+// INVALID_ARGUMENT naming --gpu-type or RESCALE_GPU_TYPE, whichever gave it.
+// `getenv` is injected for tests (null = std::getenv).
+absl::StatusOr<std::string> ResolveGpuType(std::string_view flag,
+                                           const std::function<const char*(const char*)>& getenv);
 
 }  // namespace rescale::agent
 

@@ -26,6 +26,8 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -241,15 +243,22 @@ int Watch(Session& session, const std::string& ns, int64_t max_events) {
   return 0;
 }
 
-// `slots`: the --slots flag, already checked by ParseSlotsFlag ("" = none).
-// `allocatable_gpus`: the --allocatable flag (0 = not reported); the server
-// checks it against the total.
-int SetCapacity(Session& session, uint32_t total_gpus, const std::string& slots,
-                uint32_t allocatable_gpus) {
+struct CapacityFlags {
+  uint32_t total_gpus = 0;  // 0 with --types: their sum
+  // --slots and --types, already checked by ParseSlotsFlag and
+  // ParseGpuTypesFlag ("" = none); never both.
+  std::string slots;
+  std::string types;
+  // --allocatable (0 = not reported); the server checks it against the total.
+  uint32_t allocatable_gpus = 0;
+};
+
+int SetCapacity(Session& session, const CapacityFlags& flags) {
   v1::SetCapacityRequest request;
-  request.set_total_gpus(total_gpus);
-  if (!slots.empty()) ParseSlotsFlag(slots, request.mutable_slots());
-  request.set_allocatable_gpus(allocatable_gpus);
+  request.set_total_gpus(flags.total_gpus);
+  if (!flags.slots.empty()) ParseSlotsFlag(flags.slots, request.mutable_slots());
+  if (!flags.types.empty()) ParseGpuTypesFlag(flags.types, request.mutable_gpu_types());
+  request.set_allocatable_gpus(flags.allocatable_gpus);
   v1::Cluster cluster;
   if (!session.Call(&v1::ClusterService::Stub::SetCapacity, request, &cluster)) return 1;
   if (session.table()) {
@@ -263,6 +272,8 @@ int SetCapacity(Session& session, uint32_t total_gpus, const std::string& slots,
                     << s.gpus_per_replica() << " GPUs";
     }
     session.out() << "\n";
+    // A mixed cluster: its types under the line, as capacity get shows them.
+    if (!cluster.gpu_types().empty()) session.out() << FormatGpuTypesTable(cluster);
   } else {
     PrintMessage(cluster, session.format(), session.out());
   }
@@ -443,7 +454,8 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
       "job, LOCAL or LOCALxSTEPS: LOCAL samples per worker per micro-step, STEPS\n"
       "micro-steps per optimizer step (64x3 = 3 micro-steps of 64), '-' when\n"
       "none. EFFICIENCY is that batch's statistical efficiency (else the running\n"
-      "batch's), '-' when unknown. In table mode a line on stderr then gives the\n"
+      "batch's), '-' when unknown. GPU-TYPE, last and only when a job has one, is the\n"
+      "GPU type recommended. In table mode a line on stderr then gives the\n"
       "cluster's GPU utilisation, waiting jobs and the plan's optimality gap.");
   get_jobs->add_option("-n,--namespace", jobs_namespace, "Only jobs in this namespace");
 
@@ -528,14 +540,15 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
 
   // ---- capacity
   CLI::App* capacity = group("capacity", "Show or set the cluster's GPU capacity");
-  uint32_t capacity_gpus = 0;
-  std::string capacity_slots;
-  uint32_t capacity_allocatable = 0;
+  CapacityFlags capacity_flags;
   CLI::App* capacity_set = leaf(
       capacity, "set", "Set the GPUs the planner may hand out",
-      [&](Session& s) {
-        return SetCapacity(s, capacity_gpus, capacity_slots, capacity_allocatable);
-      },
+      [&](Session& s) { return SetCapacity(s, capacity_flags); },
+      "--types makes a cluster of several GPU types, as NAME=GPUS[:PER_NODE] elements,\n"
+      "comma-separated: --types Tesla-T4=24:4,NVIDIA-A100-SXM4-40GB=16:8 says 24 T4s, 4\n"
+      "per node, and 16 A100s, 8 per node. NAME is the nodes' nvidia.com/gpu.product\n"
+      "label; PER_NODE may be left out. N may then be left out (it is the types' sum);\n"
+      "--slots cannot be given with --types. Without --types, any types set before go.\n"
       "--slots tells how many replicas of each size fit on the nodes' free GPUs, as\n"
       "GPUS=REPLICAS pairs, comma-separated: --slots 8=3,4=7 says three 8-GPU replicas\n"
       "or seven 4-GPU ones fit (per node, floor(free GPUs / GPUS), summed). The planner\n"
@@ -543,24 +556,51 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
       "bounded by the total only. Without --slots, any slots set before are dropped.\n"
       "--allocatable tells all the nodes' GPUs, usable or not (at least N): capacity\n"
       "get shows them as TOTAL and N as USABLE. Without it they are not reported.");
-  capacity_set->add_option("gpus", capacity_gpus, "Total GPUs")->type_name("N")->required();
+  CLI::Option* gpus_option = capacity_set->add_option("gpus", capacity_flags.total_gpus,
+                                                      "Total GPUs (0 with --types: their sum)");
+  gpus_option->type_name("N");
+  CLI::Option* slots_option =
+      capacity_set
+          ->add_option("--slots", capacity_flags.slots,
+                       "Replicas per size that fit on the nodes, e.g. 8=3,4=7 (GPUS=REPLICAS,...)")
+          ->type_name("GPUS=N,...")
+          ->check(CLI::Validator(
+              [](std::string& text) {
+                google::protobuf::RepeatedPtrField<v1::ReplicaSlots> ignored;
+                return ParseSlotsFlag(text, &ignored);
+              },
+              "", "slots"));
+  auto check_types = [](std::string& text) {
+    google::protobuf::RepeatedPtrField<v1::GpuType> ignored;
+    std::string error = ParseGpuTypesFlag(text, &ignored);
+    // CLI11 puts the flag's name before the message already.
+    constexpr std::string_view kFlag = "--types: ";
+    if (error.rfind(kFlag, 0) == 0) error.erase(0, kFlag.size());
+    return error;
+  };
+  CLI::Option* types_option = capacity_set->add_option(
+      "--types", capacity_flags.types,
+      "GPU types: NAME=GPUS[:PER_NODE],..., e.g. Tesla-T4=24:4,NVIDIA-A100-SXM4-40GB=16:8");
+  types_option->type_name("NAME=GPUS[:PER_NODE],...")
+      ->check(CLI::Validator(check_types, "", "types"));
+  // Checked at parse time, as usage errors (exit 2), before any call.
+  capacity_set->parse_complete_callback([gpus_option, slots_option, types_option] {
+    if (types_option->count() > 0 && slots_option->count() > 0) {
+      throw CLI::ValidationError(
+          "--slots cannot be given with --types: a replica runs on one GPU type, so slots are "
+          "per type (GpuType.slots in the API)");
+    }
+    if (types_option->count() == 0 && gpus_option->count() == 0) {
+      throw CLI::RequiredError("N (the total GPUs; it may be left out only with --types)");
+    }
+  });
   capacity_set
-      ->add_option("--slots", capacity_slots,
-                   "Replicas per size that fit on the nodes, e.g. 8=3,4=7 (GPUS=REPLICAS,...)")
-      ->type_name("GPUS=N,...")
-      ->check(CLI::Validator(
-          [](std::string& text) {
-            google::protobuf::RepeatedPtrField<v1::ReplicaSlots> ignored;
-            return ParseSlotsFlag(text, &ignored);
-          },
-          "", "slots"));
-  capacity_set
-      ->add_option("--allocatable", capacity_allocatable,
+      ->add_option("--allocatable", capacity_flags.allocatable_gpus,
                    "All nodes' allocatable GPUs, usable or not (0 = not reported)")
       ->type_name("M");
   leaf(capacity, "get",
        "Show total, usable, allocated and free GPUs, each job's allocation and, when known, "
-       "the replicas per size that fit on the nodes",
+       "the replicas per size that fit on the nodes and each GPU type's GPUs",
        [&](Session& s) { return GetCapacity(s); });
 
   // ---- status / health / apply-status

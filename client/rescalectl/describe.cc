@@ -1,5 +1,5 @@
 // `rescalectl describe job` (see output.h): the kubectl-describe-style view
-// of a job and its throughput-curve table.
+// of a job, its throughput-curve table and its curve on each GPU type.
 #include <google/protobuf/timestamp.pb.h>
 #include <google/protobuf/util/json_util.h>
 
@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/rescalectl/output.h"
 #include "client/rescalectl/output_internal.h"
 
@@ -31,6 +32,62 @@ std::string BatchScalingText(const v1::JobSpec& spec) {
   return absl::StrCat("initial ", b.initial_batch_size(), ", max ", max_batch, ", local ",
                       std::max(b.min_local_batch_size(), 1u), "-", max_local,
                       b.gradient_accumulation() ? ", accumulation" : "");
+}
+
+// The "Model:" and "Planned on:" lines and the per-size table of one curve,
+// each line starting with `indent`; the recommended and current sizes are
+// marked (0 = no mark). Shared by the job's curve and its curve per type so
+// the two read the same.
+std::string CurveTable(const v1::Job& job, const v1::ThroughputCurve& curve, uint32_t recommended,
+                       uint32_t current, const std::string& indent) {
+  std::string text;
+  if (!curve.model().empty()) {
+    const bool any_observed = std::any_of(curve.points().begin(), curve.points().end(),
+                                          [](const auto& point) { return point.observed(); });
+    // The fit's RMS log error is, for errors this small, the typical
+    // relative error, which is how people read "fit error". It is measured
+    // on observed sizes only, so a prior-only fit has none to report.
+    absl::StrAppend(&text, indent, "Model: ", curve.model(),
+                    any_observed
+                        ? FormatDouble(" (fit error %.1f%% RMS)", 100 * curve.fit_rms_log_error())
+                        : std::string(" (no sizes observed yet)"),
+                    "\n");
+  }
+  // The model missed a point: the table and every plan use the points.
+  if (!curve.planned_on().empty())
+    absl::StrAppend(&text, indent, "Planned on: ", curve.planned_on(), "\n");
+
+  const std::vector<const v1::CurvePoint*> points = PointsByReplicas(curve);
+  const std::vector<const v1::CurvePoint*> rows = CurveTableRows(job, points);
+  const double one_replica_rate = OneReplicaRate(points);
+  // The last, unnamed column holds the size markers; Table trims it away on
+  // rows without one.
+  Table table({"N", "PREDICTED/S", "±", "EFFICIENCY", "OBSERVED/S", "ERROR", "SAMPLES", ""});
+  for (const v1::CurvePoint* point : rows) {
+    const double efficiency = EfficiencyOf(*point, one_replica_rate);
+    const bool has_observed = HasObservedRate(*point);
+    const double observed = point->observed_samples_per_second();
+    table.AddRow({
+        absl::StrCat(point->replicas()),
+        Rate(point->samples_per_second()),
+        Rate(point->uncertainty()),
+        efficiency > 0 ? FormatDouble("%.0f%%", 100 * efficiency) : "-",
+        has_observed ? Rate(observed) : "-",
+        // Positive: the model promises more than the job delivered.
+        has_observed
+            ? FormatDouble("%+.1f%%", 100 * (point->samples_per_second() - observed) / observed)
+            : "-",
+        point->observed() ? absl::StrCat(point->sample_count()) : "-",
+        SizeMarker(point->replicas(), recommended, current),
+    });
+  }
+  text += table.Render(indent);
+  if (rows.size() < points.size()) {
+    absl::StrAppend(&text, indent, "(", rows.size(), " of ", points.size(),
+                    " sizes: observed, recommended, current, min, max and powers of 2;"
+                    " -o yaml lists all)\n");
+  }
+  return text;
 }
 
 }  // namespace
@@ -56,6 +113,9 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
                                            : "1 (default)");
   spec_section.Add("Priority", absl::StrCat(spec.priority()));
   spec_section.Add("Queue", spec.queue().empty() ? "default" : spec.queue());
+  // Only when set: a job of a one-type cluster reads as before.
+  if (!spec.gpu_types().empty())
+    spec_section.Add("GPU Types", absl::StrJoin(spec.gpu_types(), ", "));
   if (!spec.admission().empty()) spec_section.Add("Admitted By", spec.admission());
   spec_section.Add("Preemptible",
                    spec.has_preemptible() ? YesNo(spec.preemptible()) : "true (default)");
@@ -77,6 +137,7 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
   KeyValueSection status_section;
   status_section.Add("Current Replicas", absl::StrCat(status.current_replicas()));
   status_section.Add("Suspended", YesNo(status.suspended()));
+  if (!status.gpu_type().empty()) status_section.Add("GPU Type", status.gpu_type());
   status_section.Add("Last Applied Generation", absl::StrCat(status.last_applied_generation()));
   status_section.Add("Last Applied At", FormatTimestamp(status.last_applied_at(), now, "<never>"));
   status_section.Add("Registered At", FormatTimestamp(status.registered_at(), now, "<unknown>"));
@@ -145,6 +206,7 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
   text += "\n";
 
   text += FormatThroughputCurve(job);
+  text += FormatCurvesByType(job);
 
   text += "Recommendation:\n";
   if (!job.has_recommendation()) {
@@ -163,6 +225,7 @@ std::string DescribeJob(const v1::Job& job, absl::Time now) {
                                       : RecommendedReplicas(job) > 0 ? "- (running)"
                                                                      : "-");
     rec_section.Add("GPUs", absl::StrCat(rec.gpus()));
+    if (!rec.gpu_type().empty()) rec_section.Add("GPU Type", rec.gpu_type());
     rec_section.Add("Current Samples/s", Rate(rec.current_samples_per_second()));
     rec_section.Add("Predicted Samples/s", Rate(rec.predicted_samples_per_second()));
     // Goodput-planned jobs only: the batch the workers are to run at these
@@ -208,55 +271,7 @@ std::string FormatThroughputCurve(const v1::Job& job) {
     return "Throughput curve: no data yet (the job starts at min_replicas)\n";
   }
   std::string text = "Throughput curve:\n";
-  if (!curve.model().empty()) {
-    const bool any_observed = std::any_of(curve.points().begin(), curve.points().end(),
-                                          [](const auto& point) { return point.observed(); });
-    // The fit's RMS log error is, for errors this small, the typical
-    // relative error, which is how people read "fit error". It is measured
-    // on observed sizes only, so a prior-only fit has none to report.
-    absl::StrAppend(&text, "  Model: ", curve.model(),
-                    any_observed
-                        ? FormatDouble(" (fit error %.1f%% RMS)", 100 * curve.fit_rms_log_error())
-                        : std::string(" (no sizes observed yet)"),
-                    "\n");
-  }
-  // The model missed a point: the table and every plan use the points.
-  if (!curve.planned_on().empty())
-    absl::StrAppend(&text, "  Planned on: ", curve.planned_on(), "\n");
-
-  const std::vector<const v1::CurvePoint*> points = PointsByReplicas(curve);
-  const std::vector<const v1::CurvePoint*> rows = CurveTableRows(job, points);
-  const double one_replica_rate = OneReplicaRate(points);
-  const uint32_t recommended = RecommendedReplicas(job);
-  const uint32_t current = CurrentReplicas(job);
-  // The last, unnamed column holds the size markers; Table trims it away on
-  // rows without one.
-  Table table({"N", "PREDICTED/S", "±", "EFFICIENCY", "OBSERVED/S", "ERROR", "SAMPLES", ""});
-  for (const v1::CurvePoint* point : rows) {
-    const double efficiency = EfficiencyOf(*point, one_replica_rate);
-    const bool has_observed = HasObservedRate(*point);
-    const double observed = point->observed_samples_per_second();
-    table.AddRow({
-        absl::StrCat(point->replicas()),
-        Rate(point->samples_per_second()),
-        Rate(point->uncertainty()),
-        efficiency > 0 ? FormatDouble("%.0f%%", 100 * efficiency) : "-",
-        has_observed ? Rate(observed) : "-",
-        // Positive: the model promises more than the job delivered.
-        has_observed
-            ? FormatDouble("%+.1f%%", 100 * (point->samples_per_second() - observed) / observed)
-            : "-",
-        point->observed() ? absl::StrCat(point->sample_count()) : "-",
-        SizeMarker(point->replicas(), recommended, current),
-    });
-  }
-  text += table.Render("  ");
-  if (rows.size() < points.size()) {
-    absl::StrAppend(&text, "  (", rows.size(), " of ", points.size(),
-                    " sizes: observed, recommended, current, min, max and powers of 2;"
-                    " -o yaml lists all)\n");
-  }
-
+  text += CurveTable(job, curve, RecommendedReplicas(job), CurrentReplicas(job), "  ");
   text += "\n";
   const std::string plot = RenderCurvePlot(curve);
   for (size_t start = 0; start < plot.size();) {
@@ -266,6 +281,32 @@ std::string FormatThroughputCurve(const v1::Job& job) {
     if (!line.empty()) text += "  " + line;
     text += "\n";
     start = end == std::string::npos ? plot.size() : end + 1;
+  }
+  return text;
+}
+
+std::string FormatCurvesByType(const v1::Job& job) {
+  if (job.curves_by_type().empty()) return "";
+  // A size is marked on the type it applies to only: the recommendation's
+  // type for "recommended", the type the job reports running on for
+  // "current". An empty type marks nothing (which type it means is unknown).
+  const std::string& recommended_type = job.recommendation().gpu_type();
+  const std::string& current_type = job.status().gpu_type();
+  std::string text = "Throughput curves by GPU type:\n";
+  for (const v1::ThroughputCurve& curve : job.curves_by_type()) {
+    const std::string heading =
+        absl::StrCat("  Curve on ", OrNone(curve.gpu_type()), " (",
+                     curve.source().empty() ? "unknown" : curve.source(), ")");
+    if (curve.points().empty()) {
+      absl::StrAppend(&text, heading, ": no data\n");
+      continue;
+    }
+    const uint32_t recommended = !recommended_type.empty() && recommended_type == curve.gpu_type()
+                                     ? RecommendedReplicas(job)
+                                     : 0;
+    const uint32_t current =
+        !current_type.empty() && current_type == curve.gpu_type() ? CurrentReplicas(job) : 0;
+    absl::StrAppend(&text, heading, ":\n", CurveTable(job, curve, recommended, current, "    "));
   }
   return text;
 }

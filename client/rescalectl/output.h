@@ -87,7 +87,8 @@ class Table {
 // the recommended batch of a goodput-planned job, "64" or "64x3" (local batch
 // x micro-steps per optimizer step), else "-"; EFFICIENCY the statistical
 // efficiency of that batch, else of the one the job runs, as a percentage,
-// else "-".
+// else "-". GPU-TYPE, the recommendation's GPU type, is appended only when
+// some job's recommendation has one.
 std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                             absl::Time now);
 
@@ -108,7 +109,9 @@ std::string FormatClusterSummary(const v1::Cluster& cluster);
 std::string FormatStatus(const v1::Cluster& cluster, absl::Time now);
 
 // get recommendations / get recommendation: NAMESPACE NAME REPLICAS ACTION
-// GENERATION CONSTRAINT QUEUE REASON.
+// GENERATION CONSTRAINT QUEUE REASON, then GPU-TYPE (the recommendation's
+// gpu_type, "-" when empty) only when some row has one: single-type output
+// stays as it was. get jobs appends GPU-TYPE by the same rule.
 std::string FormatRecommendationsTable(
     const google::protobuf::RepeatedPtrField<v1::Recommendation>& recommendations);
 
@@ -119,8 +122,20 @@ std::string FormatRecommendationsTable(
 // them, the queue position when the job waits, and for a goodput-planned job
 // its batch ("Local Batch Size:", "Accumulation Steps:" with the micro-steps
 // and the total batch), "Predicted Goodput:" and "Statistical Efficiency:"
-// (%.2f), each when set.
+// (%.2f), each when set. GPU types, each line only when set: "GPU Types:"
+// in Spec (the types the job may use), "GPU Type:" in Status (where it runs)
+// and in Recommendation (where to run it), and after the throughput curve
+// FormatCurvesByType.
 std::string DescribeJob(const v1::Job& job, absl::Time now);
+
+// The job's curve on each GPU type (Job.curves_by_type), "" when it has
+// none: a "Throughput curves by GPU type:" line, then per type a heading
+// "  Curve on NAME (SOURCE):" (SOURCE as the server says it: "measured",
+// "predicted from Tesla-T4", ...), the model line and the table of
+// FormatThroughputCurve (no plot), or "  Curve on NAME (SOURCE): no data" for
+// a curve without points. The recommended size is marked on the recommended
+// type's curve, the current size on the type the job runs on.
+std::string FormatCurvesByType(const v1::Job& job);
 
 // The "Throughput curve" section of describe job. With no points: the single
 // line "Throughput curve: no data yet (the job starts at min_replicas)".
@@ -163,9 +178,18 @@ std::string RenderCurvePlot(const v1::ThroughputCurve& curve, int width = 60, in
 // GPUs the planner hands out (total_gpus), of which FREE are not allocated.
 // TOTAL and USABLE are "unbounded" and UTILIZATION "-" until capacity is set;
 // GAP is the last plan's relative optimality gap. When the server knows the
-// node slots, a last table with one row per size class: GPUS/REPLICA, FIT
+// node slots, a table with one row per size class: GPUS/REPLICA, FIT
 // (replicas of that size the nodes hold) and PLANNED (replicas the plan runs).
+// In a cluster of several GPU types the allocations table gains a last
+// GPU-TYPE column and FormatGpuTypesTable follows. Without types the output
+// is what it was before types existed (scripts read it).
 std::string FormatCluster(const v1::Cluster& cluster);
+
+// The cluster's GPU types, one row each: TYPE, GPUS (its total_gpus),
+// PER-NODE (gpus_per_node, "-" when not said) and ALLOCATED (the GPUs the
+// recommendations run of it, Cluster.allocated_gpus_by_type). "" when the
+// cluster has no types.
+std::string FormatGpuTypesTable(const v1::Cluster& cluster);
 
 // `get queues`: NAME, COHORT, NOMINAL, IN-USE, BORROWED, LENT, WAITING,
 // RUNNING, WEIGHT per queue (the queue the server added shows as
@@ -178,6 +202,15 @@ std::string FormatQueuesTable(const google::protobuf::RepeatedPtrField<v1::Queue
 // numbers against its limits and the total.
 std::string ParseSlotsFlag(const std::string& text,
                            google::protobuf::RepeatedPtrField<v1::ReplicaSlots>* slots);
+
+// capacity set --types: "NAME=GPUS[:PER_NODE][,NAME=GPUS[:PER_NODE]...]",
+// e.g. "Tesla-T4=24:4,NVIDIA-A100-SXM4-40GB=16:8" (24 T4s, 4 per node, and
+// 16 A100s, 8 per node). Appends to `types`; returns "" or what is wrong,
+// naming --types and the element: a name that is not a GPU type name
+// (rescale/names.h), a type given twice, more than kMaxGpuTypes types, or
+// numbers that are not unsigned integers. The server checks the rest.
+std::string ParseGpuTypesFlag(const std::string& text,
+                              google::protobuf::RepeatedPtrField<v1::GpuType>* types);
 
 // The watch table: rows arrive one at a time, so column widths cannot come
 // from the data. Each column has a minimum width that fits typical values;

@@ -1,5 +1,6 @@
 // rescalectl's tables (see output.h): jobs, recommendations, the cluster
-// summary and view, and the watch table printer.
+// summary and view (with its GPU types), the watch table printer, and the
+// parsers of capacity set's --slots and --types.
 #include <google/protobuf/timestamp.pb.h>
 #include <google/protobuf/util/json_util.h>
 
@@ -21,6 +22,7 @@
 #include "client/rescalectl/output.h"
 #include "client/rescalectl/output_internal.h"
 #include "rescale/job_rules.h"
+#include "rescale/names.h"
 #include "rescale/types.h"
 
 namespace rescale::cli {
@@ -55,12 +57,34 @@ std::string Table::Render(std::string_view indent) const {
   return text;
 }
 
+namespace {
+
+// GPU-TYPE columns appear only when some row has a type, so the output of a
+// cluster of one type stays what scripts were written against.
+constexpr char kGpuTypeHeader[] = "GPU-TYPE";
+
+std::string TypeCell(const std::string& gpu_type) { return gpu_type.empty() ? "-" : gpu_type; }
+
+// The GPUs the recommendations run of type `t`; 0 when the server sent fewer
+// counts than types (the API promises the same order, not the same length).
+uint32_t AllocatedOfType(const v1::Cluster& cluster, int t) {
+  return t < cluster.allocated_gpus_by_type_size() ? cluster.allocated_gpus_by_type(t) : 0;
+}
+
+}  // namespace
+
 std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& jobs,
                             absl::Time now) {
   // The first eleven columns are a contract with scripts; new ones go last.
-  Table table({"NAMESPACE", "NAME", "MIN", "MAX", "GPUS/REPLICA", "PRIORITY", "POLICY", "CURRENT",
-               "RECOMMENDED", "ACTION", "AGE", "GPUS", "STATE", "QUEUE", "PROGRESS", "ETA", "BATCH",
-               "EFFICIENCY"});
+  std::vector<std::string> headers = {
+      "NAMESPACE", "NAME",    "MIN",         "MAX",    "GPUS/REPLICA", "PRIORITY",
+      "POLICY",    "CURRENT", "RECOMMENDED", "ACTION", "AGE",          "GPUS",
+      "STATE",     "QUEUE",   "PROGRESS",    "ETA",    "BATCH",        "EFFICIENCY"};
+  const bool typed = std::any_of(jobs.begin(), jobs.end(), [](const v1::Job& job) {
+    return !job.recommendation().gpu_type().empty();
+  });
+  if (typed) headers.push_back(kGpuTypeHeader);
+  Table table(std::move(headers));
   for (const auto& job : jobs) {
     const auto& spec = job.spec();
     const auto& status = job.status();
@@ -71,7 +95,7 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
     if (policy.empty()) policy = job.recommendation().policy();
     if (policy.empty()) policy = "<default>";
     const bool has_recommendation = job.has_recommendation();
-    table.AddRow({
+    std::vector<std::string> cells = {
         ns,
         name,
         absl::StrCat(spec.min_replicas()),
@@ -94,7 +118,9 @@ std::string FormatJobsTable(const google::protobuf::RepeatedPtrField<v1::Job>& j
         RemainingTime(status),
         RecommendedBatch(job.recommendation()),
         EfficiencyPercent(job),
-    });
+    };
+    if (typed) cells.push_back(TypeCell(job.recommendation().gpu_type()));
+    table.AddRow(std::move(cells));
   }
   return table.Render();
 }
@@ -141,9 +167,19 @@ static std::vector<std::string> RecommendationCells(const v1::Recommendation& re
 
 std::string FormatRecommendationsTable(
     const google::protobuf::RepeatedPtrField<v1::Recommendation>& recommendations) {
-  Table table(
-      {"NAMESPACE", "NAME", "REPLICAS", "ACTION", "GENERATION", "CONSTRAINT", "QUEUE", "REASON"});
-  for (const auto& rec : recommendations) table.AddRow(RecommendationCells(rec));
+  std::vector<std::string> headers = {"NAMESPACE",  "NAME",       "REPLICAS", "ACTION",
+                                      "GENERATION", "CONSTRAINT", "QUEUE",    "REASON"};
+  const bool typed =
+      std::any_of(recommendations.begin(), recommendations.end(),
+                  [](const v1::Recommendation& rec) { return !rec.gpu_type().empty(); });
+  if (typed) headers.push_back(kGpuTypeHeader);
+  Table table(std::move(headers));
+  for (const auto& rec : recommendations) {
+    std::vector<std::string> cells = RecommendationCells(rec);
+    // After REASON: the columns before it keep their places for scripts.
+    if (typed) cells.push_back(TypeCell(rec.gpu_type()));
+    table.AddRow(std::move(cells));
+  }
   return table.Render();
 }
 
@@ -176,7 +212,18 @@ std::string FormatStatus(const v1::Cluster& cluster, absl::Time now) {
                     "Leader:    ", cluster.leader().empty() ? "<none elected>" : cluster.leader(),
                     " (this server: ", cluster.leadership(), ")\n");
   }
-  absl::StrAppend(&text, "Capacity:  ", capacity, "\n", "Last plan: ", plan, "\n");
+  absl::StrAppend(&text, "Capacity:  ", capacity, "\n");
+  // A mixed cluster: each type's share, in the order the types were set.
+  if (!cluster.gpu_types().empty()) {
+    std::string types;
+    for (int t = 0; t < cluster.gpu_types_size(); ++t) {
+      const v1::GpuType& type = cluster.gpu_types(t);
+      absl::StrAppend(&types, t == 0 ? "" : ", ", type.name(), " ", type.total_gpus(), " (",
+                      AllocatedOfType(cluster, t), " allocated)");
+    }
+    absl::StrAppend(&text, "GPU types: ", types, "\n");
+  }
+  absl::StrAppend(&text, "Last plan: ", plan, "\n");
   return text;
 }
 
@@ -202,11 +249,19 @@ std::string FormatCluster(const v1::Cluster& cluster) {
   });
   std::string text = totals.Render();
   if (!cluster.allocations().empty()) {
-    Table allocations({"NAMESPACE", "NAME", "REPLICAS", "GPUS", "PRIORITY"});
+    std::vector<std::string> headers = {"NAMESPACE", "NAME", "REPLICAS", "GPUS", "PRIORITY"};
+    const bool typed = std::any_of(
+        cluster.allocations().begin(), cluster.allocations().end(),
+        [](const v1::JobAllocation& allocation) { return !allocation.gpu_type().empty(); });
+    if (typed) headers.push_back(kGpuTypeHeader);
+    Table allocations(std::move(headers));
     for (const auto& allocation : cluster.allocations()) {
       auto [ns, name] = SplitJobId(allocation.job_id());
-      allocations.AddRow({ns, name, absl::StrCat(allocation.replicas()),
-                          absl::StrCat(allocation.gpus()), absl::StrCat(allocation.priority())});
+      std::vector<std::string> cells = {ns, name, absl::StrCat(allocation.replicas()),
+                                        absl::StrCat(allocation.gpus()),
+                                        absl::StrCat(allocation.priority())};
+      if (typed) cells.push_back(TypeCell(allocation.gpu_type()));
+      allocations.AddRow(std::move(cells));
     }
     text += "\n" + allocations.Render();
   }
@@ -223,7 +278,20 @@ std::string FormatCluster(const v1::Cluster& cluster) {
                   [](const v1::QueueStatus& q) { return q.defined(); })) {
     text += "\n" + FormatQueuesTable(cluster.queues());
   }
+  if (!cluster.gpu_types().empty()) text += "\n" + FormatGpuTypesTable(cluster);
   return text;
+}
+
+std::string FormatGpuTypesTable(const v1::Cluster& cluster) {
+  if (cluster.gpu_types().empty()) return "";
+  Table table({"TYPE", "GPUS", "PER-NODE", "ALLOCATED"});
+  for (int t = 0; t < cluster.gpu_types_size(); ++t) {
+    const v1::GpuType& type = cluster.gpu_types(t);
+    table.AddRow({type.name(), absl::StrCat(type.total_gpus()),
+                  type.gpus_per_node() == 0 ? "-" : absl::StrCat(type.gpus_per_node()),
+                  absl::StrCat(AllocatedOfType(cluster, t))});
+  }
+  return table.Render();
 }
 
 std::string FormatQueuesTable(const google::protobuf::RepeatedPtrField<v1::QueueStatus>& queues) {
@@ -255,6 +323,51 @@ std::string ParseSlotsFlag(const std::string& text,
     v1::ReplicaSlots* s = slots->Add();
     s->set_gpus_per_replica(gpus);
     s->set_replicas(replicas);
+  }
+  return "";
+}
+
+std::string ParseGpuTypesFlag(const std::string& text,
+                              google::protobuf::RepeatedPtrField<v1::GpuType>* types) {
+  const std::string form =
+      "expected NAME=GPUS[:PER_NODE][,NAME=GPUS[:PER_NODE]...], e.g. "
+      "Tesla-T4=24:4,NVIDIA-A100-SXM4-40GB=16:8";
+  auto digits = [](absl::string_view s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == absl::string_view::npos;
+  };
+  std::set<std::string> seen;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    const std::string element(item.data(), item.size());
+    const size_t eq = item.find('=');
+    if (eq == absl::string_view::npos) return absl::StrCat("--types: \"", element, "\": ", form);
+    const std::string name(item.substr(0, eq));
+    // A bad name is named as such: "expected NAME=..." would not say why.
+    if (!IsGpuTypeName(name)) {
+      return absl::StrCat(GpuTypeNameError("--types: type", name), " (in \"", element, "\")");
+    }
+    const absl::string_view numbers = item.substr(eq + 1);
+    const size_t colon = numbers.find(':');
+    const absl::string_view gpus_text = numbers.substr(0, colon);
+    const absl::string_view per_node_text =
+        colon == absl::string_view::npos ? absl::string_view() : numbers.substr(colon + 1);
+    uint32_t gpus = 0, per_node = 0;
+    if (!digits(gpus_text) || !absl::SimpleAtoi(gpus_text, &gpus) ||
+        (colon != absl::string_view::npos &&
+         (!digits(per_node_text) || !absl::SimpleAtoi(per_node_text, &per_node)))) {
+      return absl::StrCat("--types: \"", element, "\": ", form);
+    }
+    if (!seen.insert(name).second) {
+      return absl::StrCat("--types: \"", element, "\": type \"", name,
+                          "\" is given twice; give each type once");
+    }
+    if (seen.size() > kMaxGpuTypes) {
+      return absl::StrCat("--types: \"", element, "\": more than ", kMaxGpuTypes,
+                          " types, the limit");
+    }
+    v1::GpuType* type = types->Add();
+    type->set_name(name);
+    type->set_total_gpus(gpus);
+    type->set_gpus_per_node(per_node);
   }
   return "";
 }

@@ -23,6 +23,9 @@ Configuration comes from arguments, else from the environment rescale-launch
                    workers per pod (LOCAL_WORLD_SIZE > 1) "-rank<RANK>" is
                    appended, so each process is its own reporter
   WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE  torchrun's contract
+  RESCALE_GPU_TYPE the GPU type this worker runs on, the node's
+                   nvidia.com/gpu.product label (default: not said); sent
+                   as SampleBatch.gpu_type, so rescaled keeps a curve per type
   RESCALE_SERVER and the TLS/token variables of rescale._connection
 Step numbers should be the trainer's global step, restored from its
 checkpoint (`reporter.set_step(n)` or `record(step, ...)`): rescaled credits
@@ -40,6 +43,7 @@ import dataclasses
 import logging
 import os
 import random
+import re
 import socket
 import threading
 import time
@@ -52,6 +56,9 @@ from rescale import _connection
 from rescale.v1 import rescale_pb2, rescale_pb2_grpc
 
 log = logging.getLogger("rescale.reporter")
+
+# A GPU type name: a Kubernetes label value, as rescale/names.h's IsGpuTypeName.
+_GPU_TYPE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
 
 # RPC codes after which resending the same batch cannot succeed.
 _PERMANENT = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNIMPLEMENTED)
@@ -118,6 +125,21 @@ def _int_env(env: Mapping[str, str], name: str) -> Optional[int]:
         raise ValueError(f"{name}: {value!r} is not an integer") from None
 
 
+def _gpu_type(argument: Optional[str], env: Mapping[str, str]) -> str:
+    """The GPU type the batches name: the argument, else RESCALE_GPU_TYPE,
+    else "" (not said). Checked here, like world_size: rescaled would refuse
+    every sample of a bad name one by one while training went on unmeasured."""
+    source, value = "gpu_type", argument
+    if value is None:
+        source, value = "RESCALE_GPU_TYPE", env.get("RESCALE_GPU_TYPE", "")
+    if value and not _GPU_TYPE_NAME.fullmatch(value):
+        raise ValueError(
+            f"{source}: {value!r} is not a GPU type name: 1-63 characters of A-Z, a-z, 0-9, "
+            "'-', '_' and '.', starting and ending with a letter or digit "
+            "(a node label value, e.g. NVIDIA-A100-SXM4-40GB)")
+    return value
+
+
 def pod_name(env: Mapping[str, str]) -> str:
     """This process's reporter identity (see the module comment)."""
     base = env.get("POD_NAME") or socket.gethostname()
@@ -153,6 +175,7 @@ def _close_at_exit(ref, timeout):
 class Reporter:
     def __init__(self, job: Optional[str] = None, *, server: Optional[str] = None,
                  pod: Optional[str] = None, world_size: Optional[int] = None,
+                 gpu_type: Optional[str] = None,
                  batch_size: int = 0, connection: Optional[_connection.Connection] = None,
                  env: Optional[Mapping[str, str]] = None, max_batch: int = 500,
                  flush_interval: float = 2.0, buffer_capacity: int = 100_000,
@@ -173,6 +196,7 @@ class Reporter:
         if self.world_size < 1:
             raise ValueError(f"world_size: {self.world_size} is below 1")
         self.rank = _int_env(env, "RANK") or 0
+        self.gpu_type = _gpu_type(gpu_type, env)
         self.batch_size = batch_size
         self.enabled = bool(self.job)
         self._max_batch = max_batch
@@ -334,7 +358,7 @@ class Reporter:
             batch = list(self._buffer)[:self._max_batch]
             self._in_flight = len(batch)
             self._stats.sent += len(batch)
-        request = rescale_pb2.SampleBatch(job_id=self.job, pod=self.pod)
+        request = rescale_pb2.SampleBatch(job_id=self.job, pod=self.pod, gpu_type=self.gpu_type)
         for s in batch:
             sample = request.samples.add(world_size=self.world_size, step_seconds=s.seconds,
                                          batch_size=s.batch_size,

@@ -1,6 +1,7 @@
 """rescale.Reporter against a real rescaled: delivery, de-duplicated resends,
 a server that is down and comes back, the bounded buffer, the environment
-contract, tokens, and the backoff schedule on an injected clock."""
+contract, the GPU type on every batch, tokens, and the backoff schedule on
+an injected clock."""
 import time
 
 import grpc
@@ -243,3 +244,44 @@ def test_a_trainer_that_exits_without_close_still_delivers(rescaled):
            "RESCALE_SERVER": rescaled.address, "POD_NAME": "p", "WORLD_SIZE": "1"}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
     assert rescaled.status("team-a/exit").samples_accepted == 7
+
+
+def test_gpu_type_goes_with_every_batch_and_rescaled_keeps_its_curve(rescaled):
+    rescaled.register("team-a/typed", local_batch_size=8)
+    sent = []
+
+    class Capture(GrpcTransport):
+        def send(self, batch):
+            sent.append(batch.gpu_type)
+            return super().send(batch)
+
+    connection = rescale.Connection(servers=[rescaled.address])
+    # The argument wins over the environment.
+    reporter = rescale.Reporter("team-a/typed", pod="p", world_size=1, batch_size=8,
+                                gpu_type="Tesla-T4", env={"RESCALE_GPU_TYPE": "Other"},
+                                transport=Capture(connection), max_batch=10)
+    assert reporter.gpu_type == "Tesla-T4"
+    for step in range(25):
+        reporter.record(step, 0.01)
+    assert reporter.flush(timeout=30)
+    assert reporter.stats().accepted == 25
+    assert sent and set(sent) == {"Tesla-T4"}
+    reporter.close()
+    job = rescaled.jobs.GetJob(rescale_pb2.GetJobRequest(job_id="team-a/typed"))
+    assert [c.gpu_type for c in job.curves_by_type] == ["Tesla-T4"]
+    assert sum(p.sample_count for p in job.curves_by_type[0].points if p.observed) == 25
+
+
+def test_gpu_type_from_the_environment_and_checked():
+    def make(**kwargs):
+        return rescale.Reporter("team-a/env-type", pod="p", world_size=1, start=False,
+                                transport=object(), **kwargs)
+
+    assert make(env={"RESCALE_GPU_TYPE": "NVIDIA-A100-SXM4-40GB"}).gpu_type == \
+        "NVIDIA-A100-SXM4-40GB"
+    assert make(env={}).gpu_type == ""  # not said: the batches leave it empty
+    assert make(env={"RESCALE_GPU_TYPE": "x"}, gpu_type="").gpu_type == ""
+    with pytest.raises(ValueError, match="RESCALE_GPU_TYPE: 'A100 80GB' is not a GPU type name"):
+        make(env={"RESCALE_GPU_TYPE": "A100 80GB"})
+    with pytest.raises(ValueError, match="gpu_type: '-T4' is not a GPU type name"):
+        make(env={}, gpu_type="-T4")
