@@ -13,6 +13,9 @@
 //       Nodes of 8 GPUs with foreign pods, each replica placed on one node;
 //       pods that fit nowhere pend (pending GPU-hours are reported), and the
 //       engine is told the nodes (SetCapacity slots) or only the total.
+//   run/sweep ... --cluster sia|FILE
+//       A cluster of GPU types (typed_sim.h): policies planner,
+//       planner-typeblind, fifo and tiresias; typed.md / typed_sweep.md.
 //   rescale-sim generate --rate JOBS_PER_HOUR --hours H --seed S --out FILE
 //   rescale-sim generate --jobs N --hours H --seed S --out FILE
 //       A synthetic workload following the Pollux recipe.
