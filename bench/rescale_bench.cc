@@ -240,14 +240,15 @@ void BM_StoreMemory(benchmark::State& state) {
                   std::nullopt,
                   std::nullopt,
                   std::nullopt,
-                  0};
+                  0,
+                  {}};
         store.Ingest(one, kNow);
       }
     }
     const int64_t after_sizes = g_live_bytes.load();
     for (const std::string& id : ids) {
       for (int p = 1; p < kPods; ++p) {
-        one[0] = {id, pods[p], 1, 0.5, 0, 0, std::nullopt, std::nullopt, std::nullopt, 0};
+        one[0] = {id, pods[p], 1, 0.5, 0, 0, std::nullopt, std::nullopt, std::nullopt, 0, {}};
         store.Ingest(one, kNow);
       }
     }
@@ -281,8 +282,9 @@ void BM_StoreTick(benchmark::State& state) {
   constexpr int kRefreshSeconds = 290;
   std::vector<rescale::StepSample> batch(2);
   auto refresh = [&](int j, absl::Time t) {
-    batch[0] = {ids[j], pods[j], 1, 0.5, 0, 0, std::nullopt, std::nullopt, std::nullopt, 0};
-    batch[1] = {ids[j], other_pods[j], 1, 0.5, 0, 0, std::nullopt, std::nullopt, std::nullopt, 0};
+    batch[0] = {ids[j], pods[j], 1, 0.5, 0, 0, std::nullopt, std::nullopt, std::nullopt, 0, {}};
+    batch[1] = {ids[j],       other_pods[j], 1, 0.5, 0, 0, std::nullopt,
+                std::nullopt, std::nullopt,  0, {}};
     store.Ingest(batch, t);
   };
   absl::Time now = kNow;
