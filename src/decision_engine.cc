@@ -198,6 +198,31 @@ void DecisionEngine::DeregisterJobAsync(const std::string& job_id,
       });
 }
 
+namespace {
+
+// What a job's view needs of the cluster for its curve on each GPU type:
+// the types and the speed ratios the last plan learned (empty: one type).
+struct ViewTypes {
+  std::vector<GpuType> types;
+  engine::TypeSpeeds speeds;
+};
+ViewTypes TypesForViews(const engine::JobRegistry& registry, const engine::PlanPipeline& pipeline) {
+  ViewTypes out;
+  out.types = registry.Capacity().gpu_types;
+  if (!out.types.empty()) out.speeds = pipeline.Summary().type_speeds;
+  return out;
+}
+
+// What ReportApplied checks before the registry sees it.
+absl::Status ValidateApplied(const std::string& job_id, const std::string& gpu_type) {
+  RETURN_IF_ERROR(ValidateJobId(job_id));
+  if (!gpu_type.empty() && !IsGpuTypeName(gpu_type))
+    return absl::InvalidArgumentError(GpuTypeNameError("gpu_type", gpu_type));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void DecisionEngine::ReportAppliedAsync(const std::string& job_id, uint32_t replicas,
                                         bool suspended, uint64_t generation, Done<JobStatus> done) {
   ReportAppliedAsync(job_id, replicas, suspended, generation, /*gpu_type=*/{}, std::move(done));
@@ -206,9 +231,7 @@ void DecisionEngine::ReportAppliedAsync(const std::string& job_id, uint32_t repl
 void DecisionEngine::ReportAppliedAsync(const std::string& job_id, uint32_t replicas,
                                         bool suspended, uint64_t generation,
                                         const std::string& gpu_type, Done<JobStatus> done) {
-  if (absl::Status valid = ValidateJobId(job_id); !valid.ok()) return done(valid);
-  if (!gpu_type.empty() && !IsGpuTypeName(gpu_type))
-    return done(absl::InvalidArgumentError(GpuTypeNameError("gpu_type", gpu_type)));
+  if (absl::Status valid = ValidateApplied(job_id, gpu_type); !valid.ok()) return done(valid);
   registry_->ApplyAsync(job_id, replicas, suspended, generation, gpu_type,
                         [this, done = std::move(done)](absl::StatusOr<engine::JobEntry> e) {
                           if (!e.ok()) return done(e.status());
@@ -246,12 +269,8 @@ std::function<void(absl::StatusOr<std::monostate>)> DecisionEngine::ClusterViewO
 }
 
 JobView DecisionEngine::ViewOf(const engine::JobEntry& entry) const {
-  // The cluster's types, and the speeds the last plan learned, for the
-  // job's curve on each type.
-  const std::vector<GpuType> types = registry_->Capacity().gpu_types;
-  if (types.empty()) return views_->ViewOf(entry);
-  const engine::TypeSpeeds speeds = pipeline_->Summary().type_speeds;
-  return views_->ViewOf(entry, types, &speeds);
+  const ViewTypes types = TypesForViews(*registry_, *pipeline_);
+  return views_->ViewOf(entry, types.types, &types.speeds);
 }
 
 absl::StatusOr<JobView> DecisionEngine::RegisterJob(JobSpec spec) {
@@ -289,10 +308,9 @@ std::vector<JobView> DecisionEngine::ListJobs(const std::string& namespace_filte
       registry_->Published(namespace_filter);
   std::vector<JobView> out;
   out.reserve(entries.size());
-  const std::vector<GpuType> types = registry_->Capacity().gpu_types;
-  const engine::TypeSpeeds speeds =
-      types.empty() ? engine::TypeSpeeds() : pipeline_->Summary().type_speeds;
-  for (const auto& entry : entries) out.push_back(views_->ViewOf(*entry, types, &speeds));
+  const ViewTypes types = TypesForViews(*registry_, *pipeline_);  // once for the list
+  for (const auto& entry : entries)
+    out.push_back(views_->ViewOf(*entry, types.types, &types.speeds));
   return out;
 }
 
@@ -350,9 +368,7 @@ absl::StatusOr<JobStatus> DecisionEngine::ReportApplied(const std::string& job_i
                                                         uint32_t replicas, bool suspended,
                                                         uint64_t generation,
                                                         const std::string& gpu_type) {
-  RETURN_IF_ERROR(ValidateJobId(job_id));
-  if (!gpu_type.empty() && !IsGpuTypeName(gpu_type))
-    return absl::InvalidArgumentError(GpuTypeNameError("gpu_type", gpu_type));
+  RETURN_IF_ERROR(ValidateApplied(job_id, gpu_type));
   ASSIGN_OR_RETURN(const engine::JobEntry applied,
                    registry_->Apply(job_id, replicas, suspended, generation, gpu_type));
   PlanAfterChange(options_.applied_debounce);

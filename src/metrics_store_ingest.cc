@@ -404,7 +404,6 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
                        s.world_size >= 1 && s.world_size <= max_replicas &&
                        (s.batch_size != 0 || local_batch != 0) &&
                        (ts == 0 || (ts >= oldest_ns && ts <= newest_ns)) &&
-                       (s.gpu_type.empty() || IsGpuTypeName(s.gpu_type)) &&
                        (!s.step.has_value() || *s.step <= kMaxStep) &&
                        s.grad_sqr.has_value() == s.grad_var.has_value() &&
                        (!s.grad_sqr.has_value() ||
@@ -419,6 +418,12 @@ IngestResult MetricsStore::Ingest(std::span<const StepSample> samples, absl::Tim
     }
     if (size_pending.cell == nullptr || size_pending.cell->world_size != s.world_size ||
         size_pending.cell->gpu_type != s.gpu_type) {
+      // A type is checked once per cell it opens, not once per sample: a
+      // cell exists only for a valid name.
+      if (!s.gpu_type.empty() && !IsGpuTypeName(s.gpu_type)) {
+        result.Reject(static_cast<uint32_t>(i), GpuTypeNameError("gpu_type", s.gpu_type));
+        continue;
+      }
       size_pending.Flush();
       SizeCell* cell = FindOrAddSize(*job, s.world_size, s.gpu_type, now_ns);
       if (cell == nullptr) {

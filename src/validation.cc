@@ -93,11 +93,11 @@ absl::Status ValidateSlots(std::span<const ReplicaSlots> slots, uint32_t total_g
 absl::Status ValidateCapacityReport(const CapacityReport& report, const SpecLimits& limits) {
   // The usable GPUs are taken out of the allocatable ones: fewer allocatable
   // than usable is a report that cannot be true.
-  if (report.allocatable_gpus != 0 && report.allocatable_gpus < report.total_gpus) {
+  if (report.allocatable_gpus != 0 && report.allocatable_gpus < TotalGpus(report)) {
     return Invalid(absl::StrFormat(
         "allocatable_gpus %d must be at least total_gpus (%d), the usable GPUs among them, or "
         "0 (not reported)",
-        report.allocatable_gpus, report.total_gpus));
+        report.allocatable_gpus, TotalGpus(report)));
   }
   if (report.gpu_types.empty())
     return ValidateSlots(report.slots, report.total_gpus, "slots", "total_gpus", limits);

@@ -27,6 +27,7 @@
 #include "rescale/v1/rescale.grpc.pb.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
+#include "tests/engine_helpers.h"
 
 namespace rescale::agent {
 namespace {
@@ -516,15 +517,7 @@ struct AgentServer {
   uint64_t Accepted() { return server->engine().GetJob("ns/job").value().status.samples_accepted; }
   // The GPU types the job has a curve on, and the samples stored there.
   std::map<std::string, uint64_t> SamplesByType() {
-    std::map<std::string, uint64_t> out;
-    const JobView job = server->engine().GetJob("ns/job").value();
-    for (const JobView::TypeCurve& typed : job.curves_by_type) {
-      uint64_t samples = 0;
-      for (const CurvePoint& point : typed.curve)
-        samples += point.observed ? point.sample_count : 0;
-      out[typed.gpu_type] = samples;
-    }
-    return out;
+    return testing::SamplesByType(server->engine(), "ns/job");
   }
 
   ManualClock clock;

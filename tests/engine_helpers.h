@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -64,6 +65,20 @@ inline Recommendation MustRecommendation(const DecisionEngine& engine, const std
   INFO(rec.status().ToString());
   REQUIRE(rec.ok());
   return *rec;
+}
+
+// The GPU types `job_id` has a curve on, and the samples observed on each.
+inline std::map<std::string, uint64_t> SamplesByType(const DecisionEngine& engine,
+                                                     const std::string& job_id) {
+  std::map<std::string, uint64_t> out;
+  absl::StatusOr<JobView> job = engine.GetJob(job_id);
+  REQUIRE(job.ok());
+  for (const JobView::TypeCurve& typed : job->curves_by_type) {
+    uint64_t samples = 0;
+    for (const CurvePoint& point : typed.curve) samples += point.observed ? point.sample_count : 0;
+    out[typed.gpu_type] = samples;
+  }
+  return out;
 }
 
 }  // namespace rescale::testing

@@ -124,6 +124,12 @@ TEST_CASE("capacity, specs and applied state with GPU types are checked, naming 
       absl::StrContains(engine->SetCapacity(too_many_slots).status().message(),
                         "gpu_types[0].slots[0].replicas 3 of 4 GPUs each exceeds the limit of 2"));
 
+  // The types' sum is the total the allocatable GPUs are checked against.
+  CapacityReport too_few_allocatable = TwoTypes();
+  too_few_allocatable.allocatable_gpus = 12;
+  CHECK(absl::StrContains(engine->SetCapacity(too_few_allocatable).status().message(),
+                          "allocatable_gpus 12 must be at least total_gpus (16)"));
+
   JobSpec spec = Spec("ns/a", 4);
   spec.gpu_types = {"Tesla-T4", "-bad"};
   absl::StatusOr<JobView> registered = engine->RegisterJob(spec);

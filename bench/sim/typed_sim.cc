@@ -215,7 +215,6 @@ absl::Status TypedSimulation::Apply(const std::vector<std::pair<int, uint32_t>>&
   std::vector<std::pair<int, uint32_t>> before;
   for (const Job& j : jobs_) before.emplace_back(j.type, j.replicas);
   std::vector<std::pair<int, uint32_t>> placed = targets;
-  // Type-blind: the size the engine recommends, on a type first-fit.
   auto stays = [&](size_t i) {
     return placed[i].second == jobs_[i].replicas &&
            (placed[i].second == 0 || placed[i].first == jobs_[i].type);
@@ -262,11 +261,9 @@ absl::Status TypedSimulation::Apply(const std::vector<std::pair<int, uint32_t>>&
       }
     }
     const uint32_t room = free[t] + (j.type == t ? j.replicas : 0);
-    if (n > room) {
-      if (typed_engine() || !engine_policy())
-        return absl::InternalError(absl::StrFormat("%s: %d replicas on %s, where %d GPUs are free",
-                                                   j.desc->id, n, type(t).name, room));
-      n = room;
+    if (n > room) {  // every policy's targets fit (type-blind: by the choice above)
+      return absl::InternalError(absl::StrFormat("%s: %d replicas on %s, where %d GPUs are free",
+                                                 j.desc->id, n, type(t).name, room));
     }
     if (j.type != kNoType) free[j.type] += j.replicas;
     j.type = n > 0 ? t : kNoType;

@@ -98,22 +98,27 @@ std::vector<Observation> ObservationsOf(std::span<const SizeStats> stats, absl::
   return observations;
 }
 
-// The type a typed job's own curve is of: the one it runs on when it has
-// samples there, else the one with the most samples (ties: first by name).
-std::string MainType(std::span<const SizeStats> stats, std::string_view current_type) {
-  std::map<std::string_view, uint64_t> samples;
-  for (const SizeStats& s : stats)
-    if (!s.gpu_type.empty()) samples[s.gpu_type] += s.lifetime_count;
-  if (samples.contains(current_type)) return std::string(current_type);
-  std::string_view best;
-  uint64_t most = 0;
-  for (const auto& [type, count] : samples) {
-    if (best.empty() || count > most) {
-      best = type;
-      most = count;
+// A model's curve for n in [1, min(max_replicas, 256)], observed sizes marked.
+std::vector<CurvePoint> ModelCurve(const JobSpec& spec, const ThroughputModel& model,
+                                   std::span<const Observation> observations) {
+  std::vector<CurvePoint> curve;
+  if (model.empty()) return curve;
+  const uint32_t last = std::min(spec.max_replicas, Fitted::kCachedSizes);
+  for (uint32_t n = 1; n <= last; ++n) {
+    CurvePoint p;
+    p.replicas = n;
+    p.samples_per_second = model.SamplesPerSecond(n);
+    p.uncertainty = model.Uncertainty(n);
+    p.efficiency = model.Efficiency(n);
+    for (const Observation& o : observations) {
+      if (o.replicas != n || o.step_seconds <= 0) continue;
+      p.observed = true;
+      p.sample_count = o.sample_count;
+      p.observed_samples_per_second = ObservedSamplesPerSecond(n, o.mean_batch, o.step_seconds);
     }
+    curve.push_back(p);
   }
-  return std::string(best);
+  return curve;
 }
 
 }  // namespace
@@ -136,10 +141,10 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
                                  [](const SizeStats& s) { return !s.gpu_type.empty(); });
   if (!typed) {
     fitted.observations = ObservationsOf(stats, now);
+    fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
   } else {
     // One fit per type; untyped samples count as the running type's when
     // it has none of its own (a reporter that does not say where it runs).
-    const std::string main = MainType(stats, current_type);
     std::map<std::string, std::vector<SizeStats>> by_type;
     for (const SizeStats& s : stats) by_type[s.gpu_type].push_back(s);
     if (auto untyped = by_type.find(""); untyped != by_type.end()) {
@@ -149,6 +154,10 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
       }
       by_type.erase("");
     }
+    // The job's own curve is of the type it runs on, else of the type with
+    // the most samples (ties: the first by name).
+    uint64_t most = 0;
+    bool on_current = false;
     for (auto& [type, sizes] : by_type) {
       Fitted::TypeFit& fit = fitted.by_type.emplace_back();
       fit.gpu_type = type;
@@ -156,13 +165,19 @@ Fitted JobViews::Fit(const JobSpec& spec, std::span<const SizeStats> stats, absl
       // The prior is the job's, on no type in particular: it informs every
       // type's fit until that type's own measurements take over.
       fit.model = ThroughputModel::Fit(fit.observations, spec.prior, model_options);
+      uint64_t samples = 0;
+      for (const SizeStats& s : sizes) samples += s.lifetime_count;
+      const bool is_current = type == current_type;  // never empty: "" was merged
+      if (is_current || (!on_current && (fitted.gpu_type.empty() || samples > most))) {
+        fitted.gpu_type = type;
+        most = samples;
+        on_current = is_current;
+      }
     }
-    fitted.gpu_type =
-        by_type.contains(std::string(current_type)) ? std::string(current_type) : main;
-    if (const Fitted::TypeFit* own = fitted.OnType(fitted.gpu_type); own != nullptr)
-      fitted.observations = own->observations;
+    const Fitted::TypeFit& own = *fitted.OnType(fitted.gpu_type);
+    fitted.observations = own.observations;
+    fitted.model = own.model;  // the same fit: no second one
   }
-  fitted.model = ThroughputModel::Fit(fitted.observations, spec.prior, model_options);
   if (options_.keep_stats) fitted.stats.assign(stats.begin(), stats.end());
   fitted.noise_scale = store_.GradientNoiseScale(spec.job_id, now);
   // After a restart, until the job reports again: the checkpointed sizes'.
@@ -220,29 +235,16 @@ std::vector<SizeStats> JobViews::WithRestored(std::vector<SizeStats> live,
 }
 
 std::vector<CurvePoint> JobViews::CurveOf(const JobSpec& spec, const Fitted& fitted) {
-  std::vector<CurvePoint> curve;
-  if (fitted.model.empty()) return curve;
-  constexpr uint32_t kMaxPoints = 256;
-  const uint32_t last = std::min(spec.max_replicas, kMaxPoints);
-  for (uint32_t n = 1; n <= last; ++n) {
-    CurvePoint p;
-    p.replicas = n;
-    p.samples_per_second = fitted.SamplesPerSecond(n);
-    p.uncertainty = fitted.model.Uncertainty(n);
-    p.efficiency = fitted.model.Efficiency(n);
-    if (fitted.points.has_value()) {
-      // The band is the model's, relative; the efficiency the points' own.
-      const double at_one = fitted.SamplesPerSecond(1);
-      p.uncertainty *= p.samples_per_second / fitted.model.SamplesPerSecond(n);
-      p.efficiency = at_one > 0 ? p.samples_per_second / (n * at_one) : 0;
-    }
-    for (const Observation& o : fitted.observations) {
-      if (o.replicas != n || o.step_seconds <= 0) continue;
-      p.observed = true;
-      p.sample_count = o.sample_count;
-      p.observed_samples_per_second = ObservedSamplesPerSecond(n, o.mean_batch, o.step_seconds);
-    }
-    curve.push_back(p);
+  std::vector<CurvePoint> curve = ModelCurve(spec, fitted.model, fitted.observations);
+  if (!fitted.points.has_value()) return curve;
+  // Planned on the points: their samples/s, the model's band (relative) and
+  // the points' own efficiency.
+  const double at_one = fitted.SamplesPerSecond(1);
+  for (CurvePoint& p : curve) {
+    const double on_points = fitted.SamplesPerSecond(p.replicas);
+    p.uncertainty *= on_points / p.samples_per_second;
+    p.efficiency = at_one > 0 ? on_points / (p.replicas * at_one) : 0;
+    p.samples_per_second = on_points;
   }
   return curve;
 }
@@ -301,33 +303,6 @@ JobStatus JobViews::StatusOf(const JobEntry& entry, const Fitted* fitted) const 
   status.estimated_remaining_seconds = std::max(0.0, total - done) / rate;
   return status;
 }
-
-namespace {
-
-// A model's curve for n in [1, min(max_replicas, 256)], observed sizes marked.
-std::vector<CurvePoint> ModelCurve(const JobSpec& spec, const ThroughputModel& model,
-                                   std::span<const Observation> observations) {
-  std::vector<CurvePoint> curve;
-  if (model.empty()) return curve;
-  const uint32_t last = std::min(spec.max_replicas, Fitted::kCachedSizes);
-  for (uint32_t n = 1; n <= last; ++n) {
-    CurvePoint p;
-    p.replicas = n;
-    p.samples_per_second = model.SamplesPerSecond(n);
-    p.uncertainty = model.Uncertainty(n);
-    p.efficiency = model.Efficiency(n);
-    for (const Observation& o : observations) {
-      if (o.replicas != n || o.step_seconds <= 0) continue;
-      p.observed = true;
-      p.sample_count = o.sample_count;
-      p.observed_samples_per_second = ObservedSamplesPerSecond(n, o.mean_batch, o.step_seconds);
-    }
-    curve.push_back(p);
-  }
-  return curve;
-}
-
-}  // namespace
 
 std::vector<JobView::TypeCurve> JobViews::CurvesByType(const JobSpec& spec, const Fitted& fitted,
                                                        std::span<const GpuType> types,

@@ -19,13 +19,10 @@ int MeasuredSizes(std::span<const Observation> observations, uint64_t min_sample
   return sizes;
 }
 
-// Samples/s measured at `n` (0 = not measured).
-double MeasuredAt(std::span<const Observation> observations, uint32_t n) {
-  for (const Observation& o : observations) {
-    if (o.replicas == n && o.step_seconds > 0 && o.sample_count > 0)
-      return ObservedSamplesPerSecond(n, o.mean_batch, o.step_seconds);
-  }
-  return 0;
+bool Measured(const Observation& o) { return o.step_seconds > 0 && o.sample_count > 0; }
+
+double SamplesPerSecondOf(const Observation& o) {
+  return ObservedSamplesPerSecond(o.replicas, o.mean_batch, o.step_seconds);
 }
 
 }  // namespace
@@ -53,14 +50,24 @@ TypeSpeeds TypeSpeeds::Learn(std::span<const Fitted* const> fits) {
     for (const Fitted::TypeFit& a : fitted->by_type) {
       for (const Fitted::TypeFit& b : fitted->by_type) {
         if (a.gpu_type >= b.gpu_type) continue;
-        for (uint32_t n = 1; n <= Fitted::kCachedSizes; ++n) {
-          const double on_a = MeasuredAt(a.observations, n);
-          const double on_b = on_a > 0 ? MeasuredAt(b.observations, n) : 0;
-          if (on_a > 0 && on_b > 0) {
-            samples[{a.gpu_type, b.gpu_type}].push_back(on_b / on_a);
-            break;
+        // A job measures a handful of sizes: pairs of its observations, not
+        // every size, are what to search.
+        const Observation* at_a = nullptr;
+        const Observation* at_b = nullptr;
+        for (const Observation& oa : a.observations) {
+          if (!Measured(oa) || (at_a != nullptr && oa.replicas >= at_a->replicas)) continue;
+          for (const Observation& ob : b.observations) {
+            if (ob.replicas == oa.replicas && Measured(ob)) {
+              at_a = &oa;
+              at_b = &ob;
+              break;
+            }
           }
         }
+        if (at_a == nullptr) continue;
+        const double on_a = SamplesPerSecondOf(*at_a);
+        const double on_b = SamplesPerSecondOf(*at_b);
+        if (on_a > 0 && on_b > 0) samples[{a.gpu_type, b.gpu_type}].push_back(on_b / on_a);
       }
     }
   }
