@@ -106,7 +106,9 @@ bool AllowedOn(const JobSpec& spec, std::string_view name) {
 TypeModel ModelOnType(const Fitted& fitted, const GpuType& type, const TypeSpeeds& speeds,
                       ModelOptions options) {
   TypeModel out;
-  if (type.gpus_per_node > 0) options.gpus_per_node = type.gpus_per_node;
+  // The job's fits assume the engine's node size; a type's own differs.
+  const bool other_nodes = type.gpus_per_node > 0 && type.gpus_per_node != options.gpus_per_node;
+  if (other_nodes) options.gpus_per_node = type.gpus_per_node;
   if (fitted.by_type.empty()) {
     // Samples that never said where they ran: the one curve, on every type
     // (nothing tells the types apart for this job).
@@ -131,8 +133,8 @@ TypeModel ModelOnType(const Fitted& fitted, const GpuType& type, const TypeSpeed
   const Fitted::TypeFit* own = fitted.OnType(type.name);
   const int own_sizes = own != nullptr ? MeasuredSizes(own->observations, options.min_samples) : 0;
   if (own != nullptr && (own_sizes >= 2 || source == nullptr || source_sizes < 2)) {
-    // Its own measurements, fitted with this type's node size.
-    out.model = ThroughputModel::Fit(own->observations, {}, options);
+    // Its own fit; again with this type's node size when that differs.
+    out.model = other_nodes ? ThroughputModel::Fit(own->observations, {}, options) : own->model;
     if (out.model.empty()) out.model = own->model;
     out.source = out.model.empty() ? TypeCurveSource::kUnknown : TypeCurveSource::kMeasured;
     return out;
