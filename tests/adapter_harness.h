@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/adapter/adapter.h"
 #include "client/adapter/curl_kube_client.h"
 #include "rescale/v1/rescale.grpc.pb.h"
@@ -400,6 +401,46 @@ class Harness {
   std::ostringstream dry_run_out;
   std::unique_ptr<rescale::adapter::Adapter> adapter;
 };
+
+// ------------------------------------------------------------ waiting --
+
+// The capacity rescaled holds now.
+inline v1::Cluster CurrentCluster(Harness& h) {
+  grpc::ClientContext context;
+  v1::Cluster cluster;
+  REQUIRE(h.cluster->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok());
+  return cluster;
+}
+
+inline std::string SlotsOf(const v1::Cluster& cluster) {
+  std::string out;
+  for (const v1::ReplicaSlots& s : cluster.slots()) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", s.gpus_per_replica(), "=", s.replicas());
+  }
+  return out;
+}
+
+// Waits until the adapter's last SetCapacity was of `usable` GPUs with
+// `slots` ("4=6"; typed: "4=6;NVIDIA-A100-SXM4-40GB=16, Tesla-T4=8").
+inline bool WaitForCapacity(Harness& h, uint64_t usable, const std::string& slots) {
+  return h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+    for (auto it = events.rbegin(); it != events.rend(); ++it) {
+      if (it->kind == Kind::kCapacitySet) return it->value == usable && it->detail == slots;
+    }
+    return false;
+  });
+}
+
+// Waits until the adapter applied `detail` ("suspend", "replicas=1") to `job`
+// as its latest change.
+inline bool WaitForLastApplied(Harness& h, const std::string& job, const std::string& detail) {
+  return h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+    for (auto it = events.rbegin(); it != events.rend(); ++it) {
+      if (it->kind == Kind::kApplied && it->job_id == job) return it->detail == detail;
+    }
+    return false;
+  });
+}
 
 }  // namespace adapter_harness
 

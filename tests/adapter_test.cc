@@ -793,44 +793,6 @@ TEST_CASE("capacity is the GPUs of Ready nodes and follows node changes") {
   CHECK(cluster.capacity_known());
 }
 
-// The capacity rescaled holds now.
-v1::Cluster CurrentCluster(Harness& h) {
-  grpc::ClientContext context;
-  v1::Cluster cluster;
-  REQUIRE(h.cluster->GetCluster(&context, v1::GetClusterRequest(), &cluster).ok());
-  return cluster;
-}
-
-std::string SlotsOf(const v1::Cluster& cluster) {
-  std::string out;
-  for (const v1::ReplicaSlots& s : cluster.slots()) {
-    absl::StrAppend(&out, out.empty() ? "" : ",", s.gpus_per_replica(), "=", s.replicas());
-  }
-  return out;
-}
-
-// Waits until the adapter's last SetCapacity was of `usable` GPUs with
-// `slots` ("4=6").
-bool WaitForCapacity(Harness& h, uint64_t usable, const std::string& slots) {
-  return h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
-    for (auto it = events.rbegin(); it != events.rend(); ++it) {
-      if (it->kind == Kind::kCapacitySet) return it->value == usable && it->detail == slots;
-    }
-    return false;
-  });
-}
-
-// Waits until the adapter applied `detail` ("suspend", "replicas=1") to `job`
-// as its latest change.
-bool WaitForLastApplied(Harness& h, const std::string& job, const std::string& detail) {
-  return h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
-    for (auto it = events.rbegin(); it != events.rend(); ++it) {
-      if (it->kind == Kind::kApplied && it->job_id == job) return it->detail == detail;
-    }
-    return false;
-  });
-}
-
 TEST_CASE("capacity counts Ready, schedulable nodes whose taints the jobs tolerate", "[capacity]") {
   Harness h;
   JobParams bert;

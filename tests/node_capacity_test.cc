@@ -27,6 +27,7 @@ using rescale::adapter::Taint;
 using rescale::adapter::Tolerates;
 using rescale::adapter::ToleratesHardTaints;
 using rescale::adapter::Toleration;
+using rescale::adapter::TypeCapacity;
 
 NodeInfo ReadyNode(uint32_t gpus, std::vector<Taint> taints = {}) {
   NodeInfo node;
@@ -166,16 +167,68 @@ TEST_CASE("capacity and slots are what the nodes leave free for the jobs", "[cap
   const std::map<std::string, uint32_t> foreign = {{"a", 3}, {"b", 9}};
 
   // No job yet: untainted nodes count.
-  CHECK(ComputeCapacity(nodes, foreign, {}) == HonestCapacity{40, 5, {}});
+  CHECK(ComputeCapacity(nodes, foreign, {}) == HonestCapacity{40, 5, {}, {}});
   // 1-, 4- and 8-GPU replicas: a has 5 free (5, 1, 0 replicas).
   CHECK(ComputeCapacity(nodes, foreign, {{1, {}}, {4, {}}, {8, {}}, {4, {}}}) ==
-        HonestCapacity{40, 5, {ReplicaSlots{1, 5}, {4, 1}, {8, 0}}});
+        HonestCapacity{40, 5, {ReplicaSlots{1, 5}, {4, 1}, {8, 0}}, {}});
   // The 8-GPU jobs tolerate the vision taint: that node counts, for them.
   const std::vector<Toleration> vision = {{"team", "Equal", "vision", "NoSchedule"}};
   CHECK(ComputeCapacity(nodes, foreign, {{1, {}}, {8, vision}}) ==
-        HonestCapacity{40, 13, {ReplicaSlots{1, 5}, {8, 1}}});
+        HonestCapacity{40, 13, {ReplicaSlots{1, 5}, {8, 1}}, {}});
   // No foreign load: every usable GPU is free.
-  CHECK(ComputeCapacity(nodes, {}, {{4, {}}}) == HonestCapacity{40, 16, {ReplicaSlots{4, 4}}});
+  CHECK(ComputeCapacity(nodes, {}, {{4, {}}}) == HonestCapacity{40, 16, {ReplicaSlots{4, 4}}, {}});
+}
+
+TEST_CASE("with two GPU products the capacity is also counted per product", "[capacity][types]") {
+  auto labelled = [](uint32_t gpus, const std::string& product) {
+    NodeInfo node = ReadyNode(gpus);
+    node.gpu_product = product;
+    return node;
+  };
+  const std::string t4 = "Tesla-T4";
+  const std::string a100 = "NVIDIA-A100-SXM4-40GB";
+  std::map<std::string, NodeInfo> nodes = {
+      {"t4-a", labelled(4, t4)},     {"t4-b", labelled(4, t4)},     {"t4-c", labelled(4, t4)},
+      {"a100-a", labelled(8, a100)}, {"a100-b", labelled(8, a100)}, {"cpu", ReadyNode(0)}};
+  nodes["t4-b"].ready = false;
+  nodes["t4-c"].unschedulable = true;
+  const std::map<std::string, uint32_t> foreign = {{"a100-a", 2}};
+  const std::vector<JobPlacement> jobs = {{1, {}}, {4, {}}};
+  // NotReady and cordoned nodes are allocatable but usable for no type;
+  // a type's node size is its largest node's, counted or not.
+  HonestCapacity expected{
+      28,
+      18,
+      {ReplicaSlots{1, 18}, {4, 4}},
+      {TypeCapacity{a100, 14, 8, {{1, 14}, {4, 3}}}, TypeCapacity{t4, 4, 4, {{1, 4}, {4, 1}}}}};
+  CHECK(ComputeCapacity(nodes, foreign, jobs) == expected);
+
+  // A GPU node without the label: no selector reaches it, so the typed
+  // capacity leaves it out (its GPUs are still allocatable).
+  nodes["new"] = ReadyNode(8);
+  expected.allocatable_gpus += 8;
+  CHECK(ComputeCapacity(nodes, foreign, jobs) == expected);
+
+  // Every T4 node down: the type stays, with nothing usable.
+  nodes["t4-a"].ready = false;
+  HonestCapacity down = ComputeCapacity(nodes, foreign, jobs);
+  REQUIRE(down.types.size() == 2);
+  CHECK(down.types[1] == TypeCapacity{t4, 0, 4, {{1, 0}, {4, 0}}});
+  CHECK(down.usable_gpus == 14);
+
+  // One product (and unlabelled nodes): one pool, as without labels.
+  std::map<std::string, NodeInfo> one = {{"a", labelled(8, a100)}, {"b", ReadyNode(8)}};
+  CHECK(ComputeCapacity(one, {}, jobs) ==
+        HonestCapacity{16, 16, {ReplicaSlots{1, 16}, {4, 4}}, {}});
+}
+
+TEST_CASE("a node's GPU product is its nvidia.com/gpu.product label", "[capacity][types]") {
+  json node = json::parse(R"({"metadata": {"name": "n", "labels": {
+      "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.count": "8"}},
+      "status": {"allocatable": {"nvidia.com/gpu": "8"}}})");
+  CHECK(ParseNode(node).gpu_product == "NVIDIA-A100-SXM4-40GB");
+  node["metadata"].erase("labels");
+  CHECK(ParseNode(node).gpu_product.empty());
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ if(NOT RESCALE_SANITIZE STREQUAL "thread")
     tests/adapter_test.cc
     tests/adapter_plan_test.cc
     tests/adapter_kueue_test.cc
+    tests/adapter_types_test.cc
     tests/node_capacity_test.cc
     tests/client_common_test.cc
     tests/k8s_security_test.cc

@@ -87,7 +87,7 @@ struct AdapterEvent {
     kSkipped,           // job not managed (operator HPA, invalid): detail says why
     kApplied,           // a recommendation's generation applied and reported
     kDryRunPatch,       // dry run: detail is "PATCH path body"
-    kCapacitySet,       // SetCapacity sent; value = usable GPUs, detail = slots
+    kCapacitySet,       // SetCapacity sent; value = usable GPUs, detail = slots[;types]
     kPodsListed,        // a LIST of pods holding node GPUs was processed
     kRescaledSynced,    // a WatchRecommendations stream delivered SYNCED
     kWatchRelisted,     // a watch got 410 Gone and relists
@@ -100,6 +100,7 @@ struct AdapterEvent {
     kQueuesListed,      // a LIST of ClusterQueues or LocalQueues; detail = path
     kQueuesSet,         // SetQueues sent; value = queues, detail = their names
     kKueueWaiting,      // a Kueue job's recommendation waits for Kueue; value = generation
+    kMoveResumed,       // a job moved to another GPU type was resumed there; detail = type
   };
   Kind kind;
   std::string job_id;
@@ -258,9 +259,22 @@ class Adapter {
   // in the job's patch: the change once the job (and its PodGroup, if any)
   // say so, nullopt when the job already ran as wanted (or in a dry run),
   // or the error that stopped it.
+  // A non-empty `gpu_type` is written as the Worker template's node
+  // selector; when the job runs on another type (`running_type`, or its
+  // selector), that is a move: suspend, selector and size in one patch,
+  // marked rescale.io/resume-after-move for ResumeMovedJobs.
   absl::StatusOr<std::optional<AppliedChange>> ApplyToKube(
-      const JobInfo& job, uint32_t workers, bool suspend,
-      const std::map<std::string, std::string>& annotations);
+      const JobInfo& job, uint32_t workers, bool suspend, const std::string& gpu_type,
+      const std::string& running_type, const std::map<std::string, std::string>& annotations);
+  // The GPU type `job` runs on: its Worker template's selector, else the
+  // product of the nodes its GPU pods are bound to when they all agree
+  // ("" = unknown: no selector and no pods seen, or mixed).
+  std::string RunningTypeLocked(const JobInfo& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resumes the jobs suspended for a move (rescale.io/resume-after-move)
+  // whose pods are gone: none of their GPU pods is left on a node when
+  // pods are watched, else the operator's Suspended condition is True.
+  // Called after job and pod events.
+  void ResumeMovedJobs();
   absl::Status PatchPodGroup(const JobInfo& job, uint32_t min_member);
   // The patch of a Kueue job (`object`, parsed as `current`) toward
   // `workers` (or `suspend`): never its suspend; its size only while Kueue
@@ -278,7 +292,16 @@ class Adapter {
       const std::string& path,
       const std::function<absl::StatusOr<nlohmann::json>(const nlohmann::json&)>& make_patch,
       nlohmann::json* patched = nullptr);
-  void ReportApplied(const std::string& id, uint32_t replicas, bool suspended, uint64_t generation);
+  // `gpu_type` is where it runs ("" = unknown, or one type only).
+  // PatchWithRetry of `job`'s object, `make_patch` given the fresh object
+  // and its parse (a parse error stops the write).
+  absl::Status PatchJobWithRetry(
+      const JobInfo& job,
+      const std::function<absl::StatusOr<nlohmann::json>(const nlohmann::json&, const JobInfo&)>&
+          make_patch,
+      nlohmann::json* patched = nullptr);
+  void ReportApplied(const std::string& id, uint32_t replicas, bool suspended, uint64_t generation,
+                     const std::string& gpu_type);
 
   void Emit(AdapterEvent event);
   // An Event's outcome (JobEventRecorder): counted and emitted.

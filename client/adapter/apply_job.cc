@@ -1,8 +1,11 @@
 // Adapter::Apply and the writes under it (see client/adapter/adapter.h):
 // one recommendation written to its job -- the PodGroup's minMember first,
 // then one merge patch of the job with the change's rescale.io/*
-// annotations, retried on 409 from a fresh read -- then reported to
-// rescaled, and the change's Event queued (client/adapter/job_events.h).
+// annotations (and its GPU type's node selector), retried on 409 from a
+// fresh read -- then reported to rescaled, and the change's Event queued
+// (client/adapter/job_events.h). Also the second half of a move between
+// GPU types, ResumeMovedJobs.
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -50,6 +53,15 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
   const std::string applied_reason = AppliedReason(info, recommendation, workers);
   const std::map<std::string, std::string> annotations =
       RecommendationAnnotations(recommendation, applied_reason);
+  // The GPU type: written for a job the adapter can resize and whose
+  // placement it owns (Kueue's flavours set a Kueue job's node selector).
+  std::string gpu_type = recommendation.gpu_type();
+  if (!info.resizable || info.kueue_managed()) gpu_type.clear();
+  std::string running_type;
+  {
+    absl::MutexLock lock(&mu_);
+    running_type = RunningTypeLocked(info);
+  }
   std::optional<AppliedChange> change;
   // Wall time, for the metrics only (the backoff's waits are in it).
   const auto apply_started = std::chrono::steady_clock::now();
@@ -57,7 +69,7 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
   absl::Status status;
   for (int attempt = 1; attempt <= options_.max_apply_attempts && !stopping(); ++attempt) {
     absl::StatusOr<std::optional<AppliedChange>> applied =
-        ApplyToKube(info, workers, suspend, annotations);
+        ApplyToKube(info, workers, suspend, gpu_type, running_type, annotations);
     status = applied.status();
     if (status.ok()) {
       change = *applied;
@@ -96,7 +108,7 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
     // size is ours.
     const bool waits = info.kueue_managed() ? kueue_waits : suspend;
     ReportApplied(id, waits ? 0 : (suspend ? info.workers : workers), waits,
-                  recommendation.generation());
+                  recommendation.generation(), gpu_type.empty() ? running_type : gpu_type);
   }
   if (kueue_waits) {
     Emit({AdapterEvent::Kind::kKueueWaiting, id, recommendation.generation(), applied_reason});
@@ -106,12 +118,14 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
     events_.Record(info, change->resource_version, change->change, applied_reason);
   }
   Emit({AdapterEvent::Kind::kApplied, id, recommendation.generation(),
-        suspend ? "suspend" : absl::StrCat("replicas=", workers)});
+        suspend
+            ? "suspend"
+            : absl::StrCat("replicas=", workers, gpu_type.empty() ? "" : " gpu-type=", gpu_type)});
   return true;
 }
 absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
-    const JobInfo& job, uint32_t workers, bool suspend,
-    const std::map<std::string, std::string>& annotations) {
+    const JobInfo& job, uint32_t workers, bool suspend, const std::string& gpu_type,
+    const std::string& running_type, const std::map<std::string, std::string>& annotations) {
   // The gang first: lowering minMember before removing workers keeps the
   // survivors admissible; raising it before adding workers makes the
   // scheduler admit the new pods all together. A suspended job has no
@@ -122,31 +136,58 @@ absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
     absl::Status gang = PatchPodGroup(job, workers + job.masters);
     if (!gang.ok()) return gang;
   }
-  const std::string path = ResourcePath(job.api, JobResource(job.api), job.ns, job.name);
   // Set by the last make_patch, i.e. for the patch that was sent.
   JobChange change = JobChange::kRescaled;
   bool event = true;
   json patched;
-  absl::Status status = PatchWithRetry(
-      path,
-      [&](const json& object) -> absl::StatusOr<json> {
-        absl::StatusOr<JobInfo> current = ParseJob(job.api, object);
-        if (!current.ok()) return current.status();
-        if (kueue)
-          return KueuePatch(object, *current, workers, suspend, annotations, change, event);
+  absl::Status status = PatchJobWithRetry(
+      job,
+      [&](const json& object, const JobInfo& current) -> absl::StatusOr<json> {
+        if (kueue) return KueuePatch(object, current, workers, suspend, annotations, change, event);
         std::optional<uint32_t> new_workers;
         std::optional<bool> new_suspend;
         // A TrainJob's spec.trainer.numNodes is immutable: never written.
-        if (!suspend && current->resizable && current->workers != workers) new_workers = workers;
-        if (current->suspended != suspend) new_suspend = suspend;
-        if (!new_workers && !new_suspend) return json();
+        if (!suspend && current.resizable && current.workers != workers) new_workers = workers;
+        if (current.suspended != suspend) new_suspend = suspend;
+        const bool new_type = !gpu_type.empty() && current.gpu_type != gpu_type;
+        // Where its pods run now: its selector, else (none yet) their nodes'.
+        const std::string& runs_on = current.gpu_type.empty() ? running_type : current.gpu_type;
+        if (new_type && !suspend && !current.suspended && !runs_on.empty() && runs_on != gpu_type) {
+          // A move: the operator does not recreate running pods for a new
+          // template, so suspend (it deletes them) with the new selector and
+          // size in one patch; ResumeMovedJobs resumes once they are gone.
+          change = JobChange::kMoved;
+          json patch = WithWorkerGpuType(
+              WorkerPatch(current.resource_version, new_workers, true, annotations), gpu_type);
+          patch["metadata"]["annotations"][kResumeAfterMoveAnnotation] =
+              annotations.at(kGenerationAnnotation);
+          return patch;
+        }
+        // A move in progress stays one: the resume is ResumeMovedJobs'
+        // (once the pods are gone) unless this recommendation suspends.
+        const bool marked = current.resizable && !current.resume_after_move.empty();
+        const bool moving = marked && current.suspended;
+        if (moving && !suspend) new_suspend.reset();
+        const bool end_move = marked && (suspend || !moving);
+        if (!new_workers && !new_suspend && !new_type && !end_move) return json();
         change = !new_suspend ? JobChange::kRescaled
                  : suspend    ? JobChange::kSuspended
                               : JobChange::kResumed;
-        if (!current->resizable) {
-          return TrainJobSuspendPatch(current->resource_version, *new_suspend, annotations);
+        if (!current.resizable) {
+          return TrainJobSuspendPatch(current.resource_version, *new_suspend, annotations);
         }
-        return WorkerPatch(current->resource_version, new_workers, new_suspend, annotations);
+        // The selector alone (the pods already run on that type, or none
+        // runs yet), or the end of a move, restarts nothing: no Event.
+        if (!new_workers && !new_suspend) event = false;
+        json patch = WorkerPatch(current.resource_version, new_workers, new_suspend, annotations);
+        if (new_type) patch = WithWorkerGpuType(std::move(patch), gpu_type);
+        if (end_move) {
+          patch["metadata"]["annotations"][kResumeAfterMoveAnnotation] = nullptr;
+        } else if (moving) {
+          patch["metadata"]["annotations"][kResumeAfterMoveAnnotation] =
+              annotations.at(kGenerationAnnotation);
+        }
+        return patch;
       },
       &patched);
   if (!status.ok()) return status;
@@ -188,6 +229,65 @@ json Adapter::KueuePatch(const json& object, const JobInfo& current, uint32_t wo
   return WorkerPatch(current.resource_version, std::nullopt, std::nullopt, annotations);
 }
 
+std::string Adapter::RunningTypeLocked(const JobInfo& job) const {
+  if (!job.gpu_type.empty()) return job.gpu_type;
+  std::string type;
+  for (const auto& [key, pod] : gpu_pods_) {
+    if (pod.job_id != job.id) continue;
+    const auto node = nodes_.find(pod.node);
+    const std::string& product = node == nodes_.end() ? std::string() : node->second.gpu_product;
+    if (product.empty() || (!type.empty() && type != product)) return "";
+    type = product;
+  }
+  return type;
+}
+
+void Adapter::ResumeMovedJobs() {
+  if (options_.dry_run) return;  // nothing was suspended
+  // Serialized with Apply: a recommendation applied meanwhile either ends
+  // the move (and removes the mark) or keeps it.
+  absl::MutexLock apply_lock(&apply_mu_);
+  std::vector<JobInfo> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    const bool pods_watched = options_.capacity_gpus < 0 && pods_listed_;
+    for (const auto& entry : jobs_) {
+      const JobInfo& job = entry.second.info;
+      const std::string& id = entry.first;
+      if (job.resume_after_move.empty() || !job.suspended || !job.resizable) continue;
+      const bool pods_gone =
+          pods_watched ? std::none_of(gpu_pods_.begin(), gpu_pods_.end(),
+                                      [&](const auto& pod) { return pod.second.job_id == id; })
+                       : job.operator_suspended;
+      if (pods_gone) ready.push_back(job);
+    }
+  }
+  for (const JobInfo& job : ready) {
+    json patched;
+    absl::Status status = PatchJobWithRetry(
+        job,
+        [&](const json&, const JobInfo& current) -> absl::StatusOr<json> {
+          // Resumed, or the move ended, since the watch said otherwise.
+          if (current.resume_after_move.empty() || !current.suspended) return json();
+          json patch = WorkerPatch(current.resource_version, std::nullopt, false);
+          patch["metadata"]["annotations"][kResumeAfterMoveAnnotation] = nullptr;
+          return patch;
+        },
+        &patched);
+    if (!status.ok()) {
+      // Tried again on the job's or its pods' next event.
+      spdlog::warn("{}: resume after the move to {}: {}", job.id, job.gpu_type, status.ToString());
+      continue;
+    }
+    if (patched.is_null()) continue;
+    spdlog::info("{}: its pods are gone; resumed on GPU type {}", job.id, job.gpu_type);
+    const json& rv = FieldAt(patched, {"metadata", "resourceVersion"});
+    events_.Record(job, rv.is_string() ? rv.get<std::string>() : std::string(), JobChange::kResumed,
+                   absl::StrCat("resumed on GPU type ", job.gpu_type, " after the move"));
+    Emit({AdapterEvent::Kind::kMoveResumed, job.id, 0, job.gpu_type});
+  }
+}
+
 absl::Status Adapter::PatchPodGroup(const JobInfo& job, uint32_t min_member) {
   for (const ApiVersion& api : options_.podgroup_apis) {
     const std::string path = ResourcePath(api, "podgroups", job.ns, job.name);
@@ -202,6 +302,20 @@ absl::Status Adapter::PatchPodGroup(const JobInfo& job, uint32_t min_member) {
     return status;
   }
   return absl::OkStatus();
+}
+
+absl::Status Adapter::PatchJobWithRetry(
+    const JobInfo& job,
+    const std::function<absl::StatusOr<json>(const json&, const JobInfo&)>& make_patch,
+    json* patched_object) {
+  return PatchWithRetry(
+      ResourcePath(job.api, JobResource(job.api), job.ns, job.name),
+      [&](const json& object) -> absl::StatusOr<json> {
+        absl::StatusOr<JobInfo> current = ParseJob(job.api, object);
+        if (!current.ok()) return current.status();
+        return make_patch(object, *current);
+      },
+      patched_object);
 }
 
 absl::Status Adapter::PatchWithRetry(

@@ -67,14 +67,17 @@ void Adapter::RunPods() {
       pods_listed_ = true;
     }
     SendCapacity();
+    ResumeMovedJobs();
   };
   auto on_event = [this, key_of](const WatchEvent& event) {
     const std::string key = key_of(event.object);
     if (key.empty()) return;
+    bool gone = false;
     {
       absl::MutexLock lock(&mu_);
       std::optional<GpuPod> parsed =
           event.type == "DELETED" ? std::nullopt : ParseGpuPod(event.object);
+      gone = !parsed;
       if (parsed) {
         gpu_pods_[key] = *std::move(parsed);
       } else if (gpu_pods_.erase(key) == 0) {
@@ -82,6 +85,7 @@ void Adapter::RunPods() {
       }
     }
     SendCapacity();
+    if (gone) ResumeMovedJobs();  // a moved job's last pod may just have gone
   };
   // Every namespace, even with --namespace: other teams' pods hold GPUs
   // on the same nodes.
@@ -128,11 +132,27 @@ void Adapter::SendCapacity() {
   request.set_allocatable_gpus(capacity.allocatable_gpus);
   std::string slots_text;
   for (const ReplicaSlots& slots : capacity.slots) {
-    v1::ReplicaSlots* out = request.add_slots();
-    out->set_gpus_per_replica(slots.gpus_per_replica);
-    out->set_replicas(slots.replicas);
+    // With types, the slots are given per type (a replica runs on one).
+    if (capacity.types.empty()) {
+      v1::ReplicaSlots* out = request.add_slots();
+      out->set_gpus_per_replica(slots.gpus_per_replica);
+      out->set_replicas(slots.replicas);
+    }
     absl::StrAppend(&slots_text, slots_text.empty() ? "" : ",", slots.gpus_per_replica, "=",
                     slots.replicas);
+  }
+  std::string types_text;
+  for (const TypeCapacity& type : capacity.types) {
+    v1::GpuType* out = request.add_gpu_types();
+    out->set_name(type.name);
+    out->set_total_gpus(type.usable_gpus);
+    out->set_gpus_per_node(type.gpus_per_node);
+    for (const ReplicaSlots& slots : type.slots) {
+      v1::ReplicaSlots* slot = out->add_slots();
+      slot->set_gpus_per_replica(slots.gpus_per_replica);
+      slot->set_replicas(slots.replicas);
+    }
+    absl::StrAppend(&types_text, types_text.empty() ? "" : ", ", type.name, "=", type.usable_gpus);
   }
   v1::Cluster cluster;
   const std::shared_ptr<grpc::Channel> channel = servers_->Current();
@@ -151,11 +171,14 @@ void Adapter::SendCapacity() {
   if (options_.capacity_gpus >= 0) {
     spdlog::info("cluster capacity: {} GPUs (fixed)", capacity.usable_gpus);
   } else {
-    spdlog::info("cluster capacity: {} of {} GPUs usable; replicas that fit per size: {}",
+    spdlog::info("cluster capacity: {} of {} GPUs usable{}{}; replicas that fit per size: {}",
                  capacity.usable_gpus, capacity.allocatable_gpus,
+                 types_text.empty() ? "" : " by GPU type: ", types_text,
                  slots_text.empty() ? "(no jobs)" : slots_text);
   }
-  Emit({AdapterEvent::Kind::kCapacitySet, "", capacity.usable_gpus, slots_text});
+  // Typed: "4=6;NVIDIA-A100-SXM4-40GB=16, Tesla-T4=8" (slots, then types).
+  Emit({AdapterEvent::Kind::kCapacitySet, "", capacity.usable_gpus,
+        types_text.empty() ? slots_text : absl::StrCat(slots_text, ";", types_text)});
 }
 
 }  // namespace rescale::adapter

@@ -256,8 +256,14 @@ void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
   if (kueue_moved) {
     absl::MutexLock no_apply(&apply_mu_);
     spdlog::info("{}: Kueue {} it", job.id, job.suspended ? "suspended" : "admitted");
-    ReportApplied(job.id, job.suspended ? 0 : job.workers, job.suspended, 0);
+    std::string type;
+    {
+      absl::MutexLock lock(&mu_);
+      type = RunningTypeLocked(job);
+    }
+    ReportApplied(job.id, job.suspended ? 0 : job.workers, job.suspended, 0, type);
   }
+  if (!job.resume_after_move.empty()) ResumeMovedJobs();
 }
 
 void Adapter::OnJobGone(const std::string& id, const std::string& why) {
@@ -366,7 +372,12 @@ void Adapter::SyncJob(const std::string& id) {
       absl::StatusOr<JobInfo> parsed = ParseJob(info.api, *fresh);
       if (parsed.ok()) info = *std::move(parsed);
     }
-    ReportApplied(id, info.suspended ? 0 : info.workers, info.suspended, 0);
+    std::string type;
+    {
+      absl::MutexLock lock(&mu_);
+      type = RunningTypeLocked(info);
+    }
+    ReportApplied(id, info.suspended ? 0 : info.workers, info.suspended, 0, type);
   }
   Emit({AdapterEvent::Kind::kRegistered, id, 0, registered ? "updated" : "registered"});
 }
@@ -543,9 +554,10 @@ void Adapter::RunApplier() {
 }
 
 void Adapter::ReportApplied(const std::string& id, uint32_t replicas, bool suspended,
-                            uint64_t generation) {
+                            uint64_t generation, const std::string& gpu_type) {
   v1::ReportAppliedRequest request;
   request.set_job_id(id);
+  request.set_gpu_type(gpu_type);
   request.set_replicas(replicas);
   request.set_suspended(suspended);
   request.set_generation(generation);

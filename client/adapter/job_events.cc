@@ -20,6 +20,8 @@ const char* EventReason(JobChange change) {
       return "Suspended";
     case JobChange::kResumed:
       return "Resumed";
+    case JobChange::kMoved:
+      return "Moved";
     case JobChange::kWaitingForKueue:
       return "WaitingForKueue";
   }
@@ -34,6 +36,8 @@ const char* EventAction(JobChange change) {
       return "Suspend";
     case JobChange::kResumed:
       return "Resume";
+    case JobChange::kMoved:
+      return "Move";
     case JobChange::kWaitingForKueue:
       return "Wait";
   }

@@ -47,12 +47,16 @@ enum class JobChange {
   kRescaled,   // Worker replicas changed (the job stays running)
   kSuspended,  // it was running and is now suspended
   kResumed,    // it was suspended and runs again (perhaps at a new size)
+  // Suspended to move to another GPU type; the adapter resumes it there
+  // once its pods are gone (Adapter::ResumeMovedJobs).
+  kMoved,
   // A Kueue job (client/adapter/kueue.h) Kueue has not admitted: its
   // recommendation waits for Kueue, which alone resumes it.
   kWaitingForKueue,
 };
-// The Event's reason ("Rescaled", "Suspended", "Resumed", "WaitingForKueue")
-// and action ("Rescale", "Suspend", "Resume", "Wait").
+// The Event's reason ("Rescaled", "Suspended", "Resumed", "Moved",
+// "WaitingForKueue") and action ("Rescale", "Suspend", "Resume", "Move",
+// "Wait").
 const char* EventReason(JobChange change);
 const char* EventAction(JobChange change);
 

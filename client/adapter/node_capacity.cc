@@ -92,6 +92,7 @@ NodeInfo ParseNode(const json& node) {
       if (TextAt(condition, "type") == "Ready") info.ready = TextAt(condition, "status") == "True";
     }
   }
+  info.gpu_product = TextAt(FieldAt(node, {"metadata", "labels"}), kGpuProductLabel);
   const json& unschedulable = FieldAt(node, {"spec", "unschedulable"});
   info.unschedulable = unschedulable.is_boolean() && unschedulable.get<bool>();
   const json& taints = FieldAt(node, {"spec", "taints"});
@@ -135,11 +136,32 @@ HonestCapacity ComputeCapacity(const std::map<std::string, NodeInfo>& nodes,
   HonestCapacity capacity;
   std::set<uint32_t> classes;
   for (const JobPlacement& job : jobs) classes.insert(std::max<uint32_t>(job.gpus_per_replica, 1));
-  std::map<uint32_t, uint32_t> fit;  // class -> replicas
-  for (const uint32_t g : classes) fit[g] = 0;
+  // What one pool of nodes (the cluster, or one product's nodes) leaves.
+  struct Pool {
+    uint32_t usable = 0;
+    uint32_t largest_node = 0;
+    std::map<uint32_t, uint32_t> fit;  // class -> replicas
+  };
+  auto new_pool = [&] {
+    Pool pool;
+    for (const uint32_t g : classes) pool.fit[g] = 0;
+    return pool;
+  };
+  Pool all = new_pool();
+  std::map<std::string, Pool> by_product;
+  for (const auto& [name, node] : nodes) {
+    if (node.allocatable_gpus > 0 && !node.gpu_product.empty() &&
+        !by_product.contains(node.gpu_product)) {
+      by_product.emplace(node.gpu_product, new_pool());
+    }
+  }
   const std::vector<Toleration> none;
   for (const auto& [name, node] : nodes) {
     capacity.allocatable_gpus += node.allocatable_gpus;
+    auto product = by_product.find(node.gpu_product);
+    if (product != by_product.end()) {
+      product->second.largest_node = std::max(product->second.largest_node, node.allocatable_gpus);
+    }
     if (!node.ready || node.unschedulable) continue;
     const auto foreign = foreign_gpus.find(name);
     const uint32_t taken =
@@ -152,10 +174,31 @@ HonestCapacity ComputeCapacity(const std::map<std::string, NodeInfo>& nodes,
       any_job = true;
       classes_here.insert(std::max<uint32_t>(job.gpus_per_replica, 1));
     }
-    if (any_job) capacity.usable_gpus += free;
-    for (const uint32_t g : classes_here) fit[g] += free / g;
+    for (Pool* pool : {&all, product == by_product.end() ? nullptr : &product->second}) {
+      if (pool == nullptr) continue;
+      if (any_job) pool->usable += free;
+      for (const uint32_t g : classes_here) pool->fit[g] += free / g;
+    }
   }
-  for (const auto& [g, replicas] : fit) capacity.slots.push_back({g, replicas});
+  auto slots_of = [](const Pool& pool) {
+    std::vector<ReplicaSlots> slots;
+    for (const auto& [g, replicas] : pool.fit) slots.push_back({g, replicas});
+    return slots;
+  };
+  if (by_product.size() < 2) {
+    capacity.usable_gpus = all.usable;
+    capacity.slots = slots_of(all);
+    return capacity;
+  }
+  // Typed: the GPUs a node selector can reach, i.e. the labelled nodes'.
+  Pool labelled = new_pool();
+  for (const auto& [product, pool] : by_product) {
+    capacity.types.push_back({product, pool.usable, pool.largest_node, slots_of(pool)});
+    labelled.usable += pool.usable;
+    for (const auto& [g, replicas] : pool.fit) labelled.fit[g] += replicas;
+  }
+  capacity.usable_gpus = labelled.usable;
+  capacity.slots = slots_of(labelled);
   return capacity;
 }
 

@@ -18,6 +18,14 @@
 // Pods of managed jobs are not subtracted: their GPUs are what the planner
 // hands out.
 //
+// GPU types: with nodes of two or more GPU products (the
+// nvidia.com/gpu.product label GPU Feature Discovery sets), the same is
+// counted per product too -- usable GPUs, the largest node, and slots per
+// size class within the product -- for SetCapacityRequest.gpu_types. GPU
+// nodes without the label are then left out of the typed capacity (no node
+// selector can send a replica to them): GPU Feature Discovery labels every
+// GPU node it has seen, so such a node is one it has not reached yet.
+//
 // One capacity serves every job, so a node only some jobs tolerate counts
 // for all of them (within their size class); a cluster whose node pools
 // are tainted per team is better served by one adapter (--namespace) and
@@ -47,6 +55,12 @@ namespace rescale::adapter {
 // without any are dropped as they arrive.
 inline constexpr char kPodsOnNodesFieldSelector[] =
     "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed";
+
+// The node label that names a node's GPU product ("Tesla-T4",
+// "NVIDIA-A100-SXM4-40GB"), set by NVIDIA's GPU Feature Discovery; the
+// adapter selects a job's GPU type with it in the worker template's
+// nodeSelector.
+inline constexpr char kGpuProductLabel[] = "nvidia.com/gpu.product";
 
 // A node taint (spec.taints[]).
 struct Taint {
@@ -83,6 +97,7 @@ struct NodeInfo {
   bool ready = false;             // a Ready condition with status "True"
   bool unschedulable = false;     // spec.unschedulable (cordoned)
   std::vector<Taint> taints;
+  std::string gpu_product;  // metadata.labels["nvidia.com/gpu.product"]
   friend bool operator==(const NodeInfo&, const NodeInfo&) = default;
 };
 NodeInfo ParseNode(const nlohmann::json& node);
@@ -112,11 +127,27 @@ struct JobPlacement {
   friend bool operator==(const JobPlacement&, const JobPlacement&) = default;
 };
 
+// The honest capacity of one GPU product.
+struct TypeCapacity {
+  std::string name;                 // the nodes' nvidia.com/gpu.product
+  uint32_t usable_gpus = 0;         // free GPUs on its nodes that count
+  uint32_t gpus_per_node = 0;       // the largest allocatable of its nodes
+  std::vector<ReplicaSlots> slots;  // per size class, within the product
+  friend bool operator==(const TypeCapacity&, const TypeCapacity&) = default;
+};
+
 struct HonestCapacity {
   uint32_t allocatable_gpus = 0;  // every node's allocatable GPUs
-  uint32_t usable_gpus = 0;       // free GPUs on the nodes that count
-  // One entry per size class of the jobs, ascending.
+  // Free GPUs on the nodes that count; with `types`, their sum (GPU nodes
+  // without a product label are left out).
+  uint32_t usable_gpus = 0;
+  // One entry per size class of the jobs, ascending (with `types`, the sum
+  // of theirs).
   std::vector<ReplicaSlots> slots;
+  // Per GPU product, by name, when the GPU nodes carry two or more (every
+  // product a GPU node carries, counted or not, so a type whose nodes are
+  // all down is sent with 0 GPUs rather than dropped); else empty.
+  std::vector<TypeCapacity> types;
   friend bool operator==(const HonestCapacity&, const HonestCapacity&) = default;
 };
 

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "rescale/names.h"
 
 namespace rescale::adapter {
@@ -173,6 +175,14 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
   }
   if (has_gpu_limit) job.gpus_per_replica = gpus;
   job.tolerations = ParseTolerations(FieldAt(worker, {"template", "spec"}));
+  if (const json& product = FieldAt(worker, {"template", "spec", "nodeSelector", kGpuProductLabel});
+      product.is_string()) {
+    job.gpu_type = product.get<std::string>();
+  }
+  // The training operator's JobSuspended condition (kubeflow/training-
+  // operator pkg/apis/kubeflow.org/v1 common_types.go: JobConditionType
+  // "Suspended"), set once it has deleted a suspended job's pods.
+  job.operator_suspended = ConditionTrue(object, {"Suspended"});
 
   if (absl::Status read = ReadRescaleAnnotations(object, &job); !read.ok()) return read;
   job.finished = ConditionTrue(object, {"Succeeded", "Failed"});
@@ -214,6 +224,18 @@ absl::Status ReadRescaleAnnotations(const json& object, JobInfo* job) {
     }
   }
   if (auto value = annotation(kPolicyAnnotation)) job->policy = *value;
+  if (auto value = annotation(kGpuTypesAnnotation)) {
+    job->gpu_types.clear();
+    for (absl::string_view name : absl::StrSplit(*value, ',', absl::SkipWhitespace())) {
+      const std::string type(absl::StripAsciiWhitespace(name));
+      if (!IsGpuTypeName(type)) {
+        return bad(kGpuTypesAnnotation, *value,
+                   "a comma-separated list of GPU types (nvidia.com/gpu.product label values)");
+      }
+      job->gpu_types.push_back(type);
+    }
+  }
+  if (auto value = annotation(kResumeAfterMoveAnnotation)) job->resume_after_move = *value;
   if (auto value = annotation(kQueueAnnotation)) {
     if (!IsDns1123Label(*value)) return bad(kQueueAnnotation, *value, "a DNS-1123 label");
     job->queue = *value;
@@ -252,6 +274,12 @@ json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> wo
   for (const auto& [key, value] : annotations) patch["metadata"]["annotations"][key] = value;
   if (workers) patch["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = *workers;
   if (suspend) patch["spec"]["runPolicy"]["suspend"] = *suspend;
+  return patch;
+}
+
+json WithWorkerGpuType(json patch, const std::string& gpu_type) {
+  patch["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]
+       [kGpuProductLabel] = gpu_type;
   return patch;
 }
 
@@ -387,6 +415,7 @@ v1::JobSpec ToJobSpec(const JobInfo& job) {
   spec.set_policy(job.policy);
   for (const auto& [key, value] : job.parameters) (*spec.mutable_parameters())[key] = value;
   spec.set_queue(job.queue);
+  for (const std::string& type : job.gpu_types) spec.add_gpu_types(type);
   if (job.kueue_managed()) spec.set_admission("kueue");
   return spec;
 }

@@ -58,6 +58,16 @@ inline constexpr char kReasonAnnotation[] = "rescale.io/reason";
 // without a batch: the workers keep the batch they were last given, and the
 // user's declared batch is never removed.
 inline constexpr char kAccumulationStepsAnnotation[] = "rescale.io/accumulation-steps";
+// The GPU types a job may run on (JobSpec.gpu_types), comma-separated
+// nvidia.com/gpu.product values; absent = any type.
+inline constexpr char kGpuTypesAnnotation[] = "rescale.io/gpu-types";
+// Set by the adapter, with the recommendation's generation, on a job it
+// suspended to move it to another GPU type (see Adapter::ApplyToKube): the
+// training operator does not recreate running pods when their template
+// changes, so the move is suspend + new nodeSelector in one patch, then
+// resume once the job's pods are gone. Removed by the resume, and by any
+// later change the adapter applies.
+inline constexpr char kResumeAfterMoveAnnotation[] = "rescale.io/resume-after-move";
 // Longest rescale.io/reason value written, in bytes: a readable sentence,
 // far below the API server's 256 KiB for all annotations together.
 inline constexpr size_t kMaxReasonAnnotationBytes = 1024;
@@ -109,6 +119,18 @@ struct JobInfo {
   // The Worker template's tolerations: which tainted nodes count toward
   // the capacity (client/adapter/node_capacity.h).
   std::vector<Toleration> tolerations;
+  // The GPU type its workers are sent to: the Worker template's
+  // nodeSelector["nvidia.com/gpu.product"] ("" = none).
+  std::string gpu_type;
+  // The types it may use: its rescale.io/gpu-types annotation (empty =
+  // any); for a job the adapter cannot move (a TrainJob), its gpu_type.
+  std::vector<std::string> gpu_types;
+  // Its rescale.io/resume-after-move annotation: the adapter suspended it
+  // to move it to another type and resumes it once its pods are gone.
+  std::string resume_after_move;
+  // The training operator says it has suspended the job (a Suspended
+  // condition is True): it has deleted the job's pods.
+  bool operator_suspended = false;
   int32_t priority = 0;
   std::optional<bool> preemptible;
   std::optional<double> restart_cost_seconds;
@@ -151,6 +173,11 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const nlohmann::json& object);
 nlohmann::json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> workers,
                            std::optional<bool> suspend,
                            const std::map<std::string, std::string>& annotations = {});
+
+// `patch` (a WorkerPatch) also setting the Worker template's
+// nodeSelector["nvidia.com/gpu.product"] to `gpu_type` (other selector
+// keys stay: a merge patch merges maps key by key).
+nlohmann::json WithWorkerGpuType(nlohmann::json patch, const std::string& gpu_type);
 
 // The rescale.io/recommended-replicas, rescale.io/generation and
 // rescale.io/reason annotations for applying `recommendation`, with

@@ -73,10 +73,15 @@ absl::StatusOr<JobInfo> ParseTrainJob(const json& object) {
       if (!for_nodes) continue;
       std::vector<Toleration> more = ParseTolerations(override_entry);
       job.tolerations.insert(job.tolerations.end(), more.begin(), more.end());
+      const json& product = FieldAt(override_entry, {"nodeSelector", kGpuProductLabel});
+      if (product.is_string()) job.gpu_type = product.get<std::string>();
     }
   }
 
   if (absl::Status read = ReadRescaleAnnotations(object, &job); !read.ok()) return read;
+  // The adapter cannot move a TrainJob (it would have to rewrite
+  // podSpecOverrides, and the JobSet's pods): one pinned to a type stays.
+  if (job.gpu_types.empty() && !job.gpu_type.empty()) job.gpu_types = {job.gpu_type};
   job.finished = ConditionTrue(object, {"Complete", "Failed"});
   return job;
 }

@@ -1,0 +1,286 @@
+// rescale-adapter with more than one GPU type, end to end against the fake
+// API server (tests/fake_kube_api.h) and a real in-process rescaled: the
+// capacity per nvidia.com/gpu.product, a job placed on a type through its
+// Worker template's node selector in one patch, and a running job moved
+// between types (suspend with the new selector, resume once its pods are
+// gone, as kubeflow/training-operator's runPolicy.suspend semantics need:
+// "If a Job is suspended after creation ... the Job controller will delete
+// all active Pods and PodGroups", and it does not recreate running pods for
+// a changed template).
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/adapter_harness.h"
+
+namespace {
+
+using namespace adapter_harness;  // NOLINT: the harness is this file's vocabulary
+
+constexpr char kT4[] = "Tesla-T4";
+constexpr char kA100[] = "NVIDIA-A100-SXM4-40GB";
+
+// A Ready node of `gpus` GPUs of `product`, labelled as GPU Feature
+// Discovery labels it.
+json TypedNode(const std::string& name, int gpus, const std::string& product) {
+  json node = Node(name, gpus);
+  node["metadata"]["labels"] = {{"nvidia.com/gpu.product", product},
+                                {"nvidia.com/gpu.count", std::to_string(gpus)}};
+  return node;
+}
+
+std::string SelectorOf(const json& job) {
+  const json& selector = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"].value(
+      "nodeSelector", json::object());
+  return selector.value("nvidia.com/gpu.product", "");
+}
+
+// PyTorchJob bert allowed only T4s, its workers selected by `selector`.
+json JobOnT4(const json& selector) {
+  JobParams bert;
+  bert.annotations["rescale.io/gpu-types"] = kT4;
+  json object = PyTorchJob(bert);
+  object["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = selector;
+  return object;
+}
+
+const v1::GpuType* TypeOf(const v1::Cluster& cluster, const std::string& name) {
+  for (const v1::GpuType& type : cluster.gpu_types()) {
+    if (type.name() == name) return &type;
+  }
+  return nullptr;
+}
+
+TEST_CASE("capacity is sent per GPU product, without NotReady or cordoned nodes", "[types]") {
+  Harness h;
+  JobParams bert;
+  bert.gpus = 4;
+  h.kube.Put(PyTorchJob(bert));
+  h.kube.Put(TypedNode("t4-a", 4, kT4));
+  h.kube.Put(TypedNode("t4-b", 4, kT4));
+  h.kube.Put(TypedNode("a100-a", 8, kA100));
+  json down = TypedNode("a100-b", 8, kA100);
+  down["status"]["conditions"][1]["status"] = "False";
+  h.kube.Put(down);
+  json cordoned = TypedNode("t4-c", 4, kT4);
+  cordoned["spec"]["unschedulable"] = true;
+  h.kube.Put(cordoned);
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+
+  REQUIRE(WaitForCapacity(h, 16, "4=4;NVIDIA-A100-SXM4-40GB=8, Tesla-T4=8"));
+  v1::Cluster cluster = CurrentCluster(h);
+  CHECK(cluster.total_gpus() == 16);
+  CHECK(cluster.allocatable_gpus() == 28);
+  REQUIRE(cluster.gpu_types_size() == 2);
+  const v1::GpuType* a100 = TypeOf(cluster, kA100);
+  const v1::GpuType* t4 = TypeOf(cluster, kT4);
+  REQUIRE(a100 != nullptr);
+  REQUIRE(t4 != nullptr);
+  CHECK(a100->total_gpus() == 8);
+  CHECK(a100->gpus_per_node() == 8);
+  REQUIRE(a100->slots_size() == 1);
+  CHECK(a100->slots(0).gpus_per_replica() == 4);
+  CHECK(a100->slots(0).replicas() == 2);
+  CHECK(t4->total_gpus() == 8);
+  CHECK(t4->gpus_per_node() == 4);
+  REQUIRE(t4->slots_size() == 1);
+  CHECK(t4->slots(0).replicas() == 2);
+
+  // The A100 node comes back; a T4 node is cordoned.
+  h.kube.Update("/api/v1/nodes/a100-b",
+                [](json& node) { node["status"]["conditions"][1]["status"] = "True"; });
+  REQUIRE(WaitForCapacity(h, 24, "4=6;NVIDIA-A100-SXM4-40GB=16, Tesla-T4=8"));
+  h.kube.Update("/api/v1/nodes/t4-a", [](json& node) { node["spec"]["unschedulable"] = true; });
+  REQUIRE(WaitForCapacity(h, 20, "4=5;NVIDIA-A100-SXM4-40GB=16, Tesla-T4=4"));
+  CHECK(TypeOf(CurrentCluster(h), kT4)->total_gpus() == 4);
+  CHECK(TypeOf(CurrentCluster(h), kA100)->total_gpus() == 16);
+}
+
+TEST_CASE("a job recommended onto the second type gets its node selector in the same patch",
+          "[types]") {
+  Harness h;
+  JobParams bert;
+  bert.suspend = true;  // not started yet
+  bert.annotations["rescale.io/gpu-types"] = kA100;
+  h.kube.Put(TypedNode("t4-a", 4, kT4));
+  h.kube.Put(TypedNode("a100-a", 8, kA100));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  // The job comes once rescaled knows the types (before, it would be
+  // started untyped, then given its type: two patches).
+  REQUIRE(WaitForCapacity(h, 12, ";NVIDIA-A100-SXM4-40GB=8, Tesla-T4=4"));
+  h.kube.Put(PyTorchJob(bert));
+
+  const std::string path = JobPath("default", "bert");
+  REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4 gpu-type=NVIDIA-A100-SXM4-40GB"));
+  std::optional<v1::Job> job = h.GetJob("default/bert");
+  REQUIRE(job);
+  REQUIRE(job->spec().gpu_types_size() == 1);
+  CHECK(job->spec().gpu_types(0) == kA100);
+  CHECK(job->recommendation().gpu_type() == kA100);
+  CHECK(job->status().gpu_type() == kA100);  // as the adapter reported it
+
+  // Exactly one write of the job: resume, size and type together.
+  std::vector<RecordedRequest> patches = h.PatchesTo(path);
+  REQUIRE(patches.size() == 1);
+  const json body = json::parse(patches[0].body);
+  CHECK(body["spec"]["runPolicy"]["suspend"] == false);
+  CHECK(body["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4);
+  CHECK(body["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] ==
+        json{{"nvidia.com/gpu.product", kA100}});
+  CHECK_FALSE(body["metadata"]["annotations"].contains("rescale.io/resume-after-move"));
+  const json stored = h.kube.Object(path);
+  CHECK(SelectorOf(stored) == kA100);
+  // The merge patch kept the rest of the template.
+  CHECK(stored["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"].size() ==
+        1);
+}
+
+TEST_CASE(
+    "a running job moves type: suspended with the new selector, resumed once its pods are gone",
+    "[types]") {
+  Harness h;
+  h.kube.Put(JobOnT4({{"nvidia.com/gpu.product", kT4}, {"topology.kubernetes.io/zone", "a"}}));
+  h.kube.Put(TypedNode("t4-a", 4, kT4));
+  h.kube.Put(TypedNode("t4-b", 4, kT4));
+  h.kube.Put(TypedNode("a100-a", 8, kA100));
+  h.kube.Put(Pod("default", "bert-worker-0", "t4-a", 1, "Running", "bert"));
+  h.kube.Put(Pod("default", "bert-worker-1", "t4-b", 1, "Running", "bert"));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  const std::string path = JobPath("default", "bert");
+  REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4 gpu-type=Tesla-T4"));
+  CHECK(Workers(h.kube.Object(path)) == 4);
+  CHECK(h.GetJob("default/bert")->status().gpu_type() == kT4);
+
+  // The user allows only A100s now: rescaled moves the job there.
+  h.kube.ClearRequests();
+  h.kube.Update(path,
+                [](json& job) { job["metadata"]["annotations"]["rescale.io/gpu-types"] = kA100; });
+  REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4 gpu-type=NVIDIA-A100-SXM4-40GB"));
+  std::vector<RecordedRequest> patches = h.PatchesTo(path);
+  REQUIRE(patches.size() == 1);
+  json body = json::parse(patches[0].body);
+  CHECK(body["spec"]["runPolicy"]["suspend"] == true);
+  CHECK(body["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] ==
+        json{{"nvidia.com/gpu.product", kA100}});
+  const std::string generation =
+      body["metadata"]["annotations"]["rescale.io/generation"].get<std::string>();
+  CHECK(body["metadata"]["annotations"]["rescale.io/resume-after-move"] == generation);
+  json stored = h.kube.Object(path);
+  CHECK(stored["spec"]["runPolicy"]["suspend"] == true);
+  CHECK(SelectorOf(stored) == kA100);
+  // The merge patch kept the user's other selector key.
+  CHECK(stored["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]
+              ["topology.kubernetes.io/zone"] == "a");
+  // rescaled heard where it will run.
+  CHECK(h.GetJob("default/bert")->status().gpu_type() == kA100);
+
+  // The operator deletes the pods one by one; only when the last is gone
+  // does the adapter resume the job.
+  h.kube.Delete(PodPath("default", "bert-worker-0"));
+  // Another team's pod after it: once the capacity shows it, the adapter
+  // has seen the deletion too (one watch, in order).
+  h.kube.Put(Pod("research", "notebook", "a100-a", 1));
+  REQUIRE(WaitForCapacity(h, 15, "1=15;NVIDIA-A100-SXM4-40GB=7, Tesla-T4=8"));
+  CHECK(h.log.CountOf(Kind::kMoveResumed) == 0);
+  CHECK(h.PatchesTo(path).size() == 1);
+  h.kube.Delete(PodPath("default", "bert-worker-1"));
+  REQUIRE(h.log.WaitCount(Kind::kMoveResumed, "default/bert", 1));
+  patches = h.PatchesTo(path);
+  REQUIRE(patches.size() == 2);
+  body = json::parse(patches[1].body);
+  CHECK(body["spec"] == json{{"runPolicy", {{"suspend", false}}}});
+  CHECK(body["metadata"]["annotations"] == json{{"rescale.io/resume-after-move", nullptr}});
+  stored = h.kube.Object(path);
+  CHECK(stored["spec"]["runPolicy"]["suspend"] == false);
+  CHECK_FALSE(stored["metadata"]["annotations"].contains("rescale.io/resume-after-move"));
+  CHECK(SelectorOf(stored) == kA100);
+  CHECK(Workers(stored) == 4);
+
+  // The Events say what happened: moved, then resumed (after the
+  // Rescaled of the first apply, whose POST may come after ClearRequests).
+  auto reasons = [](const std::vector<RecordedRequest>& requests) {
+    std::vector<std::string> out;
+    for (const RecordedRequest& request : requests) {
+      if (request.method == "POST" && request.path == EventsPath("default"))
+        out.push_back(json::parse(request.body)["reason"].get<std::string>());
+    }
+    if (!out.empty() && out.front() == "Rescaled") out.erase(out.begin());
+    return out;
+  };
+  REQUIRE(h.kube.WaitForRequests(
+      [&](const std::vector<RecordedRequest>& requests) { return reasons(requests).size() >= 2; }));
+  CHECK(reasons(h.kube.Requests()) == std::vector<std::string>{"Moved", "Resumed"});
+}
+
+TEST_CASE("a move waits for the operator's Suspended condition when pods are not watched",
+          "[types]") {
+  Harness h;
+  h.kube.Put(JobOnT4({{"nvidia.com/gpu.product", kT4}}));
+  // A fixed capacity (--capacity-gpus): no node or pod watch. The types
+  // are then given to rescaled by hand, once the adapter has synced (it
+  // sends its own capacity on every sync, before kRescaledSynced).
+  h.StartAdapter();
+  const std::string path = JobPath("default", "bert");
+  REQUIRE(h.log.WaitCount(Kind::kRescaledSynced, "", 1));
+  {
+    grpc::ClientContext context;
+    v1::SetCapacityRequest request;
+    for (const char* name : {kT4, kA100}) {
+      v1::GpuType* type = request.add_gpu_types();
+      type->set_name(name);
+      type->set_total_gpus(8);
+      type->set_gpus_per_node(8);
+    }
+    v1::Cluster cluster;
+    REQUIRE(h.cluster->SetCapacity(&context, request, &cluster).ok());
+  }
+  REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4 gpu-type=Tesla-T4"));
+  h.kube.Update(path,
+                [](json& job) { job["metadata"]["annotations"]["rescale.io/gpu-types"] = kA100; });
+  REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4 gpu-type=NVIDIA-A100-SXM4-40GB"));
+  CHECK(h.kube.Object(path)["spec"]["runPolicy"]["suspend"] == true);
+  CHECK(h.log.CountOf(Kind::kMoveResumed) == 0);
+  // The operator has deleted the pods and says so.
+  h.kube.Update(path, [](json& job) {
+    job["status"]["conditions"] =
+        json::array({{{"type", "Suspended"}, {"status", "True"}, {"reason", "JobSuspended"}}});
+  });
+  REQUIRE(h.log.WaitCount(Kind::kMoveResumed, "default/bert", 1));
+  CHECK(h.kube.Object(path)["spec"]["runPolicy"]["suspend"] == false);
+}
+
+TEST_CASE("PyTorchJobs read their type and allowed types; a bad list names the annotation",
+          "[types]") {
+  JobParams bert;
+  bert.annotations["rescale.io/gpu-types"] = " Tesla-T4, NVIDIA-A100-SXM4-40GB ";
+  json object = PyTorchJob(bert);
+  object["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {
+      {"nvidia.com/gpu.product", kT4}};
+  auto job = rescale::adapter::ParsePyTorchJob(object);
+  REQUIRE(job.ok());
+  CHECK(job->gpu_type == kT4);
+  CHECK(job->gpu_types == std::vector<std::string>{kT4, kA100});
+  v1::JobSpec spec = rescale::adapter::ToJobSpec(*job);
+  REQUIRE(spec.gpu_types_size() == 2);
+  CHECK(spec.gpu_types(1) == kA100);
+
+  object["metadata"]["annotations"]["rescale.io/gpu-types"] = "Tesla T4";
+  auto bad = rescale::adapter::ParsePyTorchJob(object);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(std::string(bad.status().message()) ==
+        "PyTorchJob default/bert (kubeflow.org/v1): annotation rescale.io/gpu-types=\"Tesla T4\" "
+        "is not a comma-separated list of GPU types (nvidia.com/gpu.product label values)");
+
+  // Without the annotation: any type (the selector is only where it runs).
+  object["metadata"]["annotations"].erase("rescale.io/gpu-types");
+  CHECK(rescale::adapter::ParsePyTorchJob(object)->gpu_types.empty());
+}
+
+}  // namespace
