@@ -782,6 +782,27 @@ TEST_CASE("watch --count prints each job's initial state, then SYNCED, then exit
     CHECK(SplitWords(lines[3]) == std::vector<std::string>{"SYNCED"});
   }
 
+  SECTION("table: with GPU types, GPU-TYPE before REASON") {
+    REQUIRE(server.Run({"capacity", "set", "--types", "Tesla-T4=8:4,NVIDIA-A100-SXM4-40GB=8:8"})
+                .exit_code == 0);
+    CliResult watched = server.Run({"watch", "--count", "3"});
+    REQUIRE(watched.exit_code == 0);
+    const std::vector<std::string> lines = SplitLines(watched.out);
+    REQUIRE(lines.size() == 4);
+    const std::vector<std::string> header = SplitWords(lines[0]);
+    REQUIRE(header.size() == 10);
+    CHECK(header[8] == "GPU-TYPE");
+    CHECK(header[9] == "REASON");
+    // Each job's recommended type, in the column its header names (the
+    // planner places both: 8 GPUs of each type are free).
+    INFO(watched.out);
+    const size_t column = lines[0].find("GPU-TYPE");
+    std::set<std::string> types;
+    for (int row = 1; row <= 2; ++row) types.insert(SplitWords(lines[row].substr(column))[0]);
+    for (const std::string& type : types)
+      CHECK((type == "Tesla-T4" || type == "NVIDIA-A100-SXM4-40GB"));
+  }
+
   SECTION("yaml: one document per event") {
     CliResult watched = server.Run({"watch", "--count", "3", "-o", "yaml"});
     REQUIRE(watched.exit_code == 0);

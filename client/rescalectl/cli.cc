@@ -214,7 +214,19 @@ int Watch(Session& session, const std::string& ns, int64_t max_events) {
   std::unique_ptr<grpc::ClientReader<v1::RecommendationEvent>> reader =
       stub->WatchRecommendations(&context, request);
 
-  WatchTablePrinter table(session.out());
+  // The table's columns are fixed by its header, printed before any row:
+  // ask once whether the cluster has GPU types (a failure: as if not).
+  bool gpu_types = false;
+  if (session.format() == OutputFormat::kTable) {
+    grpc::ClientContext cluster_context;
+    session.ApplyDeadline(cluster_context);
+    v1::Cluster cluster;
+    gpu_types = v1::ClusterService::NewStub(session.channel())
+                    ->GetCluster(&cluster_context, v1::GetClusterRequest(), &cluster)
+                    .ok() &&
+                cluster.gpu_types_size() > 0;
+  }
+  WatchTablePrinter table(session.out(), gpu_types);
   v1::RecommendationEvent event;
   int64_t printed = 0;
   while (reader->Read(&event)) {
@@ -521,7 +533,7 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
       "change (ADDED, MODIFIED, DELETED), each plan's changes followed by a PLAN_END\n"
       "marker, until the server ends the stream or --count events (markers included)\n"
       "have been printed. -o json prints one object per line; -o yaml one document per\n"
-      "event.");
+      "event. When the cluster has GPU types, the table has GPU-TYPE before REASON.");
   watch->add_option("-n,--namespace", watch_namespace, "Only jobs in this namespace");
   watch->add_option("--count", watch_count, "Stop after this many events (0 = never)")
       ->check(CLI::NonNegativeNumber);

@@ -214,10 +214,13 @@ std::string ParseGpuTypesFlag(const std::string& text,
 
 // The watch table: rows arrive one at a time, so column widths cannot come
 // from the data. Each column has a minimum width that fits typical values;
-// a longer value just pushes the rest of its own row right.
+// a longer value just pushes the rest of its own row right. `gpu_types`
+// (the cluster has GPU types, known before the first row) adds GPU-TYPE
+// before REASON, which stays last because it is unpadded free text.
 class WatchTablePrinter {
  public:
-  explicit WatchTablePrinter(std::ostream& out) : out_(out) {}
+  explicit WatchTablePrinter(std::ostream& out, bool gpu_types = false)
+      : out_(out), gpu_types_(gpu_types) {}
   // Prints the header before the first row.
   void PrintEvent(const v1::RecommendationEvent& event);
 
@@ -225,6 +228,7 @@ class WatchTablePrinter {
   void PrintRow(const std::vector<std::string>& cells);
 
   std::ostream& out_;
+  const bool gpu_types_;
   bool header_printed_ = false;
 };
 

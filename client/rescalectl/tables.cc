@@ -385,6 +385,9 @@ constexpr WatchColumn kWatchColumns[] = {
     {"EVENT", 8},       {"NAMESPACE", 12},  {"NAME", 24}, {"REPLICAS", 8}, {"ACTION", 10},
     {"GENERATION", 10}, {"CONSTRAINT", 17}, {"QUEUE", 5}, {"REASON", 0},
 };
+constexpr size_t kWatchReasonColumn = std::size(kWatchColumns) - 1;
+// With GPU types, before REASON ("Tesla-T4", "NVIDIA-A100-SXM4-40GB").
+constexpr WatchColumn kWatchGpuTypeColumn = {kGpuTypeHeader, 10};
 }  // namespace
 
 void WatchTablePrinter::PrintRow(const std::vector<std::string>& cells) {
@@ -392,7 +395,9 @@ void WatchTablePrinter::PrintRow(const std::vector<std::string>& cells) {
   for (size_t c = 0; c < cells.size(); ++c) {
     line += cells[c];
     if (c + 1 < cells.size()) {
-      const size_t width = std::max(kWatchColumns[c].min_width, cells[c].size());
+      const WatchColumn& column =
+          gpu_types_ && c == kWatchReasonColumn ? kWatchGpuTypeColumn : kWatchColumns[c];
+      const size_t width = std::max(column.min_width, cells[c].size());
       line += std::string(width - cells[c].size() + 2, ' ');
     }
   }
@@ -405,6 +410,7 @@ void WatchTablePrinter::PrintEvent(const v1::RecommendationEvent& event) {
   if (!header_printed_) {
     std::vector<std::string> headers;
     for (const auto& column : kWatchColumns) headers.emplace_back(column.header);
+    if (gpu_types_) headers.insert(headers.end() - 1, kGpuTypeHeader);
     PrintRow(headers);
     header_printed_ = true;
   }
@@ -418,6 +424,7 @@ void WatchTablePrinter::PrintEvent(const v1::RecommendationEvent& event) {
   std::vector<std::string> cells = {EventTypeName(event.type())};
   for (std::string& cell : RecommendationCells(event.recommendation()))
     cells.push_back(std::move(cell));
+  if (gpu_types_) cells.insert(cells.end() - 1, TypeCell(event.recommendation().gpu_type()));
   PrintRow(cells);
 }
 
