@@ -181,13 +181,29 @@ TEST_CASE(
   // rescaled heard where it will run.
   CHECK(h.GetJob("default/bert")->status().gpu_type() == kA100);
 
-  // The operator deletes the pods one by one; only when the last is gone
-  // does the adapter resume the job.
+  // Until the operator has acted on the suspend, the adapter waits (it
+  // sees the mark on the job's own watch event).
+  auto waiting = [&](const std::string& detail, uint64_t pods_left) {
+    return h.log.WaitFor([&](const std::vector<AdapterEvent>& events) {
+      for (const AdapterEvent& event : events) {
+        if (event.kind == Kind::kMoveWaiting && event.detail == detail &&
+            event.value == pods_left) {
+          return true;
+        }
+      }
+      return false;
+    });
+  };
+  REQUIRE(waiting("operator", 2));
+  // The operator says it has suspended the job, and deletes the pods one
+  // by one; only when the last is gone does the adapter resume the job.
+  h.kube.Update(path, [](json& job) {
+    job["status"]["conditions"] =
+        json::array({{{"type", "Suspended"}, {"status", "True"}, {"reason", "JobSuspended"}}});
+  });
+  REQUIRE(waiting("pods", 2));
   h.kube.Delete(PodPath("default", "bert-worker-0"));
-  // Another team's pod after it: once the capacity shows it, the adapter
-  // has seen the deletion too (one watch, in order).
-  h.kube.Put(Pod("research", "notebook", "a100-a", 1));
-  REQUIRE(WaitForCapacity(h, 15, "1=15;NVIDIA-A100-SXM4-40GB=7, Tesla-T4=8"));
+  REQUIRE(waiting("pods", 1));
   CHECK(h.log.CountOf(Kind::kMoveResumed) == 0);
   CHECK(h.PatchesTo(path).size() == 1);
   h.kube.Delete(PodPath("default", "bert-worker-1"));
@@ -278,9 +294,38 @@ TEST_CASE("PyTorchJobs read their type and allowed types; a bad list names the a
         "PyTorchJob default/bert (kubeflow.org/v1): annotation rescale.io/gpu-types=\"Tesla T4\" "
         "is not a comma-separated list of GPU types (nvidia.com/gpu.product label values)");
 
+  // Listed twice: once (rescaled refuses repeats). A selector value that
+  // is no type name is no type.
+  object["metadata"]["annotations"]["rescale.io/gpu-types"] = "Tesla-T4,Tesla-T4";
+  CHECK(rescale::adapter::ParsePyTorchJob(object)->gpu_types == std::vector<std::string>{kT4});
+  object["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {
+      {"nvidia.com/gpu.product", "Tesla T4"}};
+  CHECK(rescale::adapter::ParsePyTorchJob(object)->gpu_type.empty());
+
   // Without the annotation: any type (the selector is only where it runs).
   object["metadata"]["annotations"].erase("rescale.io/gpu-types");
   CHECK(rescale::adapter::ParsePyTorchJob(object)->gpu_types.empty());
+}
+
+TEST_CASE("one labelled product is one pool: no types sent, none reported", "[types]") {
+  Harness h;
+  h.kube.Put(TypedNode("t4-a", 4, kT4));
+  h.kube.Put(TypedNode("t4-b", 4, kT4));
+  h.kube.Put(Pod("default", "bert-worker-0", "t4-a", 1, "Running", "bert"));
+  JobParams bert;
+  h.kube.Put(PyTorchJob(bert));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  REQUIRE(WaitForCapacity(h, 8, "1=8"));
+  REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4"));
+  CHECK(CurrentCluster(h).gpu_types_size() == 0);
+  std::optional<v1::Job> job = h.GetJob("default/bert");
+  REQUIRE(job);
+  // Exactly as on unlabelled nodes: rescaled hears of no type.
+  CHECK(job->status().gpu_type().empty());
+  CHECK(job->recommendation().gpu_type().empty());
+  CHECK(SelectorOf(h.kube.Object(JobPath("default", "bert"))).empty());
 }
 
 }  // namespace

@@ -101,6 +101,8 @@ struct AdapterEvent {
     kQueuesSet,         // SetQueues sent; value = queues, detail = their names
     kKueueWaiting,      // a Kueue job's recommendation waits for Kueue; value = generation
     kMoveResumed,       // a job moved to another GPU type was resumed there; detail = type
+    kMoveWaiting,       // a moved job waits: detail "operator" (its Suspended
+                        // condition) or "pods"; value = its pods still on nodes
   };
   Kind kind;
   std::string job_id;
@@ -270,11 +272,14 @@ class Adapter {
   // product of the nodes its GPU pods are bound to when they all agree
   // ("" = unknown: no selector and no pods seen, or mixed).
   std::string RunningTypeLocked(const JobInfo& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RunningTypeLocked while the capacity last sent had GPU types, else ""
+  // (what ReportApplied says when no recommendation names a type).
+  std::string ReportedTypeLocked(const JobInfo& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Resumes the jobs suspended for a move (rescale.io/resume-after-move)
-  // whose pods are gone: none of their GPU pods is left on a node when
-  // pods are watched, else the operator's Suspended condition is True.
+  // whose pods are gone: the operator's Suspended condition is True and,
+  // when pods are watched, none of their GPU pods is left on a node.
   // Called after job and pod events.
-  void ResumeMovedJobs();
+  void ResumeMovedJobs() ABSL_LOCKS_EXCLUDED(apply_mu_, mu_);
   absl::Status PatchPodGroup(const JobInfo& job, uint32_t min_member);
   // The patch of a Kueue job (`object`, parsed as `current`) toward
   // `workers` (or `suspend`): never its suspend; its size only while Kueue
@@ -292,7 +297,6 @@ class Adapter {
       const std::string& path,
       const std::function<absl::StatusOr<nlohmann::json>(const nlohmann::json&)>& make_patch,
       nlohmann::json* patched = nullptr);
-  // `gpu_type` is where it runs ("" = unknown, or one type only).
   // PatchWithRetry of `job`'s object, `make_patch` given the fresh object
   // and its parse (a parse error stops the write).
   absl::Status PatchJobWithRetry(
@@ -300,6 +304,8 @@ class Adapter {
       const std::function<absl::StatusOr<nlohmann::json>(const nlohmann::json&, const JobInfo&)>&
           make_patch,
       nlohmann::json* patched = nullptr);
+  // `gpu_type` is where it runs ("" = unknown, or the cluster is planned
+  // without types).
   void ReportApplied(const std::string& id, uint32_t replicas, bool suspended, uint64_t generation,
                      const std::string& gpu_type);
 

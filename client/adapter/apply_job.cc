@@ -20,6 +20,18 @@ namespace rescale::adapter {
 
 using json = nlohmann::json;
 
+namespace {
+
+// Errors an apply retries with backoff: the API server unreachable or
+// failing, or a conflict PatchWithRetry ran out of retries on.
+bool Retryable(const absl::Status& status) {
+  const absl::StatusCode code = status.code();
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
+         code == absl::StatusCode::kUnknown || code == absl::StatusCode::kInternal;
+}
+
+}  // namespace
+
 bool Adapter::Apply(const v1::Recommendation& recommendation) {
   absl::MutexLock apply_lock(&apply_mu_);
   const std::string& id = recommendation.job_id();
@@ -58,9 +70,11 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
   std::string gpu_type = recommendation.gpu_type();
   if (!info.resizable || info.kueue_managed()) gpu_type.clear();
   std::string running_type;
+  std::string reported_type;  // where it runs, for ReportApplied
   {
     absl::MutexLock lock(&mu_);
     running_type = RunningTypeLocked(info);
+    reported_type = ReportedTypeLocked(info);
   }
   std::optional<AppliedChange> change;
   // Wall time, for the metrics only (the backoff's waits are in it).
@@ -75,10 +89,7 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
       change = *applied;
       break;
     }
-    const absl::StatusCode code = status.code();
-    const bool retryable =
-        code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kAborted ||
-        code == absl::StatusCode::kUnknown || code == absl::StatusCode::kInternal;
+    const bool retryable = Retryable(status);
     spdlog::warn("apply generation {} to {}: {}{}", recommendation.generation(), id,
                  status.ToString(), retryable ? "; retrying" : "");
     if (!retryable || !SleepFor(backoff.Next())) break;
@@ -108,7 +119,7 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
     // size is ours.
     const bool waits = info.kueue_managed() ? kueue_waits : suspend;
     ReportApplied(id, waits ? 0 : (suspend ? info.workers : workers), waits,
-                  recommendation.generation(), gpu_type.empty() ? running_type : gpu_type);
+                  recommendation.generation(), gpu_type.empty() ? reported_type : gpu_type);
   }
   if (kueue_waits) {
     Emit({AdapterEvent::Kind::kKueueWaiting, id, recommendation.generation(), applied_reason});
@@ -242,40 +253,76 @@ std::string Adapter::RunningTypeLocked(const JobInfo& job) const {
   return type;
 }
 
+std::string Adapter::ReportedTypeLocked(const JobInfo& job) const {
+  // Only while rescaled plans with types: a one-product cluster whose nodes
+  // carry the label is planned, and shown, exactly as an unlabelled one.
+  if (!sent_capacity_ || sent_capacity_->types.empty()) return "";
+  return RunningTypeLocked(job);
+}
+
 void Adapter::ResumeMovedJobs() {
   if (options_.dry_run) return;  // nothing was suspended
+  // Cheap first look: most calls (every pod deletion in the cluster) find
+  // no move under way and must not wait for an apply in flight.
+  auto marked = [](const JobInfo& job) {
+    return !job.resume_after_move.empty() && job.suspended && job.resizable && !job.kueue_managed();
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::none_of(jobs_.begin(), jobs_.end(),
+                     [&](const auto& entry) { return marked(entry.second.info); })) {
+      return;
+    }
+  }
   // Serialized with Apply: a recommendation applied meanwhile either ends
   // the move (and removes the mark) or keeps it.
   absl::MutexLock apply_lock(&apply_mu_);
   std::vector<JobInfo> ready;
+  std::vector<AdapterEvent> waiting;
   {
     absl::MutexLock lock(&mu_);
     const bool pods_watched = options_.capacity_gpus < 0 && pods_listed_;
     for (const auto& entry : jobs_) {
       const JobInfo& job = entry.second.info;
-      const std::string& id = entry.first;
-      if (job.resume_after_move.empty() || !job.suspended || !job.resizable) continue;
-      const bool pods_gone =
-          pods_watched ? std::none_of(gpu_pods_.begin(), gpu_pods_.end(),
-                                      [&](const auto& pod) { return pod.second.job_id == id; })
-                       : job.operator_suspended;
-      if (pods_gone) ready.push_back(job);
+      if (!marked(job)) continue;
+      // The operator has acted on the suspend (its Suspended condition:
+      // Pending pods with the old selector are deleted too) and, when pods
+      // are watched, none of the job's pods still holds a node's GPUs.
+      const uint64_t left =
+          pods_watched ? std::count_if(gpu_pods_.begin(), gpu_pods_.end(),
+                                       [&](const auto& pod) { return pod.second.job_id == job.id; })
+                       : 0;
+      if (job.operator_suspended && left == 0) {
+        ready.push_back(job);
+      } else {
+        waiting.push_back({AdapterEvent::Kind::kMoveWaiting, job.id, left,
+                           job.operator_suspended ? "pods" : "operator"});
+      }
     }
   }
+  for (AdapterEvent& event : waiting) Emit(std::move(event));
   for (const JobInfo& job : ready) {
     json patched;
-    absl::Status status = PatchJobWithRetry(
-        job,
-        [&](const json&, const JobInfo& current) -> absl::StatusOr<json> {
-          // Resumed, or the move ended, since the watch said otherwise.
-          if (current.resume_after_move.empty() || !current.suspended) return json();
-          json patch = WorkerPatch(current.resource_version, std::nullopt, false);
-          patch["metadata"]["annotations"][kResumeAfterMoveAnnotation] = nullptr;
-          return patch;
-        },
-        &patched);
+    absl::Status status;
+    // Transient errors are retried here: once the pods are gone, no further
+    // event of the job may come to try again.
+    client::Backoff backoff(options_.backoff, [this] { return NextRandom(); });
+    for (int attempt = 1; attempt <= options_.max_apply_attempts && !stopping(); ++attempt) {
+      status = PatchJobWithRetry(
+          job,
+          [&](const json&, const JobInfo& current) -> absl::StatusOr<json> {
+            // Resumed, or the move ended, since the watch said otherwise.
+            if (current.resume_after_move.empty() || !current.suspended) return json();
+            json patch = WorkerPatch(current.resource_version, std::nullopt, false);
+            patch["metadata"]["annotations"][kResumeAfterMoveAnnotation] = nullptr;
+            return patch;
+          },
+          &patched);
+      if (status.ok() || !Retryable(status) || !SleepFor(backoff.Next())) break;
+    }
     if (!status.ok()) {
-      // Tried again on the job's or its pods' next event.
+      // Tried again on the job's or its pods' next event (a relist after
+      // the API server is back brings every job).
       spdlog::warn("{}: resume after the move to {}: {}", job.id, job.gpu_type, status.ToString());
       continue;
     }

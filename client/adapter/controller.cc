@@ -259,7 +259,7 @@ void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
     std::string type;
     {
       absl::MutexLock lock(&mu_);
-      type = RunningTypeLocked(job);
+      type = ReportedTypeLocked(job);
     }
     ReportApplied(job.id, job.suspended ? 0 : job.workers, job.suspended, 0, type);
   }
@@ -375,7 +375,7 @@ void Adapter::SyncJob(const std::string& id) {
     std::string type;
     {
       absl::MutexLock lock(&mu_);
-      type = RunningTypeLocked(info);
+      type = ReportedTypeLocked(info);
     }
     ReportApplied(id, info.suspended ? 0 : info.workers, info.suspended, 0, type);
   }

@@ -175,8 +175,10 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
   }
   if (has_gpu_limit) job.gpus_per_replica = gpus;
   job.tolerations = ParseTolerations(FieldAt(worker, {"template", "spec"}));
+  // A value rescaled would refuse as a type name (the API server accepts
+  // any string in a nodeSelector) is no type of ours.
   if (const json& product = FieldAt(worker, {"template", "spec", "nodeSelector", kGpuProductLabel});
-      product.is_string()) {
+      product.is_string() && IsGpuTypeName(product.get<std::string>())) {
     job.gpu_type = product.get<std::string>();
   }
   // The training operator's JobSuspended condition (kubeflow/training-
@@ -231,6 +233,12 @@ absl::Status ReadRescaleAnnotations(const json& object, JobInfo* job) {
       if (!IsGpuTypeName(type)) {
         return bad(kGpuTypesAnnotation, *value,
                    "a comma-separated list of GPU types (nvidia.com/gpu.product label values)");
+      }
+      if (std::find(job->gpu_types.begin(), job->gpu_types.end(), type) != job->gpu_types.end())
+        continue;  // rescaled refuses a type listed twice
+      if (job->gpu_types.size() == kMaxGpuTypes) {
+        return bad(kGpuTypesAnnotation, *value,
+                   absl::StrCat("a list of at most ", kMaxGpuTypes, " GPU types").c_str());
       }
       job->gpu_types.push_back(type);
     }

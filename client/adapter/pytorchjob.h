@@ -65,8 +65,9 @@ inline constexpr char kGpuTypesAnnotation[] = "rescale.io/gpu-types";
 // suspended to move it to another GPU type (see Adapter::ApplyToKube): the
 // training operator does not recreate running pods when their template
 // changes, so the move is suspend + new nodeSelector in one patch, then
-// resume once the job's pods are gone. Removed by the resume, and by any
-// later change the adapter applies.
+// resume once the operator has suspended the job and its pods are gone.
+// Removed by the resume and by a later recommendation that suspends the job
+// (one that resizes it keeps the move, with its own generation).
 inline constexpr char kResumeAfterMoveAnnotation[] = "rescale.io/resume-after-move";
 // Longest rescale.io/reason value written, in bytes: a readable sentence,
 // far below the API server's 256 KiB for all annotations together.

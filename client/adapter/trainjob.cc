@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "rescale/names.h"
 
 namespace rescale::adapter {
 
@@ -74,7 +75,8 @@ absl::StatusOr<JobInfo> ParseTrainJob(const json& object) {
       std::vector<Toleration> more = ParseTolerations(override_entry);
       job.tolerations.insert(job.tolerations.end(), more.begin(), more.end());
       const json& product = FieldAt(override_entry, {"nodeSelector", kGpuProductLabel});
-      if (product.is_string()) job.gpu_type = product.get<std::string>();
+      if (product.is_string() && IsGpuTypeName(product.get<std::string>()))
+        job.gpu_type = product.get<std::string>();
     }
   }
 
