@@ -7,6 +7,7 @@
 // "If a Job is suspended after creation ... the Job controller will delete
 // all active Pods and PodGroups", and it does not recreate running pods for
 // a changed template).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -262,6 +263,12 @@ TEST_CASE("a move waits for the operator's Suspended condition when pods are not
                 [](json& job) { job["metadata"]["annotations"]["rescale.io/gpu-types"] = kA100; });
   REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4 gpu-type=NVIDIA-A100-SXM4-40GB"));
   CHECK(h.kube.Object(path)["spec"]["runPolicy"]["suspend"] == true);
+  // The adapter has seen the marked job and waits for the operator.
+  REQUIRE(h.log.WaitFor([](const std::vector<AdapterEvent>& events) {
+    return std::any_of(events.begin(), events.end(), [](const AdapterEvent& event) {
+      return event.kind == Kind::kMoveWaiting && event.detail == "operator";
+    });
+  }));
   CHECK(h.log.CountOf(Kind::kMoveResumed) == 0);
   // The operator has deleted the pods and says so.
   h.kube.Update(path, [](json& job) {

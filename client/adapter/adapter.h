@@ -308,6 +308,8 @@ class Adapter {
   // without types).
   void ReportApplied(const std::string& id, uint32_t replicas, bool suspended, uint64_t generation,
                      const std::string& gpu_type);
+  // Reports what `job` runs as observed (generation 0: applied out of band).
+  void ReportObserved(const JobInfo& job) ABSL_LOCKS_EXCLUDED(mu_);
 
   void Emit(AdapterEvent event);
   // An Event's outcome (JobEventRecorder): counted and emitted.

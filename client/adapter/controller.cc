@@ -256,12 +256,7 @@ void Adapter::OnJobObject(const ApiVersion& api, const json& object) {
   if (kueue_moved) {
     absl::MutexLock no_apply(&apply_mu_);
     spdlog::info("{}: Kueue {} it", job.id, job.suspended ? "suspended" : "admitted");
-    std::string type;
-    {
-      absl::MutexLock lock(&mu_);
-      type = ReportedTypeLocked(job);
-    }
-    ReportApplied(job.id, job.suspended ? 0 : job.workers, job.suspended, 0, type);
+    ReportObserved(job);
   }
   if (!job.resume_after_move.empty()) ResumeMovedJobs();
 }
@@ -372,12 +367,7 @@ void Adapter::SyncJob(const std::string& id) {
       absl::StatusOr<JobInfo> parsed = ParseJob(info.api, *fresh);
       if (parsed.ok()) info = *std::move(parsed);
     }
-    std::string type;
-    {
-      absl::MutexLock lock(&mu_);
-      type = ReportedTypeLocked(info);
-    }
-    ReportApplied(id, info.suspended ? 0 : info.workers, info.suspended, 0, type);
+    ReportObserved(info);
   }
   Emit({AdapterEvent::Kind::kRegistered, id, 0, registered ? "updated" : "registered"});
 }
@@ -551,6 +541,15 @@ void Adapter::RunApplier() {
       if (!Apply(pending.recommendation) && release) release_failed = true;
     }
   }
+}
+
+void Adapter::ReportObserved(const JobInfo& job) {
+  std::string type;
+  {
+    absl::MutexLock lock(&mu_);
+    type = ReportedTypeLocked(job);
+  }
+  ReportApplied(job.id, job.suspended ? 0 : job.workers, job.suspended, 0, type);
 }
 
 void Adapter::ReportApplied(const std::string& id, uint32_t replicas, bool suspended,
