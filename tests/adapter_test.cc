@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -831,7 +832,13 @@ TEST_CASE("capacity counts Ready, schedulable nodes whose taints the jobs tolera
   CHECK(SlotsOf(cluster) == "4=6");
 
   // The pods are listed and watched across namespaces, bound and unfinished
-  // only: exactly the selector the API server can filter on.
+  // only: exactly the selector the API server can filter on. (The capacity
+  // needs only the list; the watch request may still be on its way.)
+  REQUIRE(h.kube.WaitForRequests([](const std::vector<RecordedRequest>& requests) {
+    return std::count_if(requests.begin(), requests.end(), [](const RecordedRequest& request) {
+             return request.path == "/api/v1/pods";
+           }) >= 2;
+  }));
   std::vector<RecordedRequest> pod_requests;
   for (const RecordedRequest& request : h.kube.Requests()) {
     if (request.path == "/api/v1/pods") pod_requests.push_back(request);
