@@ -74,7 +74,7 @@ class ScriptedRescaled final : public v1::JobService::Service,
     cv_.notify_all();
   }
   void Push(v1::RecommendationEvent::Type type, const std::string& job_id, uint32_t replicas,
-            uint64_t generation, uint64_t plan_id) {
+            uint64_t generation, uint64_t plan_id, const std::string& gpu_type = "") {
     v1::RecommendationEvent event;
     event.set_type(type);
     event.set_plan_id(plan_id);
@@ -84,6 +84,7 @@ class ScriptedRescaled final : public v1::JobService::Service,
       rec->set_replicas(replicas);
       rec->set_generation(generation);
       rec->set_reason("scripted");
+      rec->set_gpu_type(gpu_type);
     }
     Push(std::move(event));
   }
@@ -320,6 +321,107 @@ TEST_CASE("a plan whose changes arrive in two reads is applied whole, the shrink
   CHECK(h.JobPatches({grow, shrink}) == std::vector<std::string>{shrink, grow});
   CHECK(Workers(h.kube.Object(shrink)) == 1);
   CHECK(Workers(h.kube.Object(grow)) == 4);
+}
+
+TEST_CASE("a move to another GPU type is a release: patched before a growth of the same plan") {
+  constexpr char kT4[] = "Tesla-T4";
+  constexpr char kA100[] = "NVIDIA-A100-SXM4-40GB";
+  Harness h;
+  const std::string grow = JobPath("a-grow");
+  const std::string move = JobPath("b-move");
+  auto on_t4 = [&](const std::string& name, int workers) {
+    json job = PyTorchJob(name, workers);
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {
+        {"nvidia.com/gpu.product", kT4}};
+    return job;
+  };
+  h.kube.Put(on_t4("a-grow", 1));
+  // b-move's rank 0 trains on a GPU too: it must follow its Workers.
+  json moved = on_t4("b-move", 4);
+  moved["spec"]["pytorchReplicaSpecs"]["Master"] = moved["spec"]["pytorchReplicaSpecs"]["Worker"];
+  moved["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 1;
+  h.kube.Put(moved);
+  h.rescaled.Push(Type::ADDED, "default/a-grow", 1, 1, 1, kT4);
+  h.rescaled.Push(Type::ADDED, "default/b-move", 4, 1, 1, kT4);
+  h.rescaled.Push(Type::SYNCED, "", 0, 0, 1);
+  h.StartAdapter();
+  REQUIRE(h.log.WaitFor(Kind::kApplied, "default/a-grow", 1));
+  REQUIRE(h.log.WaitFor(Kind::kApplied, "default/b-move", 1));
+  CHECK(h.JobPatches({grow, move}).empty());  // as they run already
+
+  // Plan 2 moves b-move to the A100s at the same size and grows a-grow
+  // into the T4s it leaves. By job id the growth comes first, and by size
+  // the move changes nothing; but the move's first patch suspends b-move,
+  // freeing its T4s, so it goes first.
+  h.rescaled.Push(Type::MODIFIED, "default/a-grow", 4, 2, 2, kT4);
+  h.rescaled.Push(Type::MODIFIED, "default/b-move", 4, 2, 2, kA100);
+  h.rescaled.Push(Type::PLAN_END, "", 0, 0, 2);
+  REQUIRE(h.log.WaitFor(Kind::kApplied, "default/a-grow", 2));
+  REQUIRE(h.log.WaitFor(Kind::kApplied, "default/b-move", 2));
+  CHECK(h.JobPatches({grow, move}) == std::vector<std::string>{move, grow});
+  const json stored = h.kube.Object(move);
+  CHECK(stored["spec"]["runPolicy"]["suspend"] == true);
+  for (const char* replica : {"Worker", "Master"}) {
+    INFO(replica);
+    CHECK(stored["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["nodeSelector"]
+                ["nvidia.com/gpu.product"] == kA100);
+  }
+  CHECK(Workers(h.kube.Object(grow)) == 4);
+  const std::string mark = "rescale.io/resume-after-move";
+  CHECK(stored["metadata"]["annotations"][mark] == "2");
+
+  // A resize while the move waits for the operator keeps the move: the
+  // size changes, the job stays suspended until its pods are gone.
+  auto patches_to_move = [&] {
+    std::vector<json> bodies;
+    for (const RecordedRequest& request : h.kube.Writes()) {
+      if (request.method == "PATCH" && request.path == move) {
+        bodies.push_back(json::parse(request.body));
+      }
+    }
+    return bodies;
+  };
+  h.rescaled.Push(Type::MODIFIED, "default/b-move", 2, 3, 3, kA100);
+  h.rescaled.Push(Type::PLAN_END, "", 0, 0, 3);
+  REQUIRE(h.log.WaitFor(Kind::kApplied, "default/b-move", 3));
+  std::vector<json> bodies = patches_to_move();
+  REQUIRE(bodies.size() == 2);
+  CHECK(bodies[1]["spec"] == json{{"pytorchReplicaSpecs", {{"Worker", {{"replicas", 2}}}}}});
+  CHECK(bodies[1]["metadata"]["annotations"][mark] == "3");
+  CHECK(h.kube.Object(move)["spec"]["runPolicy"]["suspend"] == true);
+
+  // A suspend ends the move: the mark goes, and the operator's Suspended
+  // condition no longer resumes the job.
+  v1::RecommendationEvent suspend;
+  suspend.set_type(Type::MODIFIED);
+  suspend.set_plan_id(4);
+  v1::Recommendation* rec = suspend.mutable_recommendation();
+  rec->set_job_id("default/b-move");
+  rec->set_suspend(true);
+  rec->set_generation(4);
+  rec->set_reason("scripted");
+  h.rescaled.Push(suspend);
+  h.rescaled.Push(Type::PLAN_END, "", 0, 0, 4);
+  REQUIRE(h.log.WaitFor(Kind::kApplied, "default/b-move", 4));
+  bodies = patches_to_move();
+  REQUIRE(bodies.size() == 3);
+  CHECK_FALSE(bodies[2].contains("spec"));
+  CHECK(bodies[2]["metadata"]["annotations"][mark] == nullptr);
+  h.kube.Update(move, [](json& job) {
+    job["status"]["conditions"] =
+        json::array({{{"type", "Suspended"}, {"status", "True"}, {"reason", "JobSuspended"}}});
+  });
+  // The job's watch events are handled one at a time, in order, and a
+  // moved job is resumed while its event is handled: once the next
+  // change (a new priority) has reached rescaled, the condition's event
+  // has been handled, and a resume would have been sent.
+  h.kube.Update(move,
+                [](json& job) { job["metadata"]["annotations"]["rescale.io/priority"] = "7"; });
+  REQUIRE(h.rescaled.WaitForSpec([](const v1::JobSpec& spec) {
+    return spec.job_id() == "default/b-move" && spec.priority() == 7;
+  }));
+  CHECK(patches_to_move().size() == 3);
+  CHECK(h.kube.Object(move)["spec"]["runPolicy"]["suspend"] == true);
 }
 
 TEST_CASE("a rescaled that sends no PLAN_END (plan_id 0) has each change applied as it comes") {

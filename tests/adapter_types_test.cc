@@ -312,6 +312,23 @@ TEST_CASE("PyTorchJobs read their type and allowed types; a bad list names the a
   // Without the annotation: any type (the selector is only where it runs).
   object["metadata"]["annotations"].erase("rescale.io/gpu-types");
   CHECK(rescale::adapter::ParsePyTorchJob(object)->gpu_types.empty());
+
+  // A Master is given the type only when it trains on a GPU: a CPU-only
+  // rank 0 (a rendezvous host) may run on any node.
+  CHECK_FALSE(rescale::adapter::ParsePyTorchJob(object)->master_gpus);
+  json& master = object["spec"]["pytorchReplicaSpecs"]["Master"];
+  master = {{"replicas", 1},
+            {"template",
+             {{"spec", {{"containers", json::array({{{"name", "pytorch"}, {"image", "x"}}})}}}}}};
+  CHECK_FALSE(rescale::adapter::ParsePyTorchJob(object)->master_gpus);
+  master["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 1;
+  CHECK(rescale::adapter::ParsePyTorchJob(object)->master_gpus);
+  const json patch = rescale::adapter::WithWorkerGpuType(json::object(), kA100, true);
+  CHECK(patch["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["nodeSelector"] ==
+        json{{"nvidia.com/gpu.product", kA100}});
+  CHECK_FALSE(rescale::adapter::WithWorkerGpuType(json::object(), kA100,
+                                                  false)["spec"]["pytorchReplicaSpecs"]
+                  .contains("Master"));
 }
 
 TEST_CASE("one labelled product is one pool: no types sent, none reported", "[types]") {

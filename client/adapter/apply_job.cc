@@ -169,7 +169,8 @@ absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
           // size in one patch; ResumeMovedJobs resumes once they are gone.
           change = JobChange::kMoved;
           json patch = WithWorkerGpuType(
-              WorkerPatch(current.resource_version, new_workers, true, annotations), gpu_type);
+              WorkerPatch(current.resource_version, new_workers, true, annotations), gpu_type,
+              current.master_gpus);
           patch["metadata"]["annotations"][kResumeAfterMoveAnnotation] =
               annotations.at(kGenerationAnnotation);
           return patch;
@@ -191,7 +192,7 @@ absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
         // runs yet), or the end of a move, restarts nothing: no Event.
         if (!new_workers && !new_suspend) event = false;
         json patch = WorkerPatch(current.resource_version, new_workers, new_suspend, annotations);
-        if (new_type) patch = WithWorkerGpuType(std::move(patch), gpu_type);
+        if (new_type) patch = WithWorkerGpuType(std::move(patch), gpu_type, current.master_gpus);
         if (end_move) {
           patch["metadata"]["annotations"][kResumeAfterMoveAnnotation] = nullptr;
         } else if (moving) {

@@ -125,6 +125,15 @@ absl::StatusOr<JobInfo> ParsePyTorchJob(const json& object) {
       if (!masters.ok()) return masters.status();
       job.masters = *masters;
     }
+    // Whether rank 0 trains on a GPU: then it goes where the Workers go
+    // (a limit that is not a whole number counts as asking).
+    const json& master_containers = FieldAt(master, {"template", "spec", "containers"});
+    if (master_containers.is_array()) {
+      for (const json& container : master_containers) {
+        const json& limit = FieldAt(container, {"resources", "limits", kGpuResource});
+        if (!limit.is_null() && WholeQuantity(limit).value_or(1) > 0) job.master_gpus = true;
+      }
+    }
   }
   const json& suspend = FieldAt(spec, {"runPolicy", "suspend"});
   job.suspended = suspend.is_boolean() && suspend.get<bool>();
@@ -285,9 +294,13 @@ json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> wo
   return patch;
 }
 
-json WithWorkerGpuType(json patch, const std::string& gpu_type) {
-  patch["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]
-       [kGpuProductLabel] = gpu_type;
+json WithWorkerGpuType(json patch, const std::string& gpu_type, bool master) {
+  auto select = [&](const char* replica) {
+    patch["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["nodeSelector"]
+         [kGpuProductLabel] = gpu_type;
+  };
+  select("Worker");
+  if (master) select("Master");
   return patch;
 }
 

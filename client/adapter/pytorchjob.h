@@ -108,8 +108,11 @@ struct JobInfo {
   // False for a TrainJob: its spec.trainer.numNodes is immutable, so the
   // adapter only suspends and resumes it.
   bool resizable = true;
-  uint32_t workers = 0;    // spec.pytorchReplicaSpecs.Worker.replicas
-  uint32_t masters = 0;    // spec.pytorchReplicaSpecs.Master.replicas (0 if none)
+  uint32_t workers = 0;  // spec.pytorchReplicaSpecs.Worker.replicas
+  uint32_t masters = 0;  // spec.pytorchReplicaSpecs.Master.replicas (0 if none)
+  // The Master template's containers ask for nvidia.com/gpu: rank 0
+  // trains on a GPU and must run on the Workers' type.
+  bool master_gpus = false;
   bool suspended = false;  // spec.runPolicy.suspend
   // elasticPolicy.minReplicas/maxReplicas; one set copies the other;
   // neither set = both the Worker replicas.
@@ -177,8 +180,10 @@ nlohmann::json WorkerPatch(const std::string& resource_version, std::optional<ui
 
 // `patch` (a WorkerPatch) also setting the Worker template's
 // nodeSelector["nvidia.com/gpu.product"] to `gpu_type` (other selector
-// keys stay: a merge patch merges maps key by key).
-nlohmann::json WithWorkerGpuType(nlohmann::json patch, const std::string& gpu_type);
+// keys stay: a merge patch merges maps key by key), and the Master's too
+// when `master` (a Master on GPUs: one job, one type).
+nlohmann::json WithWorkerGpuType(nlohmann::json patch, const std::string& gpu_type,
+                                 bool master = false);
 
 // The rescale.io/recommended-replicas, rescale.io/generation and
 // rescale.io/reason annotations for applying `recommendation`, with
