@@ -134,20 +134,31 @@ TEST_CASE("cross-type prediction on Sia's traces", "[sim][sia][xtype]") {
   REQUIRE(errors.ok());
   // Every (app, ordered pair of types) is measured on enough placements.
   REQUIRE(errors->size() == 36);
-  std::vector<double> same, pair;
+  std::vector<double> same, pair, size;
   for (const CrossTypeError& e : *errors) {
     INFO(e.app << " " << e.from << " -> " << e.to);
     CHECK(e.points >= 45);
+    CHECK(e.size_ratio_errors.size() == e.points);
     same.push_back(e.same_seconds);
     pair.push_back(e.pair_ratio);
+    size.push_back(e.size_ratio);
   }
   // What a per-pair table of interconnect ratios buys over taking the
-  // source's sync seconds as they are: a lower median error over the cells.
+  // source's sync seconds as they are, and a table per size over one per
+  // pair: a lower median error over the cells.
   std::sort(same.begin(), same.end());
   std::sort(pair.begin(), pair.end());
+  std::sort(size.begin(), size.end());
   CHECK(pair[18] < same[18]);
-  // The target (median <= 15% per app) is not met: the table is in
-  // docs/simulator.md; `./build/sim_tests '[xtype]' -s` prints it.
+  CHECK(size[18] < pair[18]);
+  // The target (median <= 15% per app, over every pair) is met by
+  // the size ratio for these three; not for imagenet (15.0%), deepspeech2
+  // and yolov3: the table is in docs/simulator.md, and
+  // `./build/sim_tests '[xtype]' -s` prints it.
+  for (const auto& [app, error] : SizeRatioPerApp(*errors)) {
+    INFO(app);
+    if (app == "bert" || app == "cifar10" || app == "ncf") CHECK(error <= 0.15);
+  }
   INFO(CrossTypeTable(*errors));
   SUCCEED();
 }

@@ -96,6 +96,47 @@ std::optional<double> OverheadRatio(const Measured& from, const Measured& to) {
   return Median(ratios);
 }
 
+// The measured overhead of `n` GPUs packed on m's nodes over one GPU at
+// `batch`, and the one-GPU step.
+struct Overhead {
+  double seconds = 0, one = 0;
+};
+std::optional<Overhead> OverheadAt(const Measured& m, double batch, uint32_t n) {
+  const std::optional<double> step = m.At(batch, n, (n + m.gpus_per_node - 1) / m.gpus_per_node);
+  const std::optional<double> one = m.At(batch, 1, 1);
+  if (!step || !one) return std::nullopt;
+  return Overhead{*step - *one, *one};
+}
+
+// Below this share of its one-GPU step, a source's overhead is noise: it
+// says nothing of the job's synchronisation.
+constexpr double kSignalShare = 0.05;
+
+// What the other apps say about a pair of types at each size: target over
+// source overheads (where the source's is signal), and the target's
+// overhead as a share of its one-GPU step.
+struct SizeRatios {
+  std::map<uint32_t, std::vector<double>> ratio, share;
+};
+SizeRatios OtherApps(const std::vector<const Measured*>& from,
+                     const std::vector<const Measured*>& to) {
+  SizeRatios out;
+  for (size_t i = 0; i < from.size(); ++i) {
+    for (const auto& [key, step] : to[i]->step) {
+      const auto [batch, n, nodes] = key;
+      if (n < 2 || !to[i]->Packed(n, nodes)) continue;
+      const std::optional<Overhead> target = OverheadAt(*to[i], batch, n);
+      const std::optional<Overhead> source = OverheadAt(*from[i], batch, n);
+      if (!target || !source) continue;
+      out.share[n].push_back(target->seconds / target->one);
+      if (source->seconds >= kSignalShare * source->one) {
+        out.ratio[n].push_back(target->seconds / source->seconds);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& sia_dir) {
@@ -125,9 +166,16 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
           if (other != app && ratio[other]) others.push_back(*ratio[other]);
         }
         const double pair_ratio = others.empty() ? 1 : Median(others);
+        std::vector<const Measured*> other_from, other_to;
+        for (std::string_view other : apps) {
+          if (other == app) continue;
+          other_from.push_back(&data[{other, s.trace_suffix}]);
+          other_to.push_back(&data[{other, t.trace_suffix}]);
+        }
+        const SizeRatios sizes = OtherApps(other_from, other_to);
         ModelOptions options;
         options.gpus_per_node = t.gpus_per_node;
-        std::vector<double> same, sia, pair;
+        std::vector<double> same, sia, pair, by_size;
         std::map<double, ThroughputModel> fits;
         for (const auto& [key, step] : to.step) {
           const auto [batch, n, nodes] = key;
@@ -155,9 +203,26 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
           same.push_back(error(1));
           sia.push_back(error(*one / source.StepSecondsAt(1, batch, 0)));
           pair.push_back(error(pair_ratio));
+          // Size ratio: from measurements alone, the source's model where
+          // it did not measure the size.
+          const std::optional<Overhead> own = OverheadAt(from, batch, n);
+          const double source_overhead =
+              own ? own->seconds
+                  : source.StepSecondsAt(n, batch, 0) - source.StepSecondsAt(1, batch, 0);
+          const double source_one = own ? own->one : source.StepSecondsAt(1, batch, 0);
+          double predicted = *one;
+          auto ratio = sizes.ratio.find(n);
+          auto share = sizes.share.find(n);
+          if (source_overhead >= kSignalShare * source_one && ratio != sizes.ratio.end()) {
+            predicted += Median(ratio->second) * source_overhead;
+          } else if (share != sizes.share.end()) {
+            predicted *= 1 + Median(share->second);
+          }
+          by_size.push_back(std::abs(predicted / step - 1));
         }
         out.push_back({std::string(app), std::string(s.trace_suffix), std::string(t.trace_suffix),
-                       same.size(), Median(same), Median(sia), Median(pair)});
+                       same.size(), Median(same), Median(sia), Median(pair), Median(by_size),
+                       by_size});
       }
     }
   }
@@ -166,12 +231,29 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
 
 std::string CrossTypeTable(const std::vector<CrossTypeError>& errors) {
   std::string out =
-      "| from | to | app | points | same seconds | sia | pair ratio |\n"
-      "|---|---|---|---:|---:|---:|---:|\n";
+      "| from | to | app | points | same seconds | sia | pair ratio | size ratio |\n"
+      "|---|---|---|---:|---:|---:|---:|---:|\n";
   for (const CrossTypeError& e : errors) {
-    absl::StrAppendFormat(&out, "| %s | %s | %s | %d | %.1f%% | %.1f%% | %.1f%% |\n", e.from, e.to,
-                          e.app, e.points, 100 * e.same_seconds, 100 * e.sia, 100 * e.pair_ratio);
+    absl::StrAppendFormat(&out, "| %s | %s | %s | %d | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n",
+                          e.from, e.to, e.app, e.points, 100 * e.same_seconds, 100 * e.sia,
+                          100 * e.pair_ratio, 100 * e.size_ratio);
   }
+  out += "\n| app | size ratio, every pair |\n|---|---:|\n";
+  for (const auto& [app, error] : SizeRatioPerApp(errors)) {
+    absl::StrAppendFormat(&out, "| %s | %.1f%% |\n", app, 100 * error);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> SizeRatioPerApp(
+    const std::vector<CrossTypeError>& errors) {
+  std::map<std::string, std::vector<double>> pooled;
+  for (const CrossTypeError& e : errors) {
+    pooled[e.app].insert(pooled[e.app].end(), e.size_ratio_errors.begin(),
+                         e.size_ratio_errors.end());
+  }
+  std::vector<std::pair<std::string, double>> out;
+  for (auto& [app, all] : pooled) out.emplace_back(app, Median(std::move(all)));
   return out;
 }
 

@@ -13,11 +13,20 @@
 //                 applications (what a built-in table per pair of types
 //                 could hold; leave-one-out, so the app predicted is not
 //                 in it).
+//   size ratio    per multi-GPU size: the target's overhead over one GPU
+//                 is the source's at that size times the median ratio of
+//                 the two types' overheads at that size over the other
+//                 five applications' measurements (leave-one-out). When
+//                 the source's overhead is under 5% of its one-GPU step
+//                 (no sign of the job's synchronisation to scale, as on
+//                 A100s), the other applications' median overhead share
+//                 on the target at that size instead.
 // Raw traces only (SiaDataDirectory); the figures are in docs/simulator.md.
 #ifndef RESCALE_BENCH_SIM_SIA_TRANSFER_H_
 #define RESCALE_BENCH_SIM_SIA_TRANSFER_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,13 +37,19 @@ struct CrossTypeError {
   std::string app, from, to;  // trace suffixes
   size_t points = 0;          // (batch, placement) predictions
   // Median |predicted / measured - 1| of step time per way.
-  double same_seconds = 0, sia = 0, pair_ratio = 0;
+  double same_seconds = 0, sia = 0, pair_ratio = 0, size_ratio = 0;
+  // Every point's error, size ratio: an app's median over all pairs.
+  std::vector<double> size_ratio_errors;
 };
 
 absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& sia_dir);
 
 // The table in Markdown.
 std::string CrossTypeTable(const std::vector<CrossTypeError>& errors);
+
+// Per app, the median size-ratio error over every ordered pair's points.
+std::vector<std::pair<std::string, double>> SizeRatioPerApp(
+    const std::vector<CrossTypeError>& errors);
 
 }  // namespace rescale::sim
 
