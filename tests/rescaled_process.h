@@ -45,9 +45,9 @@ struct Rescaled {
   // a free port too (--metrics_listen's default, 9464, would collide with
   // the other processes tests start in parallel).
   static std::unique_ptr<Rescaled> Start(const std::vector<std::string>& flags) {
-    std::vector<std::string> argv = {RESCALED_BINARY, "--listen=127.0.0.1:0",
-                                     "--metrics_listen=127.0.0.1:0", "--capacity_gpus=40",
-                                     "--plan_interval=200ms", "--cooldown=0s"};
+    std::vector<std::string> argv = {
+        RESCALED_BINARY,      "--listen=127.0.0.1:0",  "--metrics_listen=127.0.0.1:0",
+        "--capacity_gpus=40", "--plan_interval=200ms", "--cooldown=0s"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     auto started = ChildProcess::Start(argv);
     REQUIRE(started.ok());
@@ -111,21 +111,23 @@ inline std::string Leadership(Rescaled& rescaled) {
   return status.ok() ? cluster.leadership() : "unreachable: " + status.error_message();
 }
 
-// rescaled flags for high availability on `etcd` (a 2 s lease: quick tests).
-inline std::vector<std::string> HaFlags(const EtcdCluster& etcd) {
-  return {"--state=etcd://" + etcd.Endpoints() + "/rescale", "--lease_ttl=2s"};
+// rescaled flags for high availability on `etcd` (a 2 s lease by default:
+// quick tests).
+inline std::vector<std::string> HaFlags(const EtcdCluster& etcd,
+                                        const std::string& lease_ttl = "2s") {
+  return {"--state=etcd://" + etcd.Endpoints() + "/rescale", "--lease_ttl=" + lease_ttl};
 }
 
 // Starts two replicas and returns them leader first.
-inline std::pair<std::unique_ptr<Rescaled>, std::unique_ptr<Rescaled>> StartPair(const EtcdCluster& etcd) {
-  auto a = Rescaled::Start(HaFlags(etcd));
-  auto b = Rescaled::Start(HaFlags(etcd));
-  REQUIRE(Eventually(absl::Seconds(10), [&] {
-    return Leadership(*a) == "leader" || Leadership(*b) == "leader";
-  }));
-  if (Leadership(*b) == "leader") std::swap(a, b);
+inline std::pair<std::unique_ptr<Rescaled>, std::unique_ptr<Rescaled>> StartPair(
+    const EtcdCluster& etcd, const std::string& lease_ttl = "2s") {
+  auto a = Rescaled::Start(HaFlags(etcd, lease_ttl));
+  auto b = Rescaled::Start(HaFlags(etcd, lease_ttl));
   REQUIRE(Eventually(absl::Seconds(10),
-                     [&] { return Leadership(*b) == "follower of " + a->address; }));
+                     [&] { return Leadership(*a) == "leader" || Leadership(*b) == "leader"; }));
+  if (Leadership(*b) == "leader") std::swap(a, b);
+  REQUIRE(
+      Eventually(absl::Seconds(10), [&] { return Leadership(*b) == "follower of " + a->address; }));
   return {std::move(a), std::move(b)};
 }
 
