@@ -331,6 +331,41 @@ TEST_CASE("PyTorchJobs read their type and allowed types; a bad list names the a
                   .contains("Master"));
 }
 
+TEST_CASE("a TrainJob that selects no type is registered on the type its pods run on", "[types]") {
+  Harness h;
+  h.kube.Put(TypedNode("t4-a", 4, kT4));
+  h.kube.Put(TypedNode("a100-a", 8, kA100));
+  TrainJobParams llm;  // 2 nodes of 1 GPU; no nodeSelector in podSpecOverrides
+  h.kube.Put(TrainJob(llm));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  REQUIRE(h.log.WaitCount(Kind::kApplied, "default/llm", 1));
+  // Not running yet: any type (the adapter cannot write one: where its
+  // pods go is the TrainJob's own spec.podSpecOverrides).
+  std::optional<v1::Job> job = h.GetJob("default/llm");
+  REQUIRE(job);
+  CHECK(job->spec().gpu_types_size() == 0);
+
+  // Its JobSet's pods are bound to a T4 node: from then on it may use the
+  // T4s only, so rescaled plans it where it is instead of on a type it
+  // would never reach.
+  h.kube.Put(Pod("default", "llm-node-0-0", "t4-a", 1, "Running", "llm"));
+  h.kube.Put(Pod("default", "llm-node-0-1", "t4-a", 1, "Running", "llm"));
+  // (kRegistered is emitted once rescaled has the spec: each is a moment
+  // to look again.)
+  REQUIRE(h.log.WaitFor([&](const std::vector<AdapterEvent>&) {
+    job = h.GetJob("default/llm");
+    return job && job->spec().gpu_types_size() > 0;
+  }));
+  CHECK(std::vector<std::string>(job->spec().gpu_types().begin(), job->spec().gpu_types().end()) ==
+        std::vector<std::string>{kT4});
+  // Its spec is never patched with a type (nor anything else here).
+  for (const RecordedRequest& patch : h.PatchesTo(TrainJobPath("default", "llm"))) {
+    CHECK_FALSE(json::parse(patch.body).contains("spec"));
+  }
+}
+
 TEST_CASE("one labelled product is one pool: no types sent, none reported", "[types]") {
   Harness h;
   h.kube.Put(TypedNode("t4-a", 4, kT4));

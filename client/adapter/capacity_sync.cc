@@ -56,6 +56,7 @@ void Adapter::RunPods() {
     return ns.get<std::string>() + "/" + name.get<std::string>();
   };
   auto on_list = [this, key_of](const std::vector<json>& items) {
+    std::vector<std::string> unpinned;  // TrainJobs whose type their pods tell
     {
       absl::MutexLock lock(&mu_);
       gpu_pods_.clear();
@@ -65,27 +66,35 @@ void Adapter::RunPods() {
         if (!key.empty() && parsed) gpu_pods_[key] = *std::move(parsed);
       }
       pods_listed_ = true;
+      for (const auto& [id, entry] : jobs_) {
+        if (UnpinnedTrainJob(entry.info)) unpinned.push_back(id);
+      }
     }
     SendCapacity();
     ResumeMovedJobs();
+    for (const std::string& id : unpinned) SyncJob(id);
   };
   auto on_event = [this, key_of](const WatchEvent& event) {
     const std::string key = key_of(event.object);
     if (key.empty()) return;
     bool gone = false;
+    std::string unpinned;  // a TrainJob whose type this pod may tell
     {
       absl::MutexLock lock(&mu_);
       std::optional<GpuPod> parsed =
           event.type == "DELETED" ? std::nullopt : ParseGpuPod(event.object);
       gone = !parsed;
       if (parsed) {
+        const auto job = jobs_.find(parsed->job_id);
+        if (job != jobs_.end() && UnpinnedTrainJob(job->second.info)) unpinned = job->first;
         gpu_pods_[key] = *std::move(parsed);
       } else if (gpu_pods_.erase(key) == 0) {
         return;  // a pod without GPUs: nothing changed
       }
     }
     SendCapacity();
-    if (gone) ResumeMovedJobs();  // a moved job's last pod may just have gone
+    if (gone) ResumeMovedJobs();               // a moved job's last pod may just have gone
+    if (!unpinned.empty()) SyncJob(unpinned);  // sends nothing if its spec is the same
   };
   // Every namespace, even with --namespace: other teams' pods hold GPUs
   // on the same nodes.

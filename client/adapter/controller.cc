@@ -305,6 +305,16 @@ void Adapter::SyncJob(const std::string& id) {
     if (it == jobs_.end()) return;
     info = it->second.info;
     info.queue = QueueOfLocked(info);
+    // A TrainJob the adapter cannot move: once its pods run on one type,
+    // that is the only type it may use, so rescaled plans it where it is
+    // (RunPods syncs it again when its pods are bound).
+    if (UnpinnedTrainJob(info)) {
+      std::string type = ReportedTypeLocked(info);
+      const bool allowed =
+          info.gpu_types.empty() ||
+          std::find(info.gpu_types.begin(), info.gpu_types.end(), type) != info.gpu_types.end();
+      if (!type.empty() && allowed) info.gpu_types = {std::move(type)};
+    }
     registered = it->second.registered;
     sent = it->second.sent_spec;
   }

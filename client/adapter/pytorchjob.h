@@ -155,6 +155,13 @@ struct JobInfo {
   bool kueue_managed() const { return !kueue_local_queue.empty(); }
 };
 
+// A TrainJob that selects no GPU type itself (spec.podSpecOverrides): the
+// adapter cannot move it, so once its pods run on one type it is
+// registered with that type only (Adapter::SyncJob).
+inline bool UnpinnedTrainJob(const JobInfo& job) {
+  return !job.resizable && job.gpu_type.empty() && !job.kueue_managed();
+}
+
 // The parts every job kind shares, read into `job`: metadata (name and
 // namespace, required; apiVersion, resourceVersion, uid) with `kind` ...
 absl::Status ReadJobMetadata(const nlohmann::json& object, const char* kind, JobInfo* job);
