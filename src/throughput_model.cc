@@ -393,18 +393,21 @@ ThroughputModel ThroughputModel::FromShares(const ScalingShares& shares,
 
 ThroughputModel ThroughputModel::OnOtherType(const ThroughputModel& source,
                                              const Observation& measured,
-                                             const ModelOptions& options, double sync_scale) {
+                                             const ModelOptions& options, double sync_scale,
+                                             std::optional<double> across_scale) {
   ThroughputModel model;
   if (source.empty_ || measured.replicas == 0 || !(measured.step_seconds > 0) ||
       !Finite(measured.step_seconds)) {
     return model;
   }
   const double scale = Finite(sync_scale) ? std::max(0.0, sync_scale) : 1.0;
+  const double across =
+      across_scale && Finite(*across_scale) ? std::max(0.0, *across_scale) : scale;
   model = source;
   model.sync_base_seconds_ *= scale;
   model.sync_per_worker_seconds_ *= scale;
-  model.node_sync_seconds_ *= scale;
-  model.node_sync_per_colocated_seconds_ *= scale;
+  model.node_sync_seconds_ *= across;
+  model.node_sync_per_colocated_seconds_ *= across;
   model.gpus_per_replica_ = std::max<uint32_t>(options.gpus_per_replica, 1);
   model.gpus_per_node_ = options.gpus_per_node;
   // Compute at the source's batch from the measured step: what the sync
@@ -439,6 +442,17 @@ ThroughputModel ThroughputModel::OnOtherType(const ThroughputModel& source,
   model.largest_observed_ = measured.replicas;
   model.smallest_observed_ = measured.replicas;
   return model;
+}
+
+ThroughputModel::SyncSplit ThroughputModel::SyncAt(uint32_t n, uint32_t gpus_per_node,
+                                                   uint32_t nodes) const {
+  if (empty_ || n < 2) return {};
+  const Placement where =
+      nodes > 0 ? Spread(n, nodes) : Packed(n, gpus_per_replica_, gpus_per_node);
+  const Vec basis = Basis(n, where);
+  return {Dot(basis, {0, sync_base_seconds_, sync_per_worker_seconds_, 0, 0}),
+          Dot(basis, {0, 0, 0, node_sync_seconds_, node_sync_per_colocated_seconds_}),
+          where.nodes > 1};
 }
 
 ScalingShares ThroughputModel::shares() const {

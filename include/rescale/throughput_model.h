@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -112,14 +113,28 @@ class ThroughputModel {
   // when 0). Compute comes from the measurement, so a type whose GPUs are
   // faster for this job says so; the sync costs are the source's in seconds
   // times `sync_scale`, the ratio of the two types' interconnects (1 =
-  // unknown: the same seconds); the node size is the target's (`options`).
-  // The uncertainty reflects the guess: sizes the source measured carry
-  // kTypeTransferError on top of their own error, and the band grows from
-  // there as it does from any anchor. Empty when `source` is empty or the
-  // measurement unusable (no replicas, step not finite and positive).
+  // unknown: the same seconds), the costs of spanning nodes times
+  // `across_scale` (unset: `sync_scale`); the node size is the target's
+  // (`options`). The uncertainty reflects the guess: sizes the source
+  // measured carry kTypeTransferError on top of their own error, and the
+  // band grows from there as it does from any anchor. Empty when `source`
+  // is empty or the measurement unusable (no replicas, step not finite and
+  // positive).
   static ThroughputModel OnOtherType(const ThroughputModel& source, const Observation& measured,
-                                     const ModelOptions& options, double sync_scale = 1);
+                                     const ModelOptions& options, double sync_scale = 1,
+                                     std::optional<double> across_scale = std::nullopt);
   static constexpr double kTypeTransferError = 0.25;
+
+  // The synchronisation in the step of n replicas placed on nodes of
+  // `gpus_per_node` GPUs (packed; spread evenly over `nodes` when > 0), in
+  // seconds: what every multi-replica step pays (`within`), and what
+  // spanning nodes adds (`across`). What OnOtherType's two scales multiply.
+  struct SyncSplit {
+    double within = 0;
+    double across = 0;
+    bool spans_nodes = false;  // the placement has more than one node
+  };
+  SyncSplit SyncAt(uint32_t n, uint32_t gpus_per_node, uint32_t nodes = 0) const;
 
   // Whether any observation or prior informed the fit.
   bool empty() const { return empty_; }

@@ -427,7 +427,7 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
     std::vector<const Fitted*> fits;
     fits.reserve(slots.size());
     for (const auto& [id, slot] : slots) fits.push_back(slot.fitted.get());
-    type_speeds_ = TypeSpeeds::Learn(fits);
+    type_speeds_ = TypeSpeeds::Learn(fits, types.types);
   }
   return result;
 }

@@ -25,6 +25,55 @@ double SamplesPerSecondOf(const Observation& o) {
   return ObservedSamplesPerSecond(o.replicas, o.mean_batch, o.step_seconds);
 }
 
+// The median (upper of the two middle ones: one odd job moves it by a rank
+// at most); nullopt when empty.
+std::optional<double> UpperMedian(std::vector<double> v) {
+  if (v.empty()) return std::nullopt;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// Below this share of the one-replica step, a source's sync is noise: it
+// says nothing of how the job synchronises (on A100s it often is).
+constexpr double kSyncSignalShare = 0.05;
+
+// One measurement on `to` of a job also modelled on `from`: its overhead
+// over one replica there, and what its model on `from` says the sync of
+// that placement costs.
+struct SyncSample {
+  double overhead = 0;  // seconds
+  double base = 0;      // the one-replica step on `to`, seconds
+  ThroughputModel::SyncSplit split;
+};
+
+// Every job's samples per ordered pair of types.
+std::map<std::pair<std::string, std::string>, std::vector<SyncSample>> SyncSamples(
+    std::span<const Fitted* const> fits, std::span<const GpuType> types) {
+  std::map<std::pair<std::string, std::string>, std::vector<SyncSample>> out;
+  for (const Fitted* fitted : fits) {
+    if (fitted == nullptr || fitted->by_type.size() < 2) continue;
+    for (const Fitted::TypeFit& from : fitted->by_type) {
+      for (const Fitted::TypeFit& to : fitted->by_type) {
+        if (from.gpu_type == to.gpu_type || from.model.empty() || to.model.empty()) continue;
+        const auto type = std::find_if(types.begin(), types.end(),
+                                       [&](const GpuType& t) { return t.name == to.gpu_type; });
+        if (type == types.end() || type->gpus_per_node == 0) continue;
+        for (const Observation& o : to.observations) {
+          if (!Measured(o) || o.replicas < 2) continue;
+          // One replica on `to` at the batch of the measurement.
+          const double base = o.mean_batch > 0 ? to.model.StepSecondsAt(1, o.mean_batch, 0)
+                                               : to.model.StepSeconds(1);
+          if (!(base > 0)) continue;
+          out[{from.gpu_type, to.gpu_type}].push_back(
+              {o.step_seconds - base, base,
+               from.model.SyncAt(o.replicas, type->gpus_per_node, o.nodes)});
+        }
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string_view TypeCurveSourceName(TypeCurveSource source) {
@@ -41,7 +90,7 @@ std::string_view TypeCurveSourceName(TypeCurveSource source) {
   return "unknown";
 }
 
-TypeSpeeds TypeSpeeds::Learn(std::span<const Fitted* const> fits) {
+TypeSpeeds TypeSpeeds::Learn(std::span<const Fitted* const> fits, std::span<const GpuType> types) {
   // Per pair, every job's ratio at the smallest size it measured on both:
   // the same size, so the ratio is the types' and not the job's scaling.
   std::map<std::pair<std::string, std::string>, std::vector<double>> samples;
@@ -73,15 +122,41 @@ TypeSpeeds TypeSpeeds::Learn(std::span<const Fitted* const> fits) {
   }
   TypeSpeeds speeds;
   for (auto& [pair, ratios] : samples) {
-    // The median (upper of the two middle ones): one odd job moves it by a
-    // rank at most.
-    std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2, ratios.end());
-    const double median = ratios[ratios.size() / 2];
+    const double median = *UpperMedian(std::move(ratios));
     if (!(median > 0) || !std::isfinite(median)) continue;
     speeds.ratio_[pair] = median;
     speeds.ratio_[{pair.second, pair.first}] = 1 / median;
   }
+  for (const auto& [pair, all] : SyncSamples(fits, types)) {
+    // Within a node first: the part of a cross-node placement's overhead
+    // that is not the nodes' is then taken out at that scale. Samples are
+    // kept only where the source's model shows sync to scale, and an
+    // overhead below zero (noise around a step that does not slow) counts
+    // as none.
+    std::vector<double> within, across;
+    for (const SyncSample& s : all) {
+      if (!s.split.spans_nodes && s.split.within >= kSyncSignalShare * s.base)
+        within.push_back(std::max(0.0, s.overhead) / s.split.within);
+    }
+    SyncRatios ratios;
+    ratios.within = UpperMedian(std::move(within));
+    for (const SyncSample& s : all) {
+      if (s.split.spans_nodes && s.split.across >= kSyncSignalShare * s.base) {
+        const double net = s.overhead - ratios.within.value_or(1.0) * s.split.within;
+        across.push_back(std::max(0.0, net) / s.split.across);
+      }
+    }
+    ratios.across = UpperMedian(std::move(across));
+    if (ratios.within || ratios.across) speeds.sync_[pair] = ratios;
+  }
   return speeds;
+}
+
+TypeSpeeds::SyncRatios TypeSpeeds::Sync(std::string_view from, std::string_view to) const {
+  if (from == to) return {1.0, 1.0};
+  auto it = sync_.find(std::pair<std::string, std::string>(from, to));
+  if (it == sync_.end()) return {};
+  return it->second;
 }
 
 std::optional<double> TypeSpeeds::Ratio(std::string_view from, std::string_view to) const {
@@ -95,6 +170,10 @@ uint64_t TypeSpeeds::Fingerprint() const {
   uint64_t hash = ratio_.size();
   for (const auto& [pair, ratio] : ratio_)
     hash = absl::HashOf(hash, pair.first, pair.second, std::llround(std::log(ratio) * 100));
+  // The sync ratios to a percent of their value (they may be 0).
+  auto percent = [](const std::optional<double>& r) { return r ? std::llround(*r * 100) : -1; };
+  for (const auto& [pair, sync] : sync_)
+    hash = absl::HashOf(hash, pair.first, pair.second, percent(sync.within), percent(sync.across));
   return hash;
 }
 
@@ -141,12 +220,16 @@ TypeModel ModelOnType(const Fitted& fitted, const GpuType& type, const TypeSpeed
   }
   if (source == nullptr) return out;
   out.from_type = source->gpu_type;
+  // How this type's interconnect compares, as other jobs found it (unknown:
+  // the same seconds).
+  const TypeSpeeds::SyncRatios sync = speeds.Sync(source->gpu_type, type.name);
   if (own != nullptr && own_sizes == 1) {
     // Sia's bootstrapping proper: one size measured here sets the compute,
     // the source's sync model the rest.
     for (const Observation& o : own->observations) {
       if (o.step_seconds > 0 && o.sample_count >= std::max<uint64_t>(options.min_samples, 1)) {
-        out.model = ThroughputModel::OnOtherType(source->model, o, options);
+        out.model = ThroughputModel::OnOtherType(source->model, o, options,
+                                                 sync.within.value_or(1.0), sync.across);
         break;
       }
     }
@@ -158,7 +241,8 @@ TypeModel ModelOnType(const Fitted& fitted, const GpuType& type, const TypeSpeed
     Observation guess;
     guess.replicas = 1;
     guess.step_seconds = source->model.StepSeconds(1) / ratio;
-    out.model = ThroughputModel::OnOtherType(source->model, guess, options);
+    out.model = ThroughputModel::OnOtherType(source->model, guess, options,
+                                             sync.within.value_or(1.0), sync.across);
     out.source = TypeCurveSource::kPredicted;
   }
   if (out.model.empty()) out.source = TypeCurveSource::kUnknown;

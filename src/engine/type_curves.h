@@ -24,14 +24,30 @@
 namespace rescale::engine {
 
 // Per ordered pair of types (a, b), the median over the jobs measured on
-// both of samples/s on b over samples/s on a at one replica.
+// both of samples/s on b over samples/s on a at one replica; and how b's
+// interconnect compares with a's, within a node and across nodes.
 class TypeSpeeds {
  public:
   // From each job's per-type fits (Fitted::by_type; jobs with fewer than two
-  // types measured add nothing).
-  static TypeSpeeds Learn(std::span<const Fitted* const> fits);
+  // types measured add nothing). `types` give the node sizes the sync
+  // ratios need (a type not among them gets none).
+  static TypeSpeeds Learn(std::span<const Fitted* const> fits, std::span<const GpuType> types = {});
   // How much faster `to` runs a job than `from` (nullopt: no job ran on both).
   std::optional<double> Ratio(std::string_view from, std::string_view to) const;
+
+  // What to multiply a job's sync seconds on `from` by to get them on `to`
+  // (ThroughputModel::OnOtherType's two scales): the median over the jobs
+  // measured on both of their overhead over one replica on `to`, at the
+  // sizes they ran there, over what their model on `from` says that
+  // placement's sync costs. Within a node from the sizes that fit one node
+  // of `to`; across nodes from the others, net of the within part. The
+  // interconnects of two types differ by up to two orders of magnitude, and
+  // within and across nodes by different amounts (docs/simulator.md,
+  // "Predicting one type from another"). nullopt: no job to learn from.
+  struct SyncRatios {
+    std::optional<double> within, across;
+  };
+  SyncRatios Sync(std::string_view from, std::string_view to) const;
   // Changes when any ratio does by more than a percent: what a kept plan
   // input is keyed by, so a new job measured on two types does not refit
   // every other job's typed curves for a ratio that barely moved.
@@ -40,6 +56,7 @@ class TypeSpeeds {
 
  private:
   std::map<std::pair<std::string, std::string>, double, std::less<>> ratio_;
+  std::map<std::pair<std::string, std::string>, SyncRatios, std::less<>> sync_;
 };
 
 // Where a job's model on one type comes from.
