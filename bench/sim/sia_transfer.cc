@@ -15,6 +15,8 @@
 #include "bench/sim/pollux_fit.h"
 #include "bench/sim/sia_profiles.h"
 #include "rescale/throughput_model.h"
+#include "src/engine/job_entry.h"
+#include "src/engine/type_curves.h"
 
 namespace rescale::sim {
 namespace {
@@ -56,8 +58,8 @@ absl::StatusOr<Measured> Load(const std::string& dir, std::string_view app,
   return out;
 }
 
-// The source's model at `batch`: every placement it measured there.
-ThroughputModel FitAt(const Measured& source, double batch) {
+// Every placement `source` measured at `batch`, as the store would give them.
+std::vector<Observation> ObservationsAt(const Measured& source, double batch) {
   std::vector<Observation> obs;
   for (const auto& [key, step] : source.step) {
     if (std::get<0>(key) != batch) continue;
@@ -69,10 +71,41 @@ ThroughputModel FitAt(const Measured& source, double batch) {
     o.mean_batch = batch;
     obs.push_back(o);
   }
+  return obs;
+}
+
+// The source's model at `batch`: every placement it measured there.
+ThroughputModel FitAt(const Measured& source, double batch) {
   ModelOptions options;
   options.gpus_per_node = source.gpus_per_node;
   options.min_samples = 1;
-  return ThroughputModel::Fit(obs, {}, options);
+  return ThroughputModel::Fit(ObservationsAt(source, batch), {}, options);
+}
+
+// What the planner learns of two types from other jobs (TypeSpeeds): each
+// other app at each batch both types measured is one job, fitted on each.
+engine::TypeSpeeds LearnFrom(const std::vector<const Measured*>& from,
+                             const std::vector<const Measured*>& to, const SiaGpuType& s,
+                             const SiaGpuType& t) {
+  std::vector<engine::Fitted> jobs;
+  for (size_t i = 0; i < from.size(); ++i) {
+    std::map<double, bool> batches;
+    for (const auto& [key, step] : to[i]->step) batches[std::get<0>(key)] = true;
+    for (const auto& [batch, unused] : batches) {
+      engine::Fitted job;
+      job.by_type = {
+          {std::string(s.trace_suffix), FitAt(*from[i], batch), ObservationsAt(*from[i], batch)},
+          {std::string(t.trace_suffix), FitAt(*to[i], batch), ObservationsAt(*to[i], batch)}};
+      if (job.by_type[0].model.empty() || job.by_type[1].model.empty()) continue;
+      jobs.push_back(std::move(job));
+    }
+  }
+  std::vector<const engine::Fitted*> fits;
+  for (const engine::Fitted& job : jobs) fits.push_back(&job);
+  const std::vector<GpuType> types = {
+      {.name = std::string(s.trace_suffix), .gpus_per_node = s.gpus_per_node},
+      {.name = std::string(t.trace_suffix), .gpus_per_node = t.gpus_per_node}};
+  return engine::TypeSpeeds::Learn(fits, types);
 }
 
 // Median over the target's packed multi-GPU placements of its overhead
@@ -173,9 +206,11 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
           other_to.push_back(&data[{other, t.trace_suffix}]);
         }
         const SizeRatios sizes = OtherApps(other_from, other_to);
+        const engine::TypeSpeeds speeds = LearnFrom(other_from, other_to, s, t);
+        const GpuType target{.name = std::string(t.trace_suffix), .gpus_per_node = t.gpus_per_node};
         ModelOptions options;
         options.gpus_per_node = t.gpus_per_node;
-        std::vector<double> same, sia, pair, by_size;
+        std::vector<double> same, sia, pair, by_size, learned;
         std::map<double, ThroughputModel> fits;
         for (const auto& [key, step] : to.step) {
           const auto [batch, n, nodes] = key;
@@ -219,10 +254,21 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
             predicted *= 1 + Median(share->second);
           }
           by_size.push_back(std::abs(predicted / step - 1));
+          // The planner's own: its fit on the source at this batch, the one
+          // GPU on the target, through ModelOnType with what it learned.
+          engine::Fitted job;
+          job.by_type = {{std::string(s.trace_suffix), source, ObservationsAt(from, batch)},
+                         {std::string(t.trace_suffix),
+                          ThroughputModel::Fit({&measured, 1}, {}, options),
+                          {measured}}};
+          ModelOptions job_options = options;
+          job_options.min_samples = 1;
+          const engine::TypeModel on_target = engine::ModelOnType(job, target, speeds, job_options);
+          learned.push_back(std::abs(on_target.model.StepSecondsAt(n, batch, 0) / step - 1));
         }
         out.push_back({std::string(app), std::string(s.trace_suffix), std::string(t.trace_suffix),
-                       same.size(), Median(same), Median(sia), Median(pair), Median(by_size),
-                       by_size});
+                       same.size(), Median(same), Median(sia), Median(pair), Median(by_size), same,
+                       by_size, Median(learned), learned});
       }
     }
   }
@@ -231,29 +277,43 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
 
 std::string CrossTypeTable(const std::vector<CrossTypeError>& errors) {
   std::string out =
-      "| from | to | app | points | same seconds | sia | pair ratio | size ratio |\n"
-      "|---|---|---|---:|---:|---:|---:|---:|\n";
+      "| from | to | app | points | same seconds | sia | pair ratio | size ratio | planner |\n"
+      "|---|---|---|---:|---:|---:|---:|---:|---:|\n";
   for (const CrossTypeError& e : errors) {
-    absl::StrAppendFormat(&out, "| %s | %s | %s | %d | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n",
+    absl::StrAppendFormat(&out,
+                          "| %s | %s | %s | %d | %.1f%% | %.1f%% | %.1f%% | %.1f%% | %.1f%% |\n",
                           e.from, e.to, e.app, e.points, 100 * e.same_seconds, 100 * e.sia,
-                          100 * e.pair_ratio, 100 * e.size_ratio);
+                          100 * e.pair_ratio, 100 * e.size_ratio, 100 * e.planner);
   }
-  out += "\n| app | size ratio, every pair |\n|---|---:|\n";
-  for (const auto& [app, error] : SizeRatioPerApp(errors)) {
-    absl::StrAppendFormat(&out, "| %s | %.1f%% |\n", app, 100 * error);
+  out +=
+      "\n| app | same seconds | size ratio | planner |\n"
+      "|---|---:|---:|---:|\n";
+  for (const PerApp& app : PooledPerApp(errors)) {
+    absl::StrAppendFormat(&out, "| %s | %.1f%% | %.1f%% | %.1f%% |\n", app.app,
+                          100 * app.same_seconds, 100 * app.size_ratio, 100 * app.planner);
   }
   return out;
 }
 
-std::vector<std::pair<std::string, double>> SizeRatioPerApp(
-    const std::vector<CrossTypeError>& errors) {
-  std::map<std::string, std::vector<double>> pooled;
+std::vector<PerApp> PooledPerApp(const std::vector<CrossTypeError>& errors) {
+  struct Pooled {
+    std::vector<double> same, size, planner;
+  };
+  std::map<std::string, Pooled> pooled;
+  auto add = [](std::vector<double>& to, const std::vector<double>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
   for (const CrossTypeError& e : errors) {
-    pooled[e.app].insert(pooled[e.app].end(), e.size_ratio_errors.begin(),
-                         e.size_ratio_errors.end());
+    Pooled& p = pooled[e.app];
+    add(p.same, e.same_seconds_errors);
+    add(p.size, e.size_ratio_errors);
+    add(p.planner, e.planner_errors);
   }
-  std::vector<std::pair<std::string, double>> out;
-  for (auto& [app, all] : pooled) out.emplace_back(app, Median(std::move(all)));
+  std::vector<PerApp> out;
+  for (auto& [app, p] : pooled) {
+    out.push_back(
+        {app, Median(std::move(p.same)), Median(std::move(p.size)), Median(std::move(p.planner))});
+  }
   return out;
 }
 

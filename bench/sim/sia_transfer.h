@@ -21,6 +21,9 @@
 //                 (no sign of the job's synchronisation to scale, as on
 //                 A100s), the other applications' median overhead share
 //                 on the target at that size instead.
+//   planner       what rescaled predicts: engine::ModelOnType, with the
+//                 sync ratios (within a node, across nodes) TypeSpeeds
+//                 learns from the other five applications.
 // Raw traces only (SiaDataDirectory); the figures are in docs/simulator.md.
 #ifndef RESCALE_BENCH_SIM_SIA_TRANSFER_H_
 #define RESCALE_BENCH_SIM_SIA_TRANSFER_H_
@@ -38,8 +41,14 @@ struct CrossTypeError {
   size_t points = 0;          // (batch, placement) predictions
   // Median |predicted / measured - 1| of step time per way.
   double same_seconds = 0, sia = 0, pair_ratio = 0, size_ratio = 0;
-  // Every point's error, size ratio: an app's median over all pairs.
-  std::vector<double> size_ratio_errors;
+  // Every point's error, same seconds and size ratio: an app's median over
+  // all pairs.
+  std::vector<double> same_seconds_errors, size_ratio_errors;
+  // The planner's own prediction (engine::ModelOnType with the TypeSpeeds
+  // it learns from the other five applications as jobs measured on both
+  // types, one per batch): median, and every point's error.
+  double planner = 0;
+  std::vector<double> planner_errors;
 };
 
 absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& sia_dir);
@@ -47,9 +56,12 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
 // The table in Markdown.
 std::string CrossTypeTable(const std::vector<CrossTypeError>& errors);
 
-// Per app, the median size-ratio error over every ordered pair's points.
-std::vector<std::pair<std::string, double>> SizeRatioPerApp(
-    const std::vector<CrossTypeError>& errors);
+// Per app, the median error over every ordered pair's points.
+struct PerApp {
+  std::string app;
+  double same_seconds = 0, size_ratio = 0, planner = 0;
+};
+std::vector<PerApp> PooledPerApp(const std::vector<CrossTypeError>& errors);
 
 }  // namespace rescale::sim
 
