@@ -65,10 +65,7 @@ bool Adapter::Apply(const v1::Recommendation& recommendation) {
   const std::string applied_reason = AppliedReason(info, recommendation, workers);
   const std::map<std::string, std::string> annotations =
       RecommendationAnnotations(recommendation, applied_reason);
-  // The GPU type: written for a job the adapter can resize and whose
-  // placement it owns (Kueue's flavours set a Kueue job's node selector).
-  std::string gpu_type = recommendation.gpu_type();
-  if (!info.resizable || info.kueue_managed()) gpu_type.clear();
+  const std::string gpu_type = GpuTypeToWrite(info, recommendation);
   std::string running_type;
   std::string reported_type;  // where it runs, for ReportApplied
   {
@@ -163,7 +160,7 @@ absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
         const bool new_type = !gpu_type.empty() && current.gpu_type != gpu_type;
         // Where its pods run now: its selector, else (none yet) their nodes'.
         const std::string& runs_on = current.gpu_type.empty() ? running_type : current.gpu_type;
-        if (new_type && !suspend && !current.suspended && !runs_on.empty() && runs_on != gpu_type) {
+        if (new_type && !suspend && !current.suspended && MovesType(runs_on, gpu_type)) {
           // A move: the operator does not recreate running pods for a new
           // template, so suspend (it deletes them) with the new selector and
           // size in one patch; ResumeMovedJobs resumes once they are gone.

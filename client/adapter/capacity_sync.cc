@@ -85,8 +85,11 @@ void Adapter::RunPods() {
           event.type == "DELETED" ? std::nullopt : ParseGpuPod(event.object);
       gone = !parsed;
       if (parsed) {
+        // Only a pod newly bound can tell a new type (every later update of
+        // it, a status change, cannot).
         const auto job = jobs_.find(parsed->job_id);
-        if (job != jobs_.end() && UnpinnedTrainJob(job->second.info)) unpinned = job->first;
+        if (!gpu_pods_.contains(key) && job != jobs_.end() && UnpinnedTrainJob(job->second.info))
+          unpinned = job->first;
         gpu_pods_[key] = *std::move(parsed);
       } else if (gpu_pods_.erase(key) == 0) {
         return;  // a pod without GPUs: nothing changed

@@ -518,13 +518,12 @@ std::vector<Adapter::PendingApply> Adapter::PendingBatchLocked() const {
     pending.running = info.suspended ? 0 : info.workers;
     pending.target =
         recommendation.suspend() ? 0 : ClampReplicas(info, recommendation.replicas(), nullptr);
-    // A move to another type is a release here: its first patch suspends
-    // the job (apply_job.cc), freeing its GPUs on the type it leaves, and
-    // its resume comes later, once its pods are gone.
-    if (pending.running > 0 && !recommendation.gpu_type().empty() && info.resizable &&
-        !info.kueue_managed()) {
-      const std::string runs_on = RunningTypeLocked(info);
-      if (!runs_on.empty() && runs_on != recommendation.gpu_type()) pending.target = 0;
+    // A move to another type is a release: its first patch suspends the
+    // job, freeing its GPUs on the type it leaves; the resume comes later,
+    // once its pods are gone.
+    if (pending.target > 0 && pending.running > 0 &&
+        MovesType(RunningTypeLocked(info), GpuTypeToWrite(info, recommendation))) {
+      pending.target = 0;
     }
     batch.push_back(std::move(pending));
   }

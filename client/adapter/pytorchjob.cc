@@ -294,6 +294,11 @@ json WorkerPatch(const std::string& resource_version, std::optional<uint32_t> wo
   return patch;
 }
 
+std::string GpuTypeToWrite(const JobInfo& job, const v1::Recommendation& recommendation) {
+  if (!job.resizable || job.kueue_managed()) return "";
+  return recommendation.gpu_type();
+}
+
 json WithWorkerGpuType(json patch, const std::string& gpu_type, bool master) {
   auto select = [&](const char* replica) {
     patch["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["nodeSelector"]

@@ -185,12 +185,23 @@ nlohmann::json WorkerPatch(const std::string& resource_version, std::optional<ui
                            std::optional<bool> suspend,
                            const std::map<std::string, std::string>& annotations = {});
 
+// The GPU type applying `recommendation` writes to `job` ("" = none): only
+// to a job the adapter resizes and places (Kueue's flavours set a Kueue
+// job's node selector; a TrainJob's is in its podSpecOverrides).
+std::string GpuTypeToWrite(const JobInfo& job, const v1::Recommendation& recommendation);
+
+// Whether writing `gpu_type` to a running job whose pods run on `runs_on`
+// moves it to another type. A move's first patch suspends the job
+// (Adapter::ApplyToKube), so a plan orders it with the releases.
+inline bool MovesType(const std::string& runs_on, const std::string& gpu_type) {
+  return !gpu_type.empty() && !runs_on.empty() && runs_on != gpu_type;
+}
+
 // `patch` (a WorkerPatch) also setting the Worker template's
 // nodeSelector["nvidia.com/gpu.product"] to `gpu_type` (other selector
 // keys stay: a merge patch merges maps key by key), and the Master's too
 // when `master` (a Master on GPUs: one job, one type).
-nlohmann::json WithWorkerGpuType(nlohmann::json patch, const std::string& gpu_type,
-                                 bool master = false);
+nlohmann::json WithWorkerGpuType(nlohmann::json patch, const std::string& gpu_type, bool master);
 
 // The rescale.io/recommended-replicas, rescale.io/generation and
 // rescale.io/reason annotations for applying `recommendation`, with
