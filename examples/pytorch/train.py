@@ -119,7 +119,7 @@ def main():
             print(f"rank {rank}: stopping at step {state['step']} "
                   f"({state['samples']} samples) for a resize", flush=True)
             reporter.close(timeout=5)
-            dist.destroy_process_group()
+            leave_group()
             return 0
         if state["step"] % args.checkpoint_every == 0:
             save()
@@ -136,8 +136,17 @@ def main():
                        "sizes": state["sizes"], "loss": loss.item(),
                        "reporter": dataclasses.asdict(reporter.stats())}, f)
     reporter.close(timeout=10)
-    dist.destroy_process_group()
+    leave_group()
     return 0
+
+
+def leave_group():
+    """Tears the gloo group down once every rank is done with it: a rank that
+    exits while a peer still holds the group can abort the peer ("terminate
+    called without an active exception"), which the launcher would take for
+    a crash."""
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

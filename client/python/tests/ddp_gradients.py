@@ -39,6 +39,11 @@ def main(out_dir):
         measured.append((stats.sqr, stats.var, stats.batch))
         optimizer.step()
     torch.save({"local": local_grads, "measured": measured}, os.path.join(out_dir, f"rank{rank}.pt"))
+    # Both ranks done before either tears down: a rank that exits while its
+    # peer still holds the gloo group can abort the peer ("terminate called
+    # without an active exception", seen under a loaded ctest -j 2; the
+    # same pattern as mosaicml/streaming#186 and pytorch/pytorch#28126).
+    dist.barrier()
     dist.destroy_process_group()
 
 
