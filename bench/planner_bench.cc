@@ -10,6 +10,14 @@
 //                                        (PlanClusterTypes; target: 10,000
 //                                        jobs <= 60 ms); counters gap,
 //                                        waiting, utilization, moved
+//   BM_ModelOnType/<learned>              engine::ModelOnType of a job
+//                                        measured at six sizes on one type
+//                                        and one on another: 0 = nothing
+//                                        learned (the sync carried over),
+//                                        1 = TypeSpeeds learned from three
+//                                        jobs on both (the sync fitted size
+//                                        by size); what each job's typed
+//                                        curve costs when the ratios move
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -22,6 +30,9 @@
 #include "absl/time/time.h"
 #include "rescale/cluster_planner.h"
 #include "rescale/queues.h"
+#include "rescale/throughput_model.h"
+#include "src/engine/job_entry.h"
+#include "src/engine/type_curves.h"
 
 namespace {
 
@@ -210,5 +221,55 @@ void BM_ClusterPlanTypes(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ClusterPlanTypes)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
+
+// One job's fit on a type of `per_node` GPUs per node: step(n) = compute +
+// sync terms growing with n, k scaling every term.
+rescale::engine::Fitted::TypeFit TypeFitOf(const std::string& type, double k,
+                                           const std::vector<uint32_t>& sizes, uint32_t per_node,
+                                           double sync) {
+  rescale::engine::Fitted::TypeFit fit;
+  fit.gpu_type = type;
+  rescale::ModelOptions options;
+  options.gpus_per_node = per_node;
+  options.min_samples = 1;
+  for (uint32_t n : sizes) {
+    rescale::Observation o;
+    o.replicas = n;
+    o.nodes = (n + per_node - 1) / per_node;
+    o.step_seconds =
+        k * (0.2 + (n > 1 ? sync * (0.05 + 0.01 * (n - 2)) : 0) + (o.nodes > 1 ? sync * 0.2 : 0));
+    o.sample_count = 50;
+    o.mean_batch = 32;
+    fit.observations.push_back(o);
+  }
+  fit.model = rescale::ThroughputModel::Fit(fit.observations, {}, options);
+  return fit;
+}
+
+void BM_ModelOnType(benchmark::State& state) {
+  using rescale::engine::Fitted;
+  const std::vector<uint32_t> slow_sizes = {1, 2, 4, 6, 8, 16}, fast_sizes = {1, 2, 4, 8, 12, 16};
+  const std::vector<rescale::GpuType> types = {{.name = "fast", .gpus_per_node = 8, .slots = {}},
+                                               {.name = "slow", .gpus_per_node = 4, .slots = {}}};
+  std::vector<Fitted> jobs(3);
+  std::vector<const Fitted*> fits;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].by_type = {TypeFitOf("fast", 0.5 * double(i + 1), fast_sizes, 8, 0.3),
+                       TypeFitOf("slow", double(i + 1), slow_sizes, 4, 1.0)};
+    fits.push_back(&jobs[i]);
+  }
+  const rescale::engine::TypeSpeeds speeds = state.range(0) == 1
+                                                 ? rescale::engine::TypeSpeeds::Learn(fits, types)
+                                                 : rescale::engine::TypeSpeeds();
+  Fitted job;
+  job.by_type = {TypeFitOf("fast", 0.75, {1}, 8, 0.3), TypeFitOf("slow", 1.5, slow_sizes, 4, 1.0)};
+  rescale::ModelOptions options;
+  options.gpus_per_node = 4;
+  options.min_samples = 1;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(rescale::engine::ModelOnType(job, types[0], speeds, options));
+  }
+}
+BENCHMARK(BM_ModelOnType)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

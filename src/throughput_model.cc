@@ -395,19 +395,30 @@ ThroughputModel ThroughputModel::OnOtherType(const ThroughputModel& source,
                                              const Observation& measured,
                                              const ModelOptions& options, double sync_scale,
                                              std::optional<double> across_scale) {
+  const double scale = Finite(sync_scale) ? std::max(0.0, sync_scale) : 1.0;
+  const double across =
+      across_scale && Finite(*across_scale) ? std::max(0.0, *across_scale) : scale;
+  return OnOtherType(
+      source, measured, options,
+      {source.sync_base_seconds_ * scale, source.sync_per_worker_seconds_ * scale,
+       source.node_sync_seconds_ * across, source.node_sync_per_colocated_seconds_ * across});
+}
+
+ThroughputModel ThroughputModel::OnOtherType(const ThroughputModel& source,
+                                             const Observation& measured,
+                                             const ModelOptions& options,
+                                             const ScalingShares& sync_seconds) {
   ThroughputModel model;
   if (source.empty_ || measured.replicas == 0 || !(measured.step_seconds > 0) ||
       !Finite(measured.step_seconds)) {
     return model;
   }
-  const double scale = Finite(sync_scale) ? std::max(0.0, sync_scale) : 1.0;
-  const double across =
-      across_scale && Finite(*across_scale) ? std::max(0.0, *across_scale) : scale;
+  auto seconds = [](double s) { return Finite(s) ? std::max(0.0, s) : 0.0; };
   model = source;
-  model.sync_base_seconds_ *= scale;
-  model.sync_per_worker_seconds_ *= scale;
-  model.node_sync_seconds_ *= across;
-  model.node_sync_per_colocated_seconds_ *= across;
+  model.sync_base_seconds_ = seconds(sync_seconds.sync_base);
+  model.sync_per_worker_seconds_ = seconds(sync_seconds.sync_per_worker);
+  model.node_sync_seconds_ = seconds(sync_seconds.node_sync);
+  model.node_sync_per_colocated_seconds_ = seconds(sync_seconds.node_sync_per_colocated);
   model.gpus_per_replica_ = std::max<uint32_t>(options.gpus_per_replica, 1);
   model.gpus_per_node_ = options.gpus_per_node;
   // Compute at the source's batch from the measured step: what the sync
@@ -460,6 +471,12 @@ ScalingShares ThroughputModel::shares() const {
   return {sync_base_seconds_ / compute_seconds_, sync_per_worker_seconds_ / compute_seconds_,
           node_sync_seconds_ / compute_seconds_,
           node_sync_per_colocated_seconds_ / compute_seconds_};
+}
+
+ScalingShares ThroughputModel::sync_seconds() const {
+  if (empty_) return {};
+  return {sync_base_seconds_, sync_per_worker_seconds_, node_sync_seconds_,
+          node_sync_per_colocated_seconds_};
 }
 
 double ThroughputModel::StepSeconds(uint32_t n) const {

@@ -152,24 +152,29 @@ TEST_CASE("cross-type prediction on Sia's traces", "[sim][sia][xtype]") {
   CHECK(pair[18] < same[18]);
   CHECK(size[18] < pair[18]);
   // The target (median <= 15% per app, over every pair) is met by
-  // the size ratio for these three; not for imagenet (15.0%), deepspeech2
-  // and yolov3: the table is in docs/simulator.md, and
-  // `./build/sim_tests '[xtype]' -s` prints it.
-  // The planner's own (what rescaled predicts with, engine::ModelOnType):
-  // below carrying the seconds over as they are, over the cells, and for
-  // at least four of the six apps pooled over every pair.
+  // the size ratio for bert, cifar10 and ncf, by the planner's own (what
+  // rescaled predicts with, engine::ModelOnType: the sync fitted size by
+  // size to the ratios TypeSpeeds learns) for cifar10, imagenet and ncf;
+  // not for deepspeech2 and yolov3, whose steps slow down on several GPUs
+  // for reasons other than sync. The table is in docs/simulator.md, and
+  // `./build/sim_tests '[xtype]' -s` prints it. The planner's is below
+  // carrying the seconds over as they are, over the cells, and for at least
+  // five of the six apps pooled over every pair.
   std::vector<double> planner;
   for (const CrossTypeError& e : *errors) planner.push_back(e.planner);
   std::sort(planner.begin(), planner.end());
   CHECK(planner[18] < same[18]);
   int better = 0;
   for (const PerApp& app : PooledPerApp(*errors)) {
-    INFO(app.app);
+    INFO(app.app << ": size ratio " << app.size_ratio << ", planner " << app.planner
+                 << ", same seconds " << app.same_seconds);
     if (app.app == "bert" || app.app == "cifar10" || app.app == "ncf")
       CHECK(app.size_ratio <= 0.15);
+    if (app.app == "cifar10" || app.app == "imagenet" || app.app == "ncf")
+      CHECK(app.planner <= 0.15);
     better += app.planner < app.same_seconds;
   }
-  CHECK(better >= 4);
+  CHECK(better >= 5);
   INFO(CrossTypeTable(*errors));
   SUCCEED();
 }

@@ -55,6 +55,18 @@ TEST_CASE("another type: compute from its measurement, sync carried over", "[mod
   const ThroughputModel at_half = ThroughputModel::OnOtherType(source, half, ModelOptions{});
   CHECK(at_half.StepSecondsAt(1, kBatch / 2, 0) == Approx(0.1).epsilon(1e-6));
   CHECK(at_half.StepSeconds(1) > 0.1);
+  // Sync seconds given outright replace the source's: step(n) is the
+  // measured compute plus exactly those terms (one node here).
+  const ScalingShares given = {0.02, 0.01, 0.5, 0.1};
+  const ThroughputModel placed =
+      ThroughputModel::OnOtherType(source, Observe(1, 0.1, 0, 0), ModelOptions{}, given);
+  CHECK(placed.sync_seconds().sync_base == Approx(0.02));
+  CHECK(placed.sync_seconds().sync_per_worker == Approx(0.01));
+  CHECK(placed.StepSeconds(6) == Approx(0.1 + 0.02 + 0.01 * 4).epsilon(1e-6));
+  // Negative or non-finite seconds count as none.
+  const ThroughputModel clamped = ThroughputModel::OnOtherType(
+      source, Observe(1, 0.1, 0, 0), ModelOptions{}, ScalingShares{-1, std::nan(""), 0, 0});
+  CHECK(clamped.StepSeconds(8) == Approx(0.1).epsilon(1e-6));
 }
 
 TEST_CASE("another type: the band says the transfer is a guess", "[model][types]") {

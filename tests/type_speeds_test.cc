@@ -6,6 +6,7 @@
 // is measured in tests/sim_sia_test.cc ("cross-type prediction").
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,7 @@ TEST_CASE("a source whose sync is noise teaches no ratio", "[engine][types]") {
   const TypeSpeeds speeds = TypeSpeeds::Learn(fits, kTypes);
   CHECK_FALSE(speeds.Sync("slow", "fast").within);
   CHECK_FALSE(speeds.Sync("slow", "fast").across);
+  CHECK(speeds.SizeRatios("slow", "fast") == nullptr);
 }
 
 TEST_CASE("a job measured on one GPU of a type is predicted with the learned ratios",
@@ -199,6 +201,56 @@ TEST_CASE("a job measured on one GPU of a type is predicted with the learned rat
   // Carrying "slow"'s sync seconds as they are overstates "fast"'s 16-GPU
   // step by half or more.
   CHECK(same_seconds.model.StepSeconds(16) > 1.5 * truth.Step(16, kFastNode));
+}
+
+TEST_CASE("a type whose sync grows differently by size is predicted size by size",
+          "[engine][types]") {
+  // On "slow" the ring's cost saturates (no slope); on "fast" it grows with
+  // every worker, and spanning nodes costs little. No pair of scales turns
+  // one shape into the other: at 2 GPUs "fast" pays a fifth of "slow"'s
+  // overhead, at 4 as much, at 8 about half.
+  auto slow = [](double k) { return Law{0.2 * k, 0.05 * k, 0, 0.2 * k, 0.01 * k}; };
+  auto fast = [](double k) { return Law{0.1 * k, 0.01 * k, 0.02 * k, 0.02 * k, 0.001 * k}; };
+  std::vector<Fitted> jobs;
+  for (double k : {1.0, 2.0, 0.5}) {
+    Fitted job;
+    job.by_type = {FitOn("fast", fast(k), kFastSizes, kFastNode),
+                   FitOn("slow", slow(k), kSlowSizes, kSlowNode)};
+    jobs.push_back(std::move(job));
+  }
+  std::vector<const Fitted*> fits;
+  for (const Fitted& job : jobs) fits.push_back(&job);
+  const TypeSpeeds speeds = TypeSpeeds::Learn(fits, kTypes);
+  const std::map<uint32_t, double>* ratios = speeds.SizeRatios("slow", "fast");
+  REQUIRE(ratios != nullptr);
+  REQUIRE(ratios->count(2));
+  CHECK(ratios->at(2) == Approx(0.2).epsilon(0.01));
+  CHECK(ratios->at(4) == Approx(1.0).epsilon(0.01));
+
+  const double k = 1.5;
+  Fitted job;
+  job.by_type = {FitOn("fast", fast(k), {1}, kFastNode),
+                 FitOn("slow", slow(k), kSlowSizes, kSlowNode)};
+  ModelOptions options = Options(kSlowNode);
+  options.min_samples = 1;
+  const TypeModel learned = ModelOnType(job, kTypes[0], speeds, options);
+  REQUIRE(learned.source == TypeCurveSource::kTransferred);
+  // What the two scales alone would predict (the model before sizes were
+  // learned): off by more than a tenth somewhere.
+  const TypeSpeeds::SyncRatios sync = speeds.Sync("slow", "fast");
+  ModelOptions on_fast = options;
+  on_fast.gpus_per_node = kFastNode;
+  const ThroughputModel scaled =
+      ThroughputModel::OnOtherType(job.by_type[1].model, job.by_type[0].observations[0], on_fast,
+                                   sync.within.value_or(1), sync.across);
+  double worst_scaled = 0;
+  for (uint32_t n : {2u, 4u, 8u, 12u, 16u}) {
+    INFO("n = " << n);
+    const double actual = fast(k).Step(n, kFastNode);
+    CHECK(learned.model.StepSeconds(n) == Approx(actual).epsilon(0.03));
+    worst_scaled = std::max(worst_scaled, std::abs(scaled.StepSeconds(n) / actual - 1));
+  }
+  CHECK(worst_scaled > 0.1);
 }
 
 }  // namespace

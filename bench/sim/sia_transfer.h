@@ -3,7 +3,7 @@
 // three types, ThroughputModel is fitted to the source type's measured
 // placements at a local batch, given the target type's one-GPU step at that
 // batch, and asked for the target's step time at every packed multi-GPU
-// placement Sia measured there (ThroughputModel::OnOtherType). Three ways
+// placement Sia measured there (ThroughputModel::OnOtherType). Five ways
 // of carrying the synchronisation over are compared:
 //   same seconds  the source's sync seconds as they are (sync_scale 1);
 //   sia           Sia's estimator: the source's sync as a share of
@@ -21,9 +21,11 @@
 //                 (no sign of the job's synchronisation to scale, as on
 //                 A100s), the other applications' median overhead share
 //                 on the target at that size instead.
-//   planner       what rescaled predicts: engine::ModelOnType, with the
-//                 sync ratios (within a node, across nodes) TypeSpeeds
-//                 learns from the other five applications.
+//   planner       what rescaled predicts: engine::ModelOnType, with what
+//                 TypeSpeeds learns from the other five applications: the
+//                 sync ratios within a node and across nodes, and the
+//                 overhead ratio per size, to which the sync is fitted
+//                 where the source's overhead is signal.
 // Raw traces only (SiaDataDirectory); the figures are in docs/simulator.md.
 #ifndef RESCALE_BENCH_SIM_SIA_TRANSFER_H_
 #define RESCALE_BENCH_SIM_SIA_TRANSFER_H_

@@ -124,6 +124,13 @@ class ThroughputModel {
                                      const ModelOptions& options, double sync_scale = 1,
                                      std::optional<double> across_scale = std::nullopt);
   static constexpr double kTypeTransferError = 0.25;
+  // The same, with the target's sync costs given outright in seconds (the
+  // four terms of the fitted form, as ScalingShares orders them): a sync
+  // shape learned per size rather than the source's scaled (see
+  // engine::ModelOnType).
+  static ThroughputModel OnOtherType(const ThroughputModel& source, const Observation& measured,
+                                     const ModelOptions& options,
+                                     const ScalingShares& sync_seconds);
 
   // The synchronisation in the step of n replicas placed on nodes of
   // `gpus_per_node` GPUs (packed; spread evenly over `nodes` when > 0), in
@@ -168,8 +175,12 @@ class ThroughputModel {
   // The local batch the model's compute was fitted at (samples per worker
   // per step).
   double local_batch() const { return local_batch_; }
+  // GPUs each replica takes when the model places replicas on nodes.
+  uint32_t gpus_per_replica() const { return gpus_per_replica_; }
   // The fitted sync costs as shares of compute (all 0 when empty).
   ScalingShares shares() const;
+  // The same four costs in seconds.
+  ScalingShares sync_seconds() const;
   // Largest size with enough observations (0 when none).
   uint32_t largest_observed() const { return largest_observed_; }
   // Root-mean-square log error of step time over the observations used.

@@ -37,41 +37,126 @@ std::optional<double> UpperMedian(std::vector<double> v) {
 // says nothing of how the job synchronises (on A100s it often is).
 constexpr double kSyncSignalShare = 0.05;
 
+// One replica's step on a type the job was measured on, at the batch of
+// `o`: measured there at that batch (within 2%, a mean's wander) when it
+// was (a model that misses its
+// one-replica point, as on A100s whose one-GPU step is slower than their
+// two-GPU one, would make every size's overhead look larger), else the
+// model's.
+double OneReplica(const Fitted::TypeFit& fit, const Observation& o) {
+  for (const Observation& one : fit.observations) {
+    if (one.replicas == 1 && Measured(one) &&
+        std::abs(one.mean_batch - o.mean_batch) <= 0.02 * o.mean_batch)
+      return one.step_seconds;
+  }
+  return o.mean_batch > 0 ? fit.model.StepSecondsAt(1, o.mean_batch, 0) : fit.model.StepSeconds(1);
+}
+
+// The nodes n replicas of `model` take when packed on nodes of
+// `gpus_per_node` GPUs (1 when unknown).
+uint32_t PackedNodes(const ThroughputModel& model, uint32_t n, uint32_t gpus_per_node) {
+  if (gpus_per_node == 0) return 1;
+  return (n * model.gpus_per_replica() + gpus_per_node - 1) / gpus_per_node;
+}
+
+// A job's overhead of n replicas over one on a type it was measured on,
+// with its one-replica step there (seconds): measured at n when it was
+// (packed on the type's nodes, or nodes unknown), else its model's sync at
+// n on those nodes.
+struct Overhead {
+  double seconds = 0, one = 0;
+  // Whether it says anything of how the job synchronises.
+  bool Signal() const { return seconds >= TypeSpeeds::kSizeSignalShare * one; }
+};
+std::optional<Overhead> OverheadOn(const Fitted::TypeFit& fit, uint32_t n, uint32_t gpus_per_node) {
+  if (fit.model.empty() || n < 2) return std::nullopt;
+  for (const Observation& o : fit.observations) {
+    if (!Measured(o) || o.replicas != n ||
+        (o.nodes != 0 && o.nodes != PackedNodes(fit.model, n, gpus_per_node)))
+      continue;
+    const double one = OneReplica(fit, o);
+    if (one > 0) return Overhead{o.step_seconds - one, one};
+  }
+  const ThroughputModel::SyncSplit split = fit.model.SyncAt(n, gpus_per_node);
+  const double one = fit.model.StepSeconds(1);
+  if (!(one > 0)) return std::nullopt;
+  return Overhead{split.within + split.across, one};
+}
+
 // One measurement on `to` of a job also modelled on `from`: its overhead
-// over one replica there, and what its model on `from` says the sync of
-// that placement costs.
+// over one replica there, what its model on `from` says the sync of that
+// placement costs, and, when the placement is packed, the job's overhead
+// at that size on `from`.
 struct SyncSample {
+  uint32_t replicas = 0;
   double overhead = 0;  // seconds
   double base = 0;      // the one-replica step on `to`, seconds
   ThroughputModel::SyncSplit split;
+  std::optional<Overhead> at_size_on_from;
 };
 
 // Every job's samples per ordered pair of types.
 std::map<std::pair<std::string, std::string>, std::vector<SyncSample>> SyncSamples(
     std::span<const Fitted* const> fits, std::span<const GpuType> types) {
   std::map<std::pair<std::string, std::string>, std::vector<SyncSample>> out;
+  const auto node_size = [&](std::string_view name) -> uint32_t {
+    auto it =
+        std::find_if(types.begin(), types.end(), [&](const GpuType& t) { return t.name == name; });
+    return it == types.end() ? 0 : it->gpus_per_node;
+  };
   for (const Fitted* fitted : fits) {
     if (fitted == nullptr || fitted->by_type.size() < 2) continue;
     for (const Fitted::TypeFit& from : fitted->by_type) {
       for (const Fitted::TypeFit& to : fitted->by_type) {
         if (from.gpu_type == to.gpu_type || from.model.empty() || to.model.empty()) continue;
-        const auto type = std::find_if(types.begin(), types.end(),
-                                       [&](const GpuType& t) { return t.name == to.gpu_type; });
-        if (type == types.end() || type->gpus_per_node == 0) continue;
+        const uint32_t to_node = node_size(to.gpu_type);
+        const uint32_t from_node = node_size(from.gpu_type);
+        if (to_node == 0) continue;
         for (const Observation& o : to.observations) {
           if (!Measured(o) || o.replicas < 2) continue;
           // One replica on `to` at the batch of the measurement.
-          const double base = o.mean_batch > 0 ? to.model.StepSecondsAt(1, o.mean_batch, 0)
-                                               : to.model.StepSeconds(1);
+          const double base = OneReplica(to, o);
           if (!(base > 0)) continue;
+          const bool packed = o.nodes == 0 || o.nodes == PackedNodes(to.model, o.replicas, to_node);
           out[{from.gpu_type, to.gpu_type}].push_back(
-              {o.step_seconds - base, base,
-               from.model.SyncAt(o.replicas, type->gpus_per_node, o.nodes)});
+              {o.replicas, o.step_seconds - base, base,
+               from.model.SyncAt(o.replicas, to_node, o.nodes),
+               packed && from_node > 0 ? OverheadOn(from, o.replicas, from_node) : std::nullopt});
         }
       }
     }
   }
   return out;
+}
+
+// The job's sync on a type it did not run at these sizes, in seconds:
+// fitted to its one-replica step there (`first`'s) and, at each size in
+// `ratios`, that step plus its overhead at the size on the source times
+// the size's ratio. Sizes where the source's overhead is noise add
+// nothing; nullopt when none is left.
+std::optional<ScalingShares> SyncBySize(const Fitted::TypeFit& source, uint32_t source_node,
+                                        const ThroughputModel& first,
+                                        const std::map<uint32_t, double>& ratios,
+                                        const ModelOptions& options) {
+  if (source_node == 0) return std::nullopt;
+  const double one = first.StepSeconds(1);
+  Observation point;
+  point.replicas = 1;
+  point.step_seconds = one;
+  point.sample_count = std::max<uint64_t>(options.min_samples, 1);
+  point.mean_batch = first.local_batch();
+  std::vector<Observation> points = {point};
+  for (const auto& [n, ratio] : ratios) {
+    const std::optional<Overhead> overhead = OverheadOn(source, n, source_node);
+    if (!overhead || !overhead->Signal()) continue;
+    point.replicas = n;
+    point.step_seconds = one + ratio * overhead->seconds;
+    points.push_back(point);
+  }
+  if (points.size() < 2) return std::nullopt;
+  const ThroughputModel fit = ThroughputModel::Fit(points, {}, options);
+  if (fit.empty()) return std::nullopt;
+  return fit.sync_seconds();
 }
 
 }  // namespace
@@ -148,7 +233,18 @@ TypeSpeeds TypeSpeeds::Learn(std::span<const Fitted* const> fits, std::span<cons
     }
     ratios.across = UpperMedian(std::move(across));
     if (ratios.within || ratios.across) speeds.sync_[pair] = ratios;
+    // Per size, from packed placements whose source overhead is signal. An
+    // overhead below zero is kept as it is: the median of a type whose
+    // multi-GPU steps are as fast as its one-GPU step is then about none.
+    std::map<uint32_t, std::vector<double>> by_size;
+    for (const SyncSample& s : all) {
+      if (s.at_size_on_from && s.at_size_on_from->Signal())
+        by_size[s.replicas].push_back(s.overhead / s.at_size_on_from->seconds);
+    }
+    for (auto& [n, ratios_at] : by_size)
+      speeds.size_ratio_[pair][n] = *UpperMedian(std::move(ratios_at));
   }
+  for (const GpuType& type : types) speeds.gpus_per_node_[type.name] = type.gpus_per_node;
   return speeds;
 }
 
@@ -157,6 +253,17 @@ TypeSpeeds::SyncRatios TypeSpeeds::Sync(std::string_view from, std::string_view 
   auto it = sync_.find(std::pair<std::string, std::string>(from, to));
   if (it == sync_.end()) return {};
   return it->second;
+}
+
+const std::map<uint32_t, double>* TypeSpeeds::SizeRatios(std::string_view from,
+                                                         std::string_view to) const {
+  auto it = size_ratio_.find(std::pair<std::string, std::string>(from, to));
+  return it == size_ratio_.end() ? nullptr : &it->second;
+}
+
+uint32_t TypeSpeeds::GpusPerNode(std::string_view type) const {
+  auto it = gpus_per_node_.find(type);
+  return it == gpus_per_node_.end() ? 0 : it->second;
 }
 
 std::optional<double> TypeSpeeds::Ratio(std::string_view from, std::string_view to) const {
@@ -174,6 +281,10 @@ uint64_t TypeSpeeds::Fingerprint() const {
   auto percent = [](const std::optional<double>& r) { return r ? std::llround(*r * 100) : -1; };
   for (const auto& [pair, sync] : sync_)
     hash = absl::HashOf(hash, pair.first, pair.second, percent(sync.within), percent(sync.across));
+  for (const auto& [pair, sizes] : size_ratio_) {
+    for (const auto& [n, ratio] : sizes)
+      hash = absl::HashOf(hash, pair.first, pair.second, n, percent(ratio));
+  }
   return hash;
 }
 
@@ -223,27 +334,38 @@ TypeModel ModelOnType(const Fitted& fitted, const GpuType& type, const TypeSpeed
   // How this type's interconnect compares, as other jobs found it (unknown:
   // the same seconds).
   const TypeSpeeds::SyncRatios sync = speeds.Sync(source->gpu_type, type.name);
+  // What sets the compute here: the one size measured here (Sia's
+  // bootstrapping proper), else the source's step at one replica as fast as
+  // other jobs found this type against the source (unknown: the same).
+  std::optional<Observation> base;
   if (own != nullptr && own_sizes == 1) {
-    // Sia's bootstrapping proper: one size measured here sets the compute,
-    // the source's sync model the rest.
     for (const Observation& o : own->observations) {
       if (o.step_seconds > 0 && o.sample_count >= std::max<uint64_t>(options.min_samples, 1)) {
-        out.model = ThroughputModel::OnOtherType(source->model, o, options,
-                                                 sync.within.value_or(1.0), sync.across);
+        base = o;
         break;
       }
     }
     out.source = TypeCurveSource::kTransferred;
   } else {
-    // Never measured here: the source's step at one replica, as fast as
-    // other jobs found this type against the source (unknown: the same).
     const double ratio = speeds.Ratio(source->gpu_type, type.name).value_or(1.0);
-    Observation guess;
-    guess.replicas = 1;
-    guess.step_seconds = source->model.StepSeconds(1) / ratio;
-    out.model = ThroughputModel::OnOtherType(source->model, guess, options,
-                                             sync.within.value_or(1.0), sync.across);
+    base.emplace();
+    base->replicas = 1;
+    base->step_seconds = source->model.StepSeconds(1) / ratio;
     out.source = TypeCurveSource::kPredicted;
+  }
+  if (base) {
+    // The source's sync, scaled as other jobs found this type's
+    // interconnect against the source's; then, where other jobs show how
+    // the overhead differs size by size, the sync fitted to that.
+    out.model = ThroughputModel::OnOtherType(source->model, *base, options,
+                                             sync.within.value_or(1.0), sync.across);
+    const std::map<uint32_t, double>* sizes = speeds.SizeRatios(source->gpu_type, type.name);
+    if (!out.model.empty() && sizes != nullptr) {
+      const std::optional<ScalingShares> by_size =
+          SyncBySize(*source, speeds.GpusPerNode(source->gpu_type), out.model, *sizes, options);
+      if (by_size)
+        out.model = ThroughputModel::OnOtherType(source->model, *base, options, *by_size);
+    }
   }
   if (out.model.empty()) out.source = TypeCurveSource::kUnknown;
   return out;

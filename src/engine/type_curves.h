@@ -48,6 +48,24 @@ class TypeSpeeds {
     std::optional<double> within, across;
   };
   SyncRatios Sync(std::string_view from, std::string_view to) const;
+  // Per size n that jobs ran at on `to` (replicas packed on its nodes): the
+  // median over the jobs measured on both of their overhead over one
+  // replica at n on `to` over their overhead at n on `from` (measured
+  // there, else their model's, on `from`'s nodes), from the jobs whose
+  // overhead on `from` is at least kSizeSignalShare of their one-replica
+  // step. The shape of a type's sync differs from another's by size, not
+  // only by a factor: on Sia's RTX 2080 Ti nodes two GPUs already cost BERT
+  // 0.8 of a step, on its T4s 0.04, and sixteen 2.4 against 3.0. Null: none
+  // learned.
+  const std::map<uint32_t, double>* SizeRatios(std::string_view from, std::string_view to) const;
+  // Below this share of a job's one-replica step, its overhead at a size on
+  // a type is too small to be scaled to another type size by size: a few
+  // hundredths of a step, times the tens that separate two interconnects,
+  // would be mostly noise (on Sia's A100s, overheads that small are the
+  // rule).
+  static constexpr double kSizeSignalShare = 0.2;
+  // The node size of a type Learn was given (0: unknown).
+  uint32_t GpusPerNode(std::string_view type) const;
   // Changes when any ratio does by more than a percent: what a kept plan
   // input is keyed by, so a new job measured on two types does not refit
   // every other job's typed curves for a ratio that barely moved.
@@ -57,6 +75,9 @@ class TypeSpeeds {
  private:
   std::map<std::pair<std::string, std::string>, double, std::less<>> ratio_;
   std::map<std::pair<std::string, std::string>, SyncRatios, std::less<>> sync_;
+  std::map<std::pair<std::string, std::string>, std::map<uint32_t, double>, std::less<>>
+      size_ratio_;
+  std::map<std::string, uint32_t, std::less<>> gpus_per_node_;
 };
 
 // Where a job's model on one type comes from.
