@@ -281,9 +281,10 @@ uint64_t TypeSpeeds::Fingerprint() const {
   auto percent = [](const std::optional<double>& r) { return r ? std::llround(*r * 100) : -1; };
   for (const auto& [pair, sync] : sync_)
     hash = absl::HashOf(hash, pair.first, pair.second, percent(sync.within), percent(sync.across));
+  auto step = [](double r) { return r < 0.01 ? -1 : std::llround(std::log(r) * 20); };
   for (const auto& [pair, sizes] : size_ratio_) {
     for (const auto& [n, ratio] : sizes)
-      hash = absl::HashOf(hash, pair.first, pair.second, n, percent(ratio));
+      hash = absl::HashOf(hash, pair.first, pair.second, n, step(ratio));
   }
   return hash;
 }
