@@ -4,6 +4,7 @@
 // onto types it may use, a type it never ran on predicted from the speed
 // other jobs found there, ReportApplied saying where a job runs, and all of
 // it kept across a restart on SQLite.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -189,6 +190,44 @@ TEST_CASE("a job is planned onto the GPU type it runs fastest on, and only onto 
   REQUIRE(pinned_view.ok());
   CHECK(CurveOn(*pinned_view, "Tesla-T4") != nullptr);
   CHECK(CurveOn(*pinned_view, "NVIDIA-A100-SXM4-40GB") == nullptr);
+}
+
+TEST_CASE("queues on a typed cluster show what their own jobs hold") {
+  // Queues are not planned with types (docs/policies.md): no quota binds,
+  // but each queue's view is its own jobs', not the whole plan's.
+  ManualClock clock;
+  auto engine = MustCreate({}, &clock);
+  REQUIRE(engine->SetCapacity(TwoTypes()).ok());
+  REQUIRE(engine
+              ->SetQueues(
+                  {{.name = "team-a", .nominal_gpus = 2}, {.name = "team-b", .nominal_gpus = 8}})
+              .ok());
+  JobSpec a = Spec("ns/a", 4);
+  a.queue = "team-a";
+  JobSpec b = Spec("ns/b", 4);
+  b.queue = "team-b";
+  MustRegister(*engine, a);
+  MustRegister(*engine, b);
+  for (const char* job : {"ns/a", "ns/b"}) {
+    IngestOn(*engine, job, "Tesla-T4", {1, 2, 4}, 0.8);
+    IngestOn(*engine, job, "NVIDIA-A100-SXM4-40GB", {1, 2, 4}, 0.2);
+  }
+  engine->Replan();
+  const uint32_t on_a = MustRecommendation(*engine, "ns/a").replicas;
+  const uint32_t on_b = MustRecommendation(*engine, "ns/b").replicas;
+  REQUIRE(on_a > 0);
+  REQUIRE(on_b > 0);
+  const ClusterView cluster = engine->GetCluster();
+  REQUIRE(cluster.queues.size() == 3);  // the two, then the default queue
+  CHECK(cluster.queues[0].spec.name == "team-a");
+  CHECK(cluster.queues[0].in_use_gpus == on_a);
+  CHECK(cluster.queues[0].borrowed_gpus == on_a - std::min<uint32_t>(on_a, 2));
+  CHECK(cluster.queues[0].running_jobs == 1);
+  CHECK(cluster.queues[1].in_use_gpus == on_b);
+  CHECK(cluster.queues[1].borrowed_gpus == 0);
+  CHECK(cluster.queues[1].running_jobs == 1);
+  CHECK(cluster.queues[2].in_use_gpus == 0);
+  CHECK(cluster.queues[2].running_jobs == 0);
 }
 
 TEST_CASE("a type a job never ran on is predicted from how fast other jobs ran there") {
