@@ -515,6 +515,46 @@ TEST_CASE("capacity set --slots and capacity get show the replicas per size that
   CHECK(plain.out.find("GPUS/REPLICA") == std::string::npos);
 }
 
+TEST_CASE("capacity set --type-slots gives one type's slots, and capacity get shows them",
+          "[rescalectl]") {
+  CliServer server;
+  TempFile manifest(kBertManifest);  // 2 GPUs per replica, 1 to 8 replicas
+  REQUIRE(server.Run({"register", "-f", manifest.path()}).exit_code == 0);
+  CliResult set =
+      server.Run({"capacity", "set", "--types", "Tesla-T4=8:4,NVIDIA-A100-SXM4-40GB=8:8",
+                  "--type-slots", "Tesla-T4:2=1,1=4", "--type-slots", "NVIDIA-A100-SXM4-40GB:2=4"});
+  INFO(set.err);
+  REQUIRE(set.exit_code == 0);
+
+  CliResult json = server.Run({"capacity", "get", "-o", "json"});
+  REQUIRE(json.exit_code == 0);
+  const nlohmann::json cluster = nlohmann::json::parse(json.out);
+  INFO(json.out);
+  REQUIRE(cluster.at("gpuTypes").size() == 2);
+  const nlohmann::json& t4 = cluster.at("gpuTypes")[0];
+  CHECK(t4.at("name") == "Tesla-T4");
+  REQUIRE(t4.at("slots").size() == 2);
+  CHECK(t4.at("slots")[0].at("gpusPerReplica") == 2);
+  CHECK(t4.at("slots")[0].at("replicas") == 1);
+  CHECK(t4.at("slots")[1].at("gpusPerReplica") == 1);
+  CHECK(cluster.at("gpuTypes")[1].at("slots")[0].at("replicas") == 4);
+
+  // The types table gains SLOTS, as the flag gives them.
+  CliResult table = server.Run({"capacity", "get"});
+  INFO(table.out);
+  const std::string types = table.out.substr(table.out.rfind("TYPE "));
+  const std::vector<std::map<std::string, std::string>> rows = ParseTable(types);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].at("SLOTS") == "2=1,1=4");
+  CHECK(rows[1].at("SLOTS") == "2=4");
+
+  // Without --type-slots the types' slots go, and so does the column.
+  REQUIRE(server.Run({"capacity", "set", "--types", "Tesla-T4=8:4,NVIDIA-A100-SXM4-40GB=8:8"})
+              .exit_code == 0);
+  CliResult plain = server.Run({"capacity", "get"});
+  CHECK(plain.out.find("SLOTS") == std::string::npos);
+}
+
 TEST_CASE("capacity set --allocatable and capacity get show total, usable and per-size slots",
           "[rescalectl]") {
   CliServer server;
@@ -2194,6 +2234,29 @@ TEST_CASE("capacity set --types refuses a bad element naming the flag and the el
   CliResult with_slots = RunRaw({"capacity", "set", "--types", "T4=4", "--slots", "1=4"});
   CHECK(with_slots.exit_code == 2);
   CHECK(with_slots.err.find("--slots cannot be given with --types") != std::string::npos);
+  // --type-slots: one type of --types, once, in its form.
+  struct BadSlots {
+    std::vector<std::string> args;
+    const char* says;
+  };
+  for (const BadSlots& bad : std::vector<BadSlots>{
+           {{"--type-slots", "T4:1=4", "8"}, "--type-slots needs --types"},
+           {{"--types", "T4=4", "--type-slots", "T4"},
+            "--type-slots: \"T4\": expected TYPE:GPUS=REPLICAS"},
+           {{"--types", "T4=4", "--type-slots", "T4:x=1"},
+            "--type-slots: \"T4:x=1\": expected TYPE:GPUS=REPLICAS"},
+           {{"--types", "T4=4", "--type-slots", "A100:8=1"},
+            "--type-slots: \"A100:8=1\": type \"A100\" is not one of --types"},
+           {{"--types", "T4=4", "--type-slots", "T4:1=4", "--type-slots", "T4:1=2"},
+            "--type-slots: \"T4:1=2\": type \"T4\" is given twice"},
+       }) {
+    std::vector<std::string> args = {"capacity", "set"};
+    args.insert(args.end(), bad.args.begin(), bad.args.end());
+    CliResult failed = RunRaw(args);
+    INFO(failed.err);
+    CHECK(failed.exit_code == 2);
+    CHECK(failed.err.find(bad.says) != std::string::npos);
+  }
   // N may be left out only with --types.
   CliResult no_total = RunRaw({"capacity", "set"});
   CHECK(no_total.exit_code == 2);

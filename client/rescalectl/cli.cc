@@ -261,6 +261,8 @@ struct CapacityFlags {
   // ParseGpuTypesFlag ("" = none); never both.
   std::string slots;
   std::string types;
+  // --type-slots, one per type, checked with --types (ParseTypeSlotsFlag).
+  std::vector<std::string> type_slots;
   // --allocatable (0 = not reported); the server checks it against the total.
   uint32_t allocatable_gpus = 0;
 };
@@ -270,6 +272,8 @@ int SetCapacity(Session& session, const CapacityFlags& flags) {
   request.set_total_gpus(flags.total_gpus);
   if (!flags.slots.empty()) ParseSlotsFlag(flags.slots, request.mutable_slots());
   if (!flags.types.empty()) ParseGpuTypesFlag(flags.types, request.mutable_gpu_types());
+  for (const std::string& slots : flags.type_slots)
+    ParseTypeSlotsFlag(slots, request.mutable_gpu_types());
   request.set_allocatable_gpus(flags.allocatable_gpus);
   v1::Cluster cluster;
   if (!session.Call(&v1::ClusterService::Stub::SetCapacity, request, &cluster)) return 1;
@@ -560,7 +564,8 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
       "comma-separated: --types Tesla-T4=24:4,NVIDIA-A100-SXM4-40GB=16:8 says 24 T4s, 4\n"
       "per node, and 16 A100s, 8 per node. NAME is the nodes' nvidia.com/gpu.product\n"
       "label; PER_NODE may be left out. N may then be left out (it is the types' sum);\n"
-      "--slots cannot be given with --types. Without --types, any types set before go.\n"
+      "--slots cannot be given with --types: --type-slots TYPE:GPUS=REPLICAS,... gives\n"
+      "one type's, once per type. Without --types, any types set before go.\n"
       "--slots tells how many replicas of each size fit on the nodes' free GPUs, as\n"
       "GPUS=REPLICAS pairs, comma-separated: --slots 8=3,4=7 says three 8-GPU replicas\n"
       "or seven 4-GPU ones fit (per node, floor(free GPUs / GPUS), summed). The planner\n"
@@ -595,17 +600,37 @@ int RunCli(const std::vector<std::string>& args, std::istream& in, std::ostream&
       "GPU types: NAME=GPUS[:PER_NODE],..., e.g. Tesla-T4=24:4,NVIDIA-A100-SXM4-40GB=16:8");
   types_option->type_name("NAME=GPUS[:PER_NODE],...")
       ->check(CLI::Validator(check_types, "", "types"));
+  CLI::Option* type_slots_option =
+      capacity_set
+          ->add_option("--type-slots", capacity_flags.type_slots,
+                       "One type's slots, e.g. Tesla-T4:4=6,1=24 (TYPE:GPUS=REPLICAS,...); "
+                       "once per type, with --types")
+          ->type_name("TYPE:GPUS=N,...")
+          ->allow_extra_args(false);  // one value per --type-slots
   // Checked at parse time, as usage errors (exit 2), before any call.
-  capacity_set->parse_complete_callback([gpus_option, slots_option, types_option] {
-    if (types_option->count() > 0 && slots_option->count() > 0) {
-      throw CLI::ValidationError(
-          "--slots cannot be given with --types: a replica runs on one GPU type, so slots are "
-          "per type (GpuType.slots in the API)");
-    }
-    if (types_option->count() == 0 && gpus_option->count() == 0) {
-      throw CLI::RequiredError("N (the total GPUs; it may be left out only with --types)");
-    }
-  });
+  capacity_set->parse_complete_callback(
+      [gpus_option, slots_option, types_option, type_slots_option, &capacity_flags] {
+        if (type_slots_option->count() > 0) {
+          if (types_option->count() == 0) {
+            throw CLI::ValidationError(
+                "--type-slots needs --types: it gives one of those types' slots");
+          }
+          google::protobuf::RepeatedPtrField<v1::GpuType> types;
+          ParseGpuTypesFlag(capacity_flags.types, &types);
+          for (const std::string& slots : capacity_flags.type_slots) {
+            if (std::string error = ParseTypeSlotsFlag(slots, &types); !error.empty())
+              throw CLI::ValidationError(error);
+          }
+        }
+        if (types_option->count() > 0 && slots_option->count() > 0) {
+          throw CLI::ValidationError(
+              "--slots cannot be given with --types: a replica runs on one GPU type, so slots are "
+              "per type (GpuType.slots in the API)");
+        }
+        if (types_option->count() == 0 && gpus_option->count() == 0) {
+          throw CLI::RequiredError("N (the total GPUs; it may be left out only with --types)");
+        }
+      });
   capacity_set
       ->add_option("--allocatable", capacity_flags.allocatable_gpus,
                    "All nodes' allocatable GPUs, usable or not (0 = not reported)")

@@ -212,6 +212,14 @@ std::string ParseSlotsFlag(const std::string& text,
 std::string ParseGpuTypesFlag(const std::string& text,
                               google::protobuf::RepeatedPtrField<v1::GpuType>* types);
 
+// capacity set --type-slots: "TYPE:GPUS=REPLICAS[,GPUS=REPLICAS...]", e.g.
+// "Tesla-T4:4=6,1=24", one per type: --slots for one of the types `types`
+// holds (parsed from --types). Sets that type's slots; returns "" or what is
+// wrong, naming --type-slots and the value: a type not among `types`, a type
+// given twice, or slots that do not parse.
+std::string ParseTypeSlotsFlag(const std::string& text,
+                               google::protobuf::RepeatedPtrField<v1::GpuType>* types);
+
 // The watch table: rows arrive one at a time, so column widths cannot come
 // from the data. Each column has a minimum width that fits typical values;
 // a longer value just pushes the rest of its own row right. `gpu_types`

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/rescalectl/output.h"
 #include "client/rescalectl/output_internal.h"
@@ -284,12 +285,26 @@ std::string FormatCluster(const v1::Cluster& cluster) {
 
 std::string FormatGpuTypesTable(const v1::Cluster& cluster) {
   if (cluster.gpu_types().empty()) return "";
-  Table table({"TYPE", "GPUS", "PER-NODE", "ALLOCATED"});
+  // SLOTS only when a type has them (what --type-slots set), as
+  // GPUS=REPLICAS the way the flag takes them.
+  const bool any_slots = std::any_of(cluster.gpu_types().begin(), cluster.gpu_types().end(),
+                                     [](const v1::GpuType& t) { return t.slots_size() > 0; });
+  std::vector<std::string> header = {"TYPE", "GPUS", "PER-NODE", "ALLOCATED"};
+  if (any_slots) header.push_back("SLOTS");
+  Table table(header);
   for (int t = 0; t < cluster.gpu_types_size(); ++t) {
     const v1::GpuType& type = cluster.gpu_types(t);
-    table.AddRow({type.name(), absl::StrCat(type.total_gpus()),
-                  type.gpus_per_node() == 0 ? "-" : absl::StrCat(type.gpus_per_node()),
-                  absl::StrCat(AllocatedOfType(cluster, t))});
+    std::vector<std::string> row = {
+        type.name(), absl::StrCat(type.total_gpus()),
+        type.gpus_per_node() == 0 ? "-" : absl::StrCat(type.gpus_per_node()),
+        absl::StrCat(AllocatedOfType(cluster, t))};
+    if (any_slots) {
+      std::vector<std::string> slots;
+      for (const v1::ReplicaSlots& s : type.slots())
+        slots.push_back(absl::StrCat(s.gpus_per_replica(), "=", s.replicas()));
+      row.push_back(slots.empty() ? "-" : absl::StrJoin(slots, ","));
+    }
+    table.AddRow(row);
   }
   return table.Render();
 }
@@ -369,6 +384,28 @@ std::string ParseGpuTypesFlag(const std::string& text,
     type->set_total_gpus(gpus);
     type->set_gpus_per_node(per_node);
   }
+  return "";
+}
+
+std::string ParseTypeSlotsFlag(const std::string& text,
+                               google::protobuf::RepeatedPtrField<v1::GpuType>* types) {
+  const std::string form = "expected TYPE:GPUS=REPLICAS[,GPUS=REPLICAS...], e.g. Tesla-T4:4=6,1=24";
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return absl::StrCat("--type-slots: \"", text, "\": ", form);
+  const std::string name = text.substr(0, colon);
+  auto type = std::find_if(types->begin(), types->end(),
+                           [&](const v1::GpuType& t) { return t.name() == name; });
+  if (type == types->end()) {
+    return absl::StrCat("--type-slots: \"", text, "\": type \"", name,
+                        "\" is not one of --types; give its slots with it");
+  }
+  if (type->slots_size() > 0) {
+    return absl::StrCat("--type-slots: \"", text, "\": type \"", name,
+                        "\" is given twice; give each type's slots once");
+  }
+  std::string error = ParseSlotsFlag(text.substr(colon + 1), type->mutable_slots());
+  // ParseSlotsFlag names --slots and its form; this flag is another.
+  if (!error.empty()) return absl::StrCat("--type-slots: \"", text, "\": ", form);
   return "";
 }
 
