@@ -387,4 +387,106 @@ TEST_CASE("one labelled product is one pool: no types sent, none reported", "[ty
   CHECK(SelectorOf(h.kube.Object(JobPath("default", "bert"))).empty());
 }
 
+TEST_CASE("a selector the adapter wrote goes when the cluster loses its types; the user's stays",
+          "[types]") {
+  Harness h;
+  h.kube.Put(TypedNode("t4-a", 4, kT4));
+  h.kube.Put(TypedNode("a100-a", 8, kA100));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  REQUIRE(WaitForCapacity(h, 12, ";NVIDIA-A100-SXM4-40GB=8, Tesla-T4=4"));
+  // bert is placed on the A100s by the adapter; gpt's user selects the
+  // T4s in gpt's own template.
+  JobParams bert;
+  bert.suspend = true;
+  bert.annotations["rescale.io/gpu-types"] = kA100;
+  h.kube.Put(PyTorchJob(bert));
+  JobParams gpt = bert;
+  gpt.name = "gpt";
+  gpt.annotations["rescale.io/gpu-types"] = kT4;
+  json object = PyTorchJob(gpt);
+  object["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {
+      {"nvidia.com/gpu.product", kT4}};
+  h.kube.Put(object);
+  const std::string bert_path = JobPath("default", "bert");
+  const std::string gpt_path = JobPath("default", "gpt");
+  REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4 gpu-type=NVIDIA-A100-SXM4-40GB"));
+  REQUIRE(WaitForLastApplied(h, "default/gpt", "replicas=4 gpu-type=Tesla-T4"));
+  CHECK(h.kube.Object(bert_path)["metadata"]["annotations"]["rescale.io/selected-gpu-type"] ==
+        kA100);
+  CHECK_FALSE(
+      h.kube.Object(gpt_path)["metadata"]["annotations"].contains("rescale.io/selected-gpu-type"));
+
+  // The T4 node is retired: one product is left, and rescaled plans
+  // without types. bert's selector, which the adapter wrote, goes in a
+  // patch that restarts nothing; gpt's, which its user wrote, stays.
+  h.kube.ClearRequests();
+  h.kube.Delete("/api/v1/nodes/t4-a");
+  REQUIRE(WaitForCapacity(h, 8, "1=8"));
+  REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4"));
+  REQUIRE(WaitForLastApplied(h, "default/gpt", "replicas=4"));
+  CHECK(CurrentCluster(h).gpu_types_size() == 0);
+  std::vector<RecordedRequest> patches = h.PatchesTo(bert_path);
+  REQUIRE(patches.size() == 1);
+  const json body = json::parse(patches[0].body);
+  CHECK(body["spec"] ==
+        json{{"pytorchReplicaSpecs",
+              {{"Worker",
+                {{"template",
+                  {{"spec", {{"nodeSelector", {{"nvidia.com/gpu.product", nullptr}}}}}}}}}}}});
+  CHECK(body["metadata"]["annotations"]["rescale.io/selected-gpu-type"] == nullptr);
+  const json stored = h.kube.Object(bert_path);
+  CHECK(SelectorOf(stored).empty());
+  CHECK_FALSE(stored["metadata"]["annotations"].contains("rescale.io/selected-gpu-type"));
+  CHECK(stored["spec"]["runPolicy"]["suspend"] == false);
+  CHECK(Workers(stored) == 4);
+  CHECK(SelectorOf(h.kube.Object(gpt_path)) == kT4);
+  for (const RecordedRequest& patch : h.PatchesTo(gpt_path)) {
+    CHECK_FALSE(json::parse(patch.body).contains("spec"));
+  }
+}
+
+TEST_CASE("a job whose pods run on two products, or on an unlabelled node, is moved onto one",
+          "[types]") {
+  // Such a job runs on no one type. Before, it counted as of unknown type:
+  // its selector was written without a restart, and the pods already
+  // running elsewhere stayed there (the operator does not recreate running
+  // pods for a changed template).
+  const bool unlabelled = GENERATE(false, true);
+  INFO((unlabelled ? "a worker on a GPU node without the label" : "workers on two products"));
+  Harness h;
+  h.kube.Put(TypedNode("t4-a", 4, kT4));
+  h.kube.Put(TypedNode("a100-a", 8, kA100));
+  h.kube.Put(Node("plain-a", 4));
+  h.kube.Put(Pod("default", "bert-worker-0", "a100-a", 1, "Running", "bert"));
+  h.kube.Put(
+      Pod("default", "bert-worker-1", unlabelled ? "plain-a" : "t4-a", 1, "Running", "bert"));
+  AdapterOptions options = h.Options();
+  options.capacity_gpus = -1;
+  h.StartAdapter(options);
+  // The job comes once rescaled plans with types (before, it would be
+  // resized untyped first).
+  REQUIRE(h.log.WaitFor([](const std::vector<AdapterEvent>& events) {
+    return std::any_of(events.begin(), events.end(), [](const AdapterEvent& event) {
+      return event.kind == Kind::kCapacitySet && event.detail.find(';') != std::string::npos;
+    });
+  }));
+  JobParams bert;  // 2 workers running, no selector
+  bert.annotations["rescale.io/gpu-types"] = kA100;
+  h.kube.Put(PyTorchJob(bert));
+  const std::string path = JobPath("default", "bert");
+  REQUIRE(WaitForLastApplied(h, "default/bert", "replicas=4 gpu-type=NVIDIA-A100-SXM4-40GB"));
+  // One patch, and it is a move: suspend, selector and size together.
+  std::vector<RecordedRequest> patches = h.PatchesTo(path);
+  REQUIRE(patches.size() == 1);
+  const json body = json::parse(patches[0].body);
+  CHECK(body["spec"]["runPolicy"]["suspend"] == true);
+  CHECK(body["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 4);
+  CHECK(body["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] ==
+        json{{"nvidia.com/gpu.product", kA100}});
+  CHECK(body["metadata"]["annotations"].contains("rescale.io/resume-after-move"));
+  CHECK(h.GetJob("default/bert")->status().gpu_type() == kA100);  // where it will run
+}
+
 }  // namespace

@@ -269,8 +269,10 @@ class Adapter {
       const JobInfo& job, uint32_t workers, bool suspend, const std::string& gpu_type,
       const std::string& running_type, const std::map<std::string, std::string>& annotations);
   // The GPU type `job` runs on: its Worker template's selector, else the
-  // product of the nodes its GPU pods are bound to when they all agree
-  // ("" = unknown: no selector and no pods seen, or mixed).
+  // product of the nodes its GPU pods are bound to when they all agree;
+  // kSeveralGpuTypes when they do not, or one is on a GPU node without the
+  // label; "" = unknown (no selector, and no pod seen or one on a node not
+  // seen yet).
   std::string RunningTypeLocked(const JobInfo& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RunningTypeLocked while the capacity last sent had GPU types, else ""
   // (what ReportApplied says when no recommendation names a type).

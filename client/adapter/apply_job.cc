@@ -178,7 +178,13 @@ absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
         const bool moving = marked && current.suspended;
         if (moving && !suspend) new_suspend.reset();
         const bool end_move = marked && (suspend || !moving);
-        if (!new_workers && !new_suspend && !new_type && !end_move) return json();
+        // The plan names no type (the cluster has one product left, or
+        // none labelled): a selector the adapter wrote goes, so the job is
+        // not pinned to nodes that may be gone. The user's own stays.
+        const bool drop_type = gpu_type.empty() && !suspend && current.resizable &&
+                               !current.gpu_type.empty() &&
+                               current.selected_gpu_type == current.gpu_type;
+        if (!new_workers && !new_suspend && !new_type && !end_move && !drop_type) return json();
         change = !new_suspend ? JobChange::kRescaled
                  : suspend    ? JobChange::kSuspended
                               : JobChange::kResumed;
@@ -190,6 +196,14 @@ absl::StatusOr<std::optional<Adapter::AppliedChange>> Adapter::ApplyToKube(
         if (!new_workers && !new_suspend) event = false;
         json patch = WorkerPatch(current.resource_version, new_workers, new_suspend, annotations);
         if (new_type) patch = WithWorkerGpuType(std::move(patch), gpu_type, current.master_gpus);
+        if (drop_type) {
+          // The Master's too, only where the adapter wrote it (a patch
+          // naming a Master the job lacks would create one).
+          const json& master = FieldAt(object, {"spec", "pytorchReplicaSpecs", "Master", "template",
+                                                "spec", "nodeSelector", kGpuProductLabel});
+          patch = WithoutWorkerGpuType(std::move(patch),
+                                       master.is_string() && master == current.gpu_type);
+        }
         if (end_move) {
           patch["metadata"]["annotations"][kResumeAfterMoveAnnotation] = nullptr;
         } else if (moving) {
@@ -241,21 +255,25 @@ json Adapter::KueuePatch(const json& object, const JobInfo& current, uint32_t wo
 std::string Adapter::RunningTypeLocked(const JobInfo& job) const {
   if (!job.gpu_type.empty()) return job.gpu_type;
   std::string type;
+  bool several = false;
   for (const auto& [key, pod] : gpu_pods_) {
     if (pod.job_id != job.id) continue;
     const auto node = nodes_.find(pod.node);
-    const std::string& product = node == nodes_.end() ? std::string() : node->second.gpu_product;
-    if (product.empty() || (!type.empty() && type != product)) return "";
+    if (node == nodes_.end()) return "";  // a node not seen yet: unknown
+    const std::string& product = node->second.gpu_product;
+    // A GPU node without the label is no type's (capacity leaves it out).
+    if (product.empty() || (!type.empty() && type != product)) several = true;
     type = product;
   }
-  return type;
+  return several ? kSeveralGpuTypes : type;
 }
 
 std::string Adapter::ReportedTypeLocked(const JobInfo& job) const {
   // Only while rescaled plans with types: a one-product cluster whose nodes
   // carry the label is planned, and shown, exactly as an unlabelled one.
   if (!sent_capacity_ || sent_capacity_->types.empty()) return "";
-  return RunningTypeLocked(job);
+  std::string type = RunningTypeLocked(job);
+  return type == kSeveralGpuTypes ? "" : type;
 }
 
 void Adapter::ResumeMovedJobs() {

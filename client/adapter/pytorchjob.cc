@@ -253,6 +253,7 @@ absl::Status ReadRescaleAnnotations(const json& object, JobInfo* job) {
     }
   }
   if (auto value = annotation(kResumeAfterMoveAnnotation)) job->resume_after_move = *value;
+  if (auto value = annotation(kSelectedGpuTypeAnnotation)) job->selected_gpu_type = *value;
   if (auto value = annotation(kQueueAnnotation)) {
     if (!IsDns1123Label(*value)) return bad(kQueueAnnotation, *value, "a DNS-1123 label");
     job->queue = *value;
@@ -306,6 +307,18 @@ json WithWorkerGpuType(json patch, const std::string& gpu_type, bool master) {
   };
   select("Worker");
   if (master) select("Master");
+  patch["metadata"]["annotations"][kSelectedGpuTypeAnnotation] = gpu_type;
+  return patch;
+}
+
+json WithoutWorkerGpuType(json patch, bool master) {
+  auto unselect = [&](const char* replica) {
+    patch["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]["nodeSelector"]
+         [kGpuProductLabel] = nullptr;
+  };
+  unselect("Worker");
+  if (master) unselect("Master");
+  patch["metadata"]["annotations"][kSelectedGpuTypeAnnotation] = nullptr;
   return patch;
 }
 

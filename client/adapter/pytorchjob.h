@@ -69,6 +69,18 @@ inline constexpr char kGpuTypesAnnotation[] = "rescale.io/gpu-types";
 // Removed by the resume and by a later recommendation that suspends the job
 // (one that resizes it keeps the move, with its own generation).
 inline constexpr char kResumeAfterMoveAnnotation[] = "rescale.io/resume-after-move";
+// Set by the adapter, in the same patch, to the nvidia.com/gpu.product value
+// it writes as the Worker template's node selector. A selector the adapter
+// wrote is its to remove when the plan stops naming a type (the cluster has
+// one product left, or none labelled), where it could pin the job to nodes
+// that are gone; one the user wrote (no such annotation, or another value)
+// is theirs and stays.
+inline constexpr char kSelectedGpuTypeAnnotation[] = "rescale.io/selected-gpu-type";
+// What Adapter::RunningTypeLocked says of a job whose pods are bound to
+// nodes of different products, or to GPU nodes without the product label:
+// it runs on no one type, so any type written to it is a move. Not a type
+// name (IsGpuTypeName refuses parentheses), and never reported to rescaled.
+inline constexpr char kSeveralGpuTypes[] = "(several)";
 // Longest rescale.io/reason value written, in bytes: a readable sentence,
 // far below the API server's 256 KiB for all annotations together.
 inline constexpr size_t kMaxReasonAnnotationBytes = 1024;
@@ -126,6 +138,9 @@ struct JobInfo {
   // The GPU type its workers are sent to: the Worker template's
   // nodeSelector["nvidia.com/gpu.product"] ("" = none).
   std::string gpu_type;
+  // The selector value the adapter wrote: its rescale.io/selected-gpu-type
+  // annotation ("" = none).
+  std::string selected_gpu_type;
   // The types it may use: its rescale.io/gpu-types annotation (empty =
   // any); for a job the adapter cannot move (a TrainJob), its gpu_type.
   std::vector<std::string> gpu_types;
@@ -191,7 +206,8 @@ nlohmann::json WorkerPatch(const std::string& resource_version, std::optional<ui
 std::string GpuTypeToWrite(const JobInfo& job, const v1::Recommendation& recommendation);
 
 // Whether writing `gpu_type` to a running job whose pods run on `runs_on`
-// moves it to another type. A move's first patch suspends the job
+// ("" = unknown, kSeveralGpuTypes = on more than one) moves it to another
+// type. A move's first patch suspends the job
 // (Adapter::ApplyToKube), so a plan orders it with the releases.
 inline bool MovesType(const std::string& runs_on, const std::string& gpu_type) {
   return !gpu_type.empty() && !runs_on.empty() && runs_on != gpu_type;
@@ -202,6 +218,11 @@ inline bool MovesType(const std::string& runs_on, const std::string& gpu_type) {
 // keys stay: a merge patch merges maps key by key), and the Master's too
 // when `master` (a Master on GPUs: one job, one type).
 nlohmann::json WithWorkerGpuType(nlohmann::json patch, const std::string& gpu_type, bool master);
+// `patch` also removing that selector key (and the Master's, when `master`)
+// and the rescale.io/selected-gpu-type annotation (merge patch nulls, RFC
+// 7386). Pods already running stay where they are; pods created from then
+// on (a restart, a replacement for a lost node) may go to any GPU node.
+nlohmann::json WithoutWorkerGpuType(nlohmann::json patch, bool master);
 
 // The rescale.io/recommended-replicas, rescale.io/generation and
 // rescale.io/reason annotations for applying `recommendation`, with
