@@ -25,6 +25,9 @@
 //                                        three sizes (four when <4th size> is
 //                                        1), after fresh samples for
 //                                        <changed %> of them
+//   BM_EngineReplanTypes/<jobs>/<changed %>
+//                                        the same on three GPU types (see
+//                                        bench/engine_types_bench.cc)
 //   BM_StatePutJob/<backend>              a durable job write (what
 //                                         RegisterJob and ReportApplied wait
 //                                         for), with p50/p99/max counters;
