@@ -103,8 +103,8 @@ engine::TypeSpeeds LearnFrom(const std::vector<const Measured*>& from,
   std::vector<const engine::Fitted*> fits;
   for (const engine::Fitted& job : jobs) fits.push_back(&job);
   const std::vector<GpuType> types = {
-      {.name = std::string(s.trace_suffix), .gpus_per_node = s.gpus_per_node},
-      {.name = std::string(t.trace_suffix), .gpus_per_node = t.gpus_per_node}};
+      {.name = std::string(s.trace_suffix), .gpus_per_node = s.gpus_per_node, .slots = {}},
+      {.name = std::string(t.trace_suffix), .gpus_per_node = t.gpus_per_node, .slots = {}}};
   return engine::TypeSpeeds::Learn(fits, types);
 }
 
@@ -207,7 +207,8 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
         }
         const SizeRatios sizes = OtherApps(other_from, other_to);
         const engine::TypeSpeeds speeds = LearnFrom(other_from, other_to, s, t);
-        const GpuType target{.name = std::string(t.trace_suffix), .gpus_per_node = t.gpus_per_node};
+        const GpuType target{
+            .name = std::string(t.trace_suffix), .gpus_per_node = t.gpus_per_node, .slots = {}};
         ModelOptions options;
         options.gpus_per_node = t.gpus_per_node;
         std::vector<double> same, sia, pair, by_size, learned;
