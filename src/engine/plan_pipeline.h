@@ -186,6 +186,10 @@ class PlanPipeline {
   std::vector<PlannerJob> planner_jobs_ ABSL_GUARDED_BY(plan_mu_);
   std::vector<std::shared_ptr<const PlanInput>> planner_job_sources_ ABSL_GUARDED_BY(plan_mu_);
   absl::Time last_checkpoint_at_ ABSL_GUARDED_BY(plan_mu_) = absl::InfinitePast();
+  // Whether the last plan's optimality gap was above kGapWarnShare: a warning
+  // is logged when it rises past it, not on every plan above it.
+  static constexpr double kGapWarnShare = 0.01;
+  bool gap_warned_ ABSL_GUARDED_BY(plan_mu_) = false;
 
   mutable Mutex summary_mu_;
   PlanSummary summary_ ABSL_GUARDED_BY(summary_mu_);
