@@ -10,6 +10,9 @@
 //                                        (PlanClusterTypes; target: 10,000
 //                                        jobs <= 60 ms); counters gap,
 //                                        waiting, utilization, moved
+//   BM_ClusterPlanTypesQueues/<jobs>/<queues>
+//                                        the typed jobs in queues as
+//                                        BM_ClusterPlanQueues deals them
 //   BM_ModelOnType/<learned>              engine::ModelOnType of a job
 //                                        measured at six sizes on one type
 //                                        and one on another: 0 = nothing
@@ -111,15 +114,11 @@ void BM_ClusterPlan(benchmark::State& state) {
 }
 BENCHMARK(BM_ClusterPlan)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
 
-// PlanCluster with queues (issue 33: 10,000 jobs in 50 queues within 50
-// ms): the same jobs dealt round-robin to <queues> queues of equal nominal
-// quota (the capacity split evenly), in cohorts of ten, weights 1-3; one
-// queue in ten has no jobs, so its quota is lent. Counters: waiting,
-// utilization, short = GPUs by which queues fall below their guarantee.
-void BM_ClusterPlanQueues(benchmark::State& state) {
-  std::vector<rescale::PlannerJob> jobs = ClusterPlanInstance(static_cast<int>(state.range(0)));
-  const uint64_t capacity = 10 * jobs.size();
-  const auto count = static_cast<uint32_t>(state.range(1));
+// <count> queues of equal nominal quota (`capacity` split evenly), in
+// cohorts of ten, weights 1-3, the jobs dealt round-robin; one queue in ten
+// has no jobs, so its quota is lent.
+std::vector<rescale::QueueSpec> DealIntoQueues(std::vector<rescale::PlannerJob>& jobs,
+                                               uint64_t capacity, uint32_t count) {
   std::vector<rescale::QueueSpec> queues(count);
   for (uint32_t k = 0; k < count; ++k) {
     queues[k].name = absl::StrCat("team-", k);
@@ -131,11 +130,11 @@ void BM_ClusterPlanQueues(benchmark::State& state) {
     const auto k = static_cast<uint32_t>(i % count);
     jobs[i].queue = k % 10 == 9 ? k - 1 : k;  // queues 9, 19, ... stay empty
   }
-  rescale::ClusterPlan plan;
-  for (auto _ : state) {
-    plan = rescale::PlanCluster(jobs, capacity, {}, {}, queues);
-    benchmark::DoNotOptimize(plan);
-  }
+  return queues;
+}
+
+// Waiting jobs, and GPUs by which queues fall below their guarantee.
+void QueueCounters(benchmark::State& state, const rescale::ClusterPlan& plan, uint64_t capacity) {
   uint64_t waiting = 0, short_gpus = 0;
   for (const rescale::PlannedJob& j : plan.jobs) waiting += j.replicas == 0;
   for (const rescale::PlannedQueue& q : plan.queues) {
@@ -144,6 +143,24 @@ void BM_ClusterPlanQueues(benchmark::State& state) {
   state.counters["waiting"] = static_cast<double>(waiting);
   state.counters["utilization"] = double(plan.allocated_gpus) / double(capacity);
   state.counters["short"] = static_cast<double>(short_gpus);
+}
+
+// PlanCluster with queues (issue 33: 10,000 jobs in 50 queues within 50
+// ms): the same jobs dealt round-robin to <queues> queues of equal nominal
+// quota (the capacity split evenly), in cohorts of ten, weights 1-3; one
+// queue in ten has no jobs, so its quota is lent. Counters: waiting,
+// utilization, short = GPUs by which queues fall below their guarantee.
+void BM_ClusterPlanQueues(benchmark::State& state) {
+  std::vector<rescale::PlannerJob> jobs = ClusterPlanInstance(static_cast<int>(state.range(0)));
+  const uint64_t capacity = 10 * jobs.size();
+  const std::vector<rescale::QueueSpec> queues =
+      DealIntoQueues(jobs, capacity, static_cast<uint32_t>(state.range(1)));
+  rescale::ClusterPlan plan;
+  for (auto _ : state) {
+    plan = rescale::PlanCluster(jobs, capacity, {}, {}, queues);
+    benchmark::DoNotOptimize(plan);
+  }
+  QueueCounters(state, plan, capacity);
   if (plan.allocated_gpus > capacity) state.SkipWithError("plan over capacity");
 }
 BENCHMARK(BM_ClusterPlanQueues)->Args({10000, 50})->Unit(benchmark::kMillisecond);
@@ -158,13 +175,16 @@ BENCHMARK(BM_ClusterPlanQueues)->Args({10000, 50})->Unit(benchmark::kMillisecond
 // they may use, as a previous plan placed them. Counters: gap (a Lagrangian bound, loose: see
 // PlanClusterTypes), waiting, utilization, moved = running jobs moved to
 // another type.
-void BM_ClusterPlanTypes(benchmark::State& state) {
-  std::vector<rescale::PlannerJob> jobs = ClusterPlanInstance(static_cast<int>(state.range(0)));
+struct TypedInstance {
+  std::vector<rescale::PlannerJob> jobs;
+  std::vector<rescale::GpuTypeCapacity> types;
+};
+TypedInstance MakeTypedInstance(int count) {
+  std::vector<rescale::PlannerJob> jobs = ClusterPlanInstance(count);
   const uint64_t capacity = 10 * jobs.size();
-  const std::vector<rescale::GpuTypeCapacity> types = {
-      {"Tesla-T4", capacity * 24 / 64, {}},
-      {"GeForce-RTX-2080-Ti", capacity * 24 / 64, {}},
-      {"A100-SXM4-40GB", capacity * 16 / 64, {}}};
+  std::vector<rescale::GpuTypeCapacity> types = {{"Tesla-T4", capacity * 24 / 64, {}},
+                                                 {"GeForce-RTX-2080-Ti", capacity * 24 / 64, {}},
+                                                 {"A100-SXM4-40GB", capacity * 16 / 64, {}}};
   const double compute[] = {1, 1.3, 3}, network[] = {1, 0.8, 2};
   std::mt19937 rng(34);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -199,6 +219,12 @@ void BM_ClusterPlanTypes(benchmark::State& state) {
       }
     }
   }
+  return {std::move(jobs), std::move(types)};
+}
+
+void BM_ClusterPlanTypes(benchmark::State& state) {
+  const auto [jobs, types] = MakeTypedInstance(static_cast<int>(state.range(0)));
+  const uint64_t capacity = 10 * jobs.size();
   rescale::ClusterPlan plan;
   for (auto _ : state) {
     plan = rescale::PlanClusterTypes(jobs, types);
@@ -221,6 +247,30 @@ void BM_ClusterPlanTypes(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ClusterPlanTypes)->Arg(1000)->Arg(10000)->Unit(benchmark::kMillisecond);
+
+// The typed jobs above in queues as BM_ClusterPlanQueues deals them (equal
+// nominal quotas, cohorts of ten, one queue in ten empty): the quotas split
+// over the types, then each type planned with its shares. Counters as
+// BM_ClusterPlanQueues' (short: GPUs by which queues fall below their
+// guarantee, summed over the types).
+void BM_ClusterPlanTypesQueues(benchmark::State& state) {
+  auto [jobs, types] = MakeTypedInstance(static_cast<int>(state.range(0)));
+  const uint64_t capacity = 10 * jobs.size();
+  const std::vector<rescale::QueueSpec> queues =
+      DealIntoQueues(jobs, capacity, static_cast<uint32_t>(state.range(1)));
+  rescale::ClusterPlan plan;
+  for (auto _ : state) {
+    plan = rescale::PlanClusterTypes(jobs, types, {}, queues);
+    benchmark::DoNotOptimize(plan);
+  }
+  QueueCounters(state, plan, capacity);
+  for (size_t t = 0; t < types.size(); ++t) {
+    if (plan.allocated_gpus_by_type[t] > *types[t].total_gpus) {
+      state.SkipWithError("plan over a type's capacity");
+    }
+  }
+}
+BENCHMARK(BM_ClusterPlanTypesQueues)->Args({10000, 50})->Unit(benchmark::kMillisecond);
 
 // One job's fit on a type of `per_node` GPUs per node: step(n) = compute +
 // sync terms growing with n, k scaling every term.

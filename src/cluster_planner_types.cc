@@ -201,19 +201,27 @@ using planner_internal::TypedProblem;
 
 ClusterPlan PlanClusterTypes(std::span<const PlannerJob> jobs,
                              std::span<const GpuTypeCapacity> types,
-                             const ClusterPlannerOptions& options) {
+                             const ClusterPlannerOptions& options,
+                             std::span<const QueueSpec> queues) {
   namespace pi = planner_internal;
   if (types.empty()) {
     // Nothing to run on: every job waits, explained as PlanCluster would.
-    ClusterPlan plan = PlanCluster(jobs, uint64_t{0}, options);
+    ClusterPlan plan = PlanCluster(jobs, uint64_t{0}, options, {}, queues);
     return plan;
   }
   const TypedProblem x = pi::BuildTypedProblem(jobs, types, options);
+  std::optional<uint64_t> total = uint64_t{0};
+  for (const GpuTypeCapacity& type : types) {
+    if (!type.total_gpus) total.reset();
+    if (total) *total += *type.total_gpus;
+  }
+  const bool with_queues = pi::QueuesMatter(queues, jobs, total);
   if (types.size() == 1) {
     // One type is PlanCluster's problem on that type's curves.
     const pi::Problem& p = x.problems.front();
     ClusterPlan plan =
-        types[0].slots.empty()
+        with_queues ? pi::PlanWithQueues(p, types[0].total_gpus, options, types[0].slots, queues)
+        : types[0].slots.empty()
             ? pi::Finish(p, pi::Solve(p, types[0].total_gpus, options), types[0].total_gpus)
             : pi::PlanWithSlots(p, types[0].total_gpus, options, types[0].slots);
     plan.allocated_gpus_by_type = {plan.allocated_gpus};
@@ -232,6 +240,14 @@ ClusterPlan PlanClusterTypes(std::span<const PlannerJob> jobs,
     pi::TypedScaleSolution s = pi::SolveTypesAtScale(x, options);
     a = std::move(s.assignment);
     bound = s.upper_bound;
+  }
+
+  if (with_queues) {
+    // Jobs left at 0 by the exact DP are planned on the type they wait on.
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (a.replicas[i] == 0) a.types[i] = x.WaitType(i);
+    }
+    return pi::PlanTypesWithQueues(x, a, options, queues);
   }
 
   ClusterPlan plan;

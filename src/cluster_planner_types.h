@@ -3,6 +3,7 @@
 // shared by its two files:
 //   cluster_planner_types.cc        model, objective, exact DP, entry point
 //   cluster_planner_types_scale.cc  assignment rounds and the per-type bound
+//   cluster_planner_types_queues.cc queues: quotas split over the types
 #ifndef RESCALE_SRC_CLUSTER_PLANNER_TYPES_H_
 #define RESCALE_SRC_CLUSTER_PLANNER_TYPES_H_
 
@@ -69,6 +70,20 @@ struct TypedScaleSolution {
   double upper_bound = 0;
 };
 TypedScaleSolution SolveTypesAtScale(const TypedProblem& x, const ClusterPlannerOptions& options);
+
+// Queues (cluster_planner_types_queues.cc). Every queue's quotas split over
+// the types, per type in `queues` order: the nominal quota placed where the
+// queue's jobs (a.types) may use it, within the types' GPUs, the rest where
+// GPUs are left; borrowing limits as its jobs, lending as its nominal.
+std::vector<std::vector<QueueSpec>> SplitQueuesOverTypes(const TypedProblem& x,
+                                                         const TypedAssignment& a,
+                                                         std::span<const QueueSpec> queues);
+// The plan with the types of `a` and each type planned with its share of
+// every quota (PlanWithQueues): jobs explained, queues' use summed over the
+// types; exact = false, the bound the sum of the types' own.
+ClusterPlan PlanTypesWithQueues(const TypedProblem& x, const TypedAssignment& a,
+                                const ClusterPlannerOptions& options,
+                                std::span<const QueueSpec> queues);
 
 }  // namespace rescale::planner_internal
 

@@ -2,7 +2,8 @@
 // samples kept per (type, size), capacity per type (validated, planned and
 // shown per type), a job planned onto the type it runs fastest on and only
 // onto types it may use, a type it never ran on predicted from the speed
-// other jobs found there, ReportApplied saying where a job runs, all of it
+// other jobs found there, a queue's quota held over all its types,
+// ReportApplied saying where a job runs, all of it
 // kept across a restart on SQLite, and the typed planner's loose optimality
 // gap warned of when it rises past 1%, not on every plan.
 #include <spdlog/sinks/ostream_sink.h>
@@ -199,9 +200,10 @@ TEST_CASE("a job is planned onto the GPU type it runs fastest on, and only onto 
   CHECK(CurveOn(*pinned_view, "NVIDIA-A100-SXM4-40GB") == nullptr);
 }
 
-TEST_CASE("queues on a typed cluster show what their own jobs hold") {
-  // Queues are not planned with types (docs/policies.md): no quota binds,
-  // but each queue's view is its own jobs', not the whole plan's.
+TEST_CASE("a queue's quota binds on a typed cluster, over all its types") {
+  // team-a may hold 2 GPUs of any type (no cohort): its job, which would
+  // take 4, is held to 2; team-b's to its own 4. Each queue's view is its
+  // own jobs'.
   ManualClock clock;
   auto engine = MustCreate({}, &clock);
   REQUIRE(engine->SetCapacity(TwoTypes()).ok());
@@ -224,13 +226,16 @@ TEST_CASE("queues on a typed cluster show what their own jobs hold") {
   engine->Replan();
   const uint32_t on_a = MustRecommendation(*engine, "ns/a").replicas;
   const uint32_t on_b = MustRecommendation(*engine, "ns/b").replicas;
-  REQUIRE(on_a > 0);
-  REQUIRE(on_b > 0);
+  CHECK(on_a == 2);
+  CHECK(on_b == 4);
+  const Recommendation held = MustRecommendation(*engine, "ns/a");
+  INFO(held.reason);
+  CHECK(held.binding_constraint == BindingConstraint::kQuota);
   const ClusterView cluster = engine->GetCluster();
   REQUIRE(cluster.queues.size() == 3);  // the two, then the default queue
   CHECK(cluster.queues[0].spec.name == "team-a");
   CHECK(cluster.queues[0].in_use_gpus == on_a);
-  CHECK(cluster.queues[0].borrowed_gpus == on_a - std::min<uint32_t>(on_a, 2));
+  CHECK(cluster.queues[0].borrowed_gpus == 0);
   CHECK(cluster.queues[0].running_jobs == 1);
   CHECK(cluster.queues[1].in_use_gpus == on_b);
   CHECK(cluster.queues[1].borrowed_gpus == 0);

@@ -347,12 +347,21 @@ struct GpuTypeCapacity {
 //    is kept. upper_bound is a Lagrangian bound on level 4 with one price
 //    per type, over the jobs the plan runs on whichever types they may use,
 //    so gap is an honest, if loose, measure of what the heuristic may leave.
-// Queues are not modelled with types (every job is planned as if in one
-// pool per type). With one type, the plan is PlanCluster's on that type's
-// curves, bit for bit.
+// With `queues` (as PlanCluster's, "Queues"), a queue's quotas count its
+// GPUs of every type together: the types are chosen as above, then each
+// quota is split over the types (the nominal quota where the queue's jobs
+// may use it, within what each type holds where it can be), and each type is
+// planned with PlanCluster's queue solvers on its share of every quota
+// (guarantees, cohorts, fair sharing),
+// so every quota holds; exact = false (a queue's unused share on one type is
+// not lent on another, and no job changes type to reach its guarantee), and
+// the bound is the sum of the types' own, given the types chosen. queues in
+// the plan are summed over the types. With one type, the plan is
+// PlanCluster's on that type's curves, bit for bit, queues included.
 ClusterPlan PlanClusterTypes(std::span<const PlannerJob> jobs,
                              std::span<const GpuTypeCapacity> types,
-                             const ClusterPlannerOptions& options = {});
+                             const ClusterPlannerOptions& options = {},
+                             std::span<const QueueSpec> queues = {});
 // The objective of a typed assignment (replicas and gpu_types per job, in
 // input order; gpu_types is read only where replicas > 0), and whether it
 // keeps every type's capacity and the jobs' allowed types. Slots are not

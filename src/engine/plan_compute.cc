@@ -26,26 +26,6 @@ Action ActionFor(const JobStatus& status, uint32_t replicas) {
   return Action::kHold;
 }
 
-// What each queue's jobs hold in a plan made without queues (a typed plan:
-// PlanClusterTypes does not plan them, so no quota binds): its GPUs and
-// what it borrows above its nominal quota, its running and waiting jobs.
-// Guarantees and wishes are the queue planner's and stay 0.
-std::vector<PlannedQueue> QueueUseOf(std::span<const PlannerJob> jobs, const ClusterPlan& plan,
-                                     std::span<const QueueSpec> queues) {
-  std::vector<PlannedQueue> use(queues.size());
-  for (size_t i = 0; i < jobs.size() && i < plan.jobs.size(); ++i) {
-    if (jobs[i].queue >= use.size()) continue;
-    PlannedQueue& q = use[jobs[i].queue];
-    const uint32_t replicas = plan.jobs[i].replicas;
-    q.in_use_gpus += uint64_t{replicas} * std::max<uint32_t>(jobs[i].gpus_per_replica, 1);
-    ++(replicas > 0 ? q.running_jobs : q.waiting_jobs);
-  }
-  for (size_t q = 0; q < use.size(); ++q)
-    use[q].borrowed_gpus =
-        use[q].in_use_gpus - std::min(use[q].in_use_gpus, queues[q].nominal_gpus);
-  return use;
-}
-
 }  // namespace
 
 void PlanPipeline::FitInto(PlanSlot& slot, absl::Time now, bool& refitted) const {
@@ -322,21 +302,16 @@ PlanPipeline::PlanResult PlanPipeline::ComputeLocked(std::optional<uint32_t> cap
       capacity ? std::span<const ReplicaSlots>(capacity_slots_) : std::span<const ReplicaSlots>();
   ClusterPlan plan;
   if (!types.types.empty()) {
-    // Type and size together (queues are not planned with types).
+    // Type and size together; a queue's quotas count all its types' GPUs.
     std::vector<GpuTypeCapacity> capacities;
     for (const GpuType& type : capacity_gpu_types_)
       capacities.push_back({type.name, type.total_gpus, type.slots});
-    plan = PlanClusterTypes(planner_jobs, capacities, planner_options);
+    plan = PlanClusterTypes(planner_jobs, capacities, planner_options, result.queues);
   } else {
     plan = PlanCluster(planner_jobs, capacity, planner_options, node_slots, result.queues);
   }
   result.queue_use = std::move(plan.queues);
-  if (result.queue_use.empty() && !types.types.empty() && result.queues.size() > 1) {
-    // Queues defined on a typed cluster: not planned (docs/policies.md,
-    // "Curves per type"), but each shows what its own jobs hold, not the
-    // whole plan on the last one.
-    result.queue_use = QueueUseOf(planner_jobs, plan, result.queues);
-  } else if (result.queue_use.empty()) {
+  if (result.queue_use.empty()) {
     // One pool (no queue constrains anything): the default queue holds all.
     PlannedQueue all;
     all.in_use_gpus = plan.allocated_gpus;
