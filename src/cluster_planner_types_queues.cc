@@ -27,6 +27,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cluster_planner_types.h"
 
 namespace rescale::planner_internal {
@@ -202,6 +203,9 @@ std::vector<std::vector<QueueSpec>> SplitQueuesOverTypes(const TypedProblem& x,
       shares[t][q].nominal_gpus = placed.flow[q][t] + rest[t];
       wants[t] = double(demand[q][t]);
       holds[t] = double(shares[t][q].nominal_gpus);
+      // The name is what explanations cite: a share is not the quota.
+      if (shares[t][q].nominal_gpus != spec.nominal_gpus)
+        shares[t][q].name = absl::StrCat(spec.name, " (its ", x.types[t].name, " share)");
     }
     if (spec.borrowing_limit_gpus) {
       // Borrowed where its jobs are.

@@ -215,6 +215,14 @@ TEST_CASE("on a typed cluster a team gets its nominal quota back from a team tha
   // Team B idle: team A borrows B's quota and holds both types.
   ClusterPlan plan = PlanClusterTypes(jobs, types, {}, queues);
   REQUIRE(plan.queues.size() == 2);
+  // Explanations cite the share of a type, not the queue's whole quota:
+  // "queue team-a (its Tesla-T4 share) holds 8 of 8 GPUs it may use
+  // (nominal 4, cohort research)".
+  for (const PlannedJob& j : plan.jobs) {
+    INFO(j.reason);
+    CHECK(j.reason.find("queue team-a (its " + types[j.gpu_type].name + " share) holds") !=
+          std::string::npos);
+  }
   CHECK(plan.queues[0].in_use_gpus == 16);
   CHECK(plan.queues[0].borrowed_gpus == 8);
   CHECK(plan.allocated_gpus_by_type == std::vector<uint64_t>{8, 8});
