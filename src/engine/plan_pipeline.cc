@@ -31,9 +31,14 @@ void PlanPipeline::Replan(const std::atomic<bool>& leading) {
   MutexLock plan_lock(plan_mu_);
   if (!leading.load(std::memory_order_acquire)) return;  // a follower
   const auto started = std::chrono::steady_clock::now();
+  // Read before the sync: the checkpoint this plan may write is stamped
+  // `now`, and holds every change acknowledged before it only if the sync
+  // came after (a job registered and measured between the two would
+  // otherwise be older than the checkpoint and missing from it; seen under
+  // load in the crash-restart test).
+  const absl::Time now = clock_.Now();
   const CapacityState capacity = SyncLocked();
   if (options_.plan_compute_hook) options_.plan_compute_hook();
-  const absl::Time now = clock_.Now();
   store_.Tick(now);
   PlanResult result = ComputeLocked(capacity.total_gpus, now);
   PlanStats stats;
