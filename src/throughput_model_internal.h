@@ -51,10 +51,12 @@ inline Placement Packed(double n, uint32_t gpus_per_replica, uint32_t gpus_per_n
   return {std::max(1.0, std::ceil(n / replicas_per_node)), std::min(n, replicas_per_node)};
 }
 
-// A measured placement with a known node count, replicas spread evenly
-// (the fullest node holds at least ceil(n / nodes)).
-inline Placement Spread(double n, uint32_t nodes) {
-  return {static_cast<double>(nodes), std::ceil(n / nodes)};
+// A measured placement with a known node count: its fullest node holds
+// `per_node` replicas when known, else at least ceil(n / nodes) (spread
+// evenly).
+inline Placement Spread(double n, uint32_t nodes, uint32_t per_node = 0) {
+  const double even = std::ceil(n / nodes);
+  return {static_cast<double>(nodes), per_node > 0 ? std::clamp<double>(per_node, even, n) : even};
 }
 
 // d step / d parameters: step = Basis(n, placement) . (compute, sync_base,

@@ -5,7 +5,6 @@
 // measurements) at sizes <= 4 and compares predictions at 8 and 16 with the
 // measured packed placements; it prints the error table (run with -s).
 #include "rescale/throughput_model.h"
-#include "tests/trace_csv.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -21,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tests/trace_csv.h"
 
 #ifndef RESCALE_TEST_DATA_DIR
 #error "CMake must define RESCALE_TEST_DATA_DIR (the repo's tests/data folder)"
@@ -473,6 +473,34 @@ TEST_CASE("observations with a node count teach the cross-node cost", "[model]")
   CHECK(model.StepSeconds(4) == Approx(0.23).epsilon(0.03));
   CHECK(model.StepSeconds(5) > 0.3);
   CheckSane(model);
+}
+
+TEST_CASE("the fullest node of a measured placement sets its cross-node cost", "[model]") {
+  // A law whose cross-node cost grows with the replicas on the fullest node:
+  // step = 1 + [n>1] 0.1 + [nodes>1](0.5 + 0.2 (per_node - 1)). Measured on
+  // one node up to 4, on "11" and on "13" (4 replicas, 3 on one node: 2.0 s).
+  // Read as 2 + 2 (spread evenly), "13" says 0.4 s per colocated replica and
+  // the packed 8 ("44") is predicted at 2.8 s; with its fullest node known,
+  // at the law's 2.2 s.
+  ModelOptions options;
+  options.gpus_per_node = 4;
+  std::vector<Observation> observed = {Observe(1, 1.0), Observe(2, 1.1), Observe(3, 1.1),
+                                       Observe(4, 1.1)};
+  Observation eleven = Observe(2, 1.6);
+  eleven.nodes = 2;
+  observed.push_back(eleven);
+  Observation thirteen = Observe(4, 2.0);
+  thirteen.nodes = 2;
+  observed.push_back(thirteen);
+  const ThroughputModel even = FitOnly(observed, {}, options);
+  observed.back().per_node = 3;
+  const ThroughputModel fullest = FitOnly(observed, {}, options);
+  CHECK(fullest.StepSeconds(8) == Approx(2.2).epsilon(0.03));
+  CHECK(even.StepSeconds(8) > 1.15 * 2.2);
+  // A per_node below the even spread cannot be: it reads as the even spread.
+  observed.back().per_node = 1;
+  CHECK(FitOnly(observed, {}, options).StepSeconds(8) == Approx(even.StepSeconds(8)));
+  CheckSane(fullest);
 }
 
 // ---- validation on the Pollux traces -----------------------------------------------

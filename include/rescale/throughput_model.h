@@ -43,6 +43,10 @@ struct Observation {
   double age_seconds = 0;  // since its newest sample (0 = now)
   // Nodes the job spanned; 0 = unknown, assumed packed (ModelOptions).
   uint32_t nodes = 0;
+  // Replicas on the fullest of those nodes, who share its network link
+  // (with `nodes`; 0 = spread evenly, ceil(replicas / nodes)). A placement
+  // such as 1 + 3 costs what its fullest node costs, not what 2 + 2 does.
+  uint32_t per_node = 0;
   // Samples ever measured at this size (>= sample_count; 0 = sample_count).
   // Not used by the fit, which weighs what the window holds; exploration
   // counts it, so a size whose samples aged out of the window is still
