@@ -71,7 +71,11 @@ TEST_CASE("the fit recovers a Pollux model from its own step times", "[sim][sia]
   for (uint32_t nodes : {1u, 2u, 4u}) {
     for (uint32_t per_node : {1u, 2u, 4u}) {
       for (double batch : {8.0, 16.0, 32.0, 64.0}) {
-        TraceRow row{nodes * per_node, nodes, batch, 0};
+        TraceRow row;
+        row.replicas = nodes * per_node;
+        row.nodes = nodes;
+        row.per_node = per_node;
+        row.local_batch = batch;
         row.step_seconds = ModelStepSeconds(truth, row);
         rows.push_back(row);
       }

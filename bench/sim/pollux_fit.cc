@@ -213,6 +213,7 @@ absl::StatusOr<std::vector<TraceRow>> ReadPlacements(const std::string& path) {
     for (char c : where) {
       ok = ok && c >= '1' && c <= '9';
       row.replicas += uint32_t(c - '0');
+      row.per_node = std::max(row.per_node, uint32_t(c - '0'));
     }
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(path, ":", table->line_numbers[k],

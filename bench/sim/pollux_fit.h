@@ -24,6 +24,7 @@ namespace rescale::sim {
 struct TraceRow {
   uint32_t replicas = 0;
   uint32_t nodes = 0;
+  uint32_t per_node = 0;  // GPUs on the fullest node (the largest digit)
   double local_batch = 0;
   double step_seconds = 0;
 };

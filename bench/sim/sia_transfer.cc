@@ -29,18 +29,26 @@ double Median(std::vector<double> v) {
 }
 
 // One type's measurements of one app: median step per (batch, replicas,
-// nodes), and which (replicas, nodes) are packed on its nodes.
+// nodes, GPUs on the fullest node), and which placements are packed on its
+// nodes: full nodes first, so "14" is the packed 5 GPUs on nodes of 4 and
+// "23", on as many nodes, is not (it costs less: one fewer replica shares
+// the fullest node's link).
+using Key = std::tuple<double, uint32_t, uint32_t, uint32_t>;
 struct Measured {
-  std::map<std::tuple<double, uint32_t, uint32_t>, double> step;
+  std::map<Key, double> step;
   uint32_t gpus_per_node = 0;
 
-  std::optional<double> At(double batch, uint32_t replicas, uint32_t nodes) const {
-    auto it = step.find({batch, replicas, nodes});
+  // The packed placement of `replicas` at `batch`.
+  std::optional<double> At(double batch, uint32_t replicas) const {
+    auto it = step.find({batch, replicas, (replicas + gpus_per_node - 1) / gpus_per_node,
+                         std::min(replicas, gpus_per_node)});
     if (it == step.end()) return std::nullopt;
     return it->second;
   }
-  bool Packed(uint32_t replicas, uint32_t nodes) const {
-    return nodes == (replicas + gpus_per_node - 1) / gpus_per_node;
+  bool Packed(const Key& key) const {
+    const auto [batch, replicas, nodes, fullest] = key;
+    return nodes == (replicas + gpus_per_node - 1) / gpus_per_node &&
+           fullest == std::min(replicas, gpus_per_node);
   }
 };
 
@@ -49,9 +57,9 @@ absl::StatusOr<Measured> Load(const std::string& dir, std::string_view app,
   absl::StatusOr<std::vector<TraceRow>> rows = ReadPlacements(
       absl::StrCat(dir, "/traces/", Absl(app), "/placements-", Absl(type.trace_suffix), ".csv"));
   if (!rows.ok()) return rows.status();
-  std::map<std::tuple<double, uint32_t, uint32_t>, std::vector<double>> all;
+  std::map<Key, std::vector<double>> all;
   for (const TraceRow& r : *rows)
-    all[{r.local_batch, r.replicas, r.nodes}].push_back(r.step_seconds);
+    all[{r.local_batch, r.replicas, r.nodes, r.per_node}].push_back(r.step_seconds);
   Measured out;
   out.gpus_per_node = type.gpus_per_node;
   for (auto& [key, steps] : all) out.step[key] = Median(steps);
@@ -66,6 +74,7 @@ std::vector<Observation> ObservationsAt(const Measured& source, double batch) {
     Observation o;
     o.replicas = std::get<1>(key);
     o.nodes = std::get<2>(key);
+    o.per_node = std::get<3>(key);
     o.step_seconds = step;
     o.sample_count = 10;
     o.mean_batch = batch;
@@ -114,9 +123,9 @@ std::optional<double> OverheadRatio(const Measured& from, const Measured& to) {
   std::vector<double> ratios;
   std::map<double, ThroughputModel> fits;  // one fit per batch
   for (const auto& [key, step] : to.step) {
-    const auto [batch, n, nodes] = key;
-    if (n < 2 || !to.Packed(n, nodes)) continue;
-    const std::optional<double> one = to.At(batch, 1, 1);
+    const auto [batch, n, nodes, fullest] = key;
+    if (n < 2 || !to.Packed(key)) continue;
+    const std::optional<double> one = to.At(batch, 1);
     if (!one) continue;
     auto it = fits.find(batch);
     if (it == fits.end()) it = fits.emplace(batch, FitAt(from, batch)).first;
@@ -135,8 +144,8 @@ struct Overhead {
   double seconds = 0, one = 0;
 };
 std::optional<Overhead> OverheadAt(const Measured& m, double batch, uint32_t n) {
-  const std::optional<double> step = m.At(batch, n, (n + m.gpus_per_node - 1) / m.gpus_per_node);
-  const std::optional<double> one = m.At(batch, 1, 1);
+  const std::optional<double> step = m.At(batch, n);
+  const std::optional<double> one = m.At(batch, 1);
   if (!step || !one) return std::nullopt;
   return Overhead{*step - *one, *one};
 }
@@ -156,8 +165,8 @@ SizeRatios OtherApps(const std::vector<const Measured*>& from,
   SizeRatios out;
   for (size_t i = 0; i < from.size(); ++i) {
     for (const auto& [key, step] : to[i]->step) {
-      const auto [batch, n, nodes] = key;
-      if (n < 2 || !to[i]->Packed(n, nodes)) continue;
+      const auto [batch, n, nodes, fullest] = key;
+      if (n < 2 || !to[i]->Packed(key)) continue;
       const std::optional<Overhead> target = OverheadAt(*to[i], batch, n);
       const std::optional<Overhead> source = OverheadAt(*from[i], batch, n);
       if (!target || !source) continue;
@@ -214,9 +223,9 @@ absl::StatusOr<std::vector<CrossTypeError>> MeasureCrossType(const std::string& 
         std::vector<double> same, sia, pair, by_size, learned;
         std::map<double, ThroughputModel> fits;
         for (const auto& [key, step] : to.step) {
-          const auto [batch, n, nodes] = key;
-          if (n < 2 || !to.Packed(n, nodes)) continue;
-          const std::optional<double> one = to.At(batch, 1, 1);
+          const auto [batch, n, nodes, fullest] = key;
+          if (n < 2 || !to.Packed(key)) continue;
+          const std::optional<double> one = to.At(batch, 1);
           if (!one) continue;
           auto it = fits.find(batch);
           if (it == fits.end()) it = fits.emplace(batch, FitAt(from, batch)).first;
