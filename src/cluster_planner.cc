@@ -64,6 +64,7 @@ double CurrentSpeed(const JobModel& m) {
 // cluster_planner.h), and from the ranks of D_i the heSRPT weights.
 void SetCompletionTimeWeights(Problem& p, const ClusterPlannerOptions& options) {
   const size_t n = p.size();
+  if (n == 0) return;
   const double floor_seconds = std::max(0.0, options.min_remaining_seconds);
   std::vector<double> remaining(n);
   for (size_t i = 0; i < n; ++i) {
@@ -98,6 +99,16 @@ void SetCompletionTimeWeights(Problem& p, const ClusterPlannerOptions& options) 
     if (k == 0 || remaining[order[k]] != remaining[order[k - 1]]) rank = k + 1;
     const double share = std::pow(rank / jobs, c) - std::pow((rank - 1) / jobs, c);
     p.models[order[k]].weight = std::pow(share, 1 / c);
+  }
+  // A restart idles GPUs that any job could have used, so what it loses is
+  // priced at no less than a typical job's weight (cluster_planner.h).
+  double mean_weight = 0;
+  for (const JobModel& m : p.models) mean_weight += m.weight / jobs;
+  for (JobModel& m : p.models) {
+    // A shape is not speeds: r_i = w_i and no return restart.
+    m.restart_weight =
+        m.job->curve_is_shape ? m.weight : std::max(m.weight, kRestartWeightFloor * mean_weight);
+    m.return_restart = !m.job->curve_is_shape;
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "absl/strings/string_view.h"
 #include "rescale/cluster_planner.h"
+#include "rescale/job_rules.h"
 
 namespace rescale::planner_internal {
 
@@ -59,6 +60,11 @@ struct JobModel {
   double restart_horizon_seconds = 600;
   // Level-4 weight: 1 for fair; the heSRPT rank weight w_i for jct.
   double weight = 1;
+  // jct: the weight the work a restart loses is priced at, max(w_i, the
+  // floor in cluster_planner.h); unused by fair.
+  double restart_weight = 1;
+  // jct: a shrink also pays the restart back to its current size.
+  bool return_restart = false;
   double base_throughput = 1;
   bool flat = false;  // no usable curve: no size gains over min
   // The curve sizes are read from: the job's throughput, or with GPU types
@@ -67,7 +73,7 @@ struct JobModel {
   // With GPU types: the job runs now on another type, so every size here is
   // a restart and a change (current is 0, running is true).
   bool elsewhere = false;
-  bool allowed = true;  // with GPU types: false when it may not use this type
+  bool allowed = true;           // with GPU types: false when it may not use this type
   absl::string_view type_name;   // with GPU types, for the reasons
   absl::string_view moved_from;  // the type it runs on, when elsewhere
 
@@ -98,8 +104,17 @@ struct Problem {
   double Utility(size_t i, uint32_t n) const {
     if (n == 0) return 0;
     const JobModel& m = models[i];
-    const double f = (m.running && n != m.current) ? m.restart_factor : 1.0;
-    return Term(m, f * m.Throughput(n) / m.base_throughput);
+    const double s = m.Throughput(n) / m.base_throughput;
+    if (!m.running || n == m.current) return Term(m, s);
+    if (objective != PlanObjectiveKind::kJct) return Term(m, m.restart_factor * s);
+    // jct (cluster_planner.h): the restart's share of the horizon, of the
+    // work at n and, for a shrink, of the work at the size it returns to.
+    // The term keeps rising with s (at least kMinRestartFactor x w_i x s),
+    // so of two restarts the larger size is never worth less.
+    const double lost = m.restart_weight * (1 - m.restart_factor);
+    const double back =
+        m.return_restart && n < m.current ? m.Throughput(m.current) / m.base_throughput : 0;
+    return std::max(kMinRestartFactor * m.weight, m.weight - lost) * s - lost * back;
   }
   // The same term as if resizing were free (for the RESTART_COST wording).
   double UtilityWithoutRestart(size_t i, uint32_t n) const {

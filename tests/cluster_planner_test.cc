@@ -118,8 +118,19 @@ double ReferenceUtility(const std::vector<PlannerJob>& jobs, size_t i, uint32_t 
     }
     f = horizon > 0 ? std::clamp(1 - job.restart_cost_seconds / horizon, 0.01, 1.0) : 0.01;
   }
+  if (jct) {
+    const double w = JctWeight(jobs, i, options);
+    if (job.current_replicas == 0 || n == job.current_replicas) return w * s;
+    // The restart's loss, priced at no less than the floor x the mean weight;
+    // a shrink also pays the restart back at the current size.
+    double mean = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) mean += JctWeight(jobs, k, options) / jobs.size();
+    const double lost = std::max(w, kRestartWeightFloor * mean) * (1 - f);
+    const double back =
+        n < job.current_replicas ? ThroughputAt(job, job.current_replicas) / job.throughput[0] : 0;
+    return std::max(0.01 * w, w - lost) * s - lost * back;
+  }
   const double x = f * s;
-  if (jct) return JctWeight(jobs, i, options) * x;
   const double p = options.fairness;
   return p == 0 ? std::log(x) : (std::pow(x, p) - 1) / p;
 }
@@ -814,8 +825,8 @@ TEST_CASE("jct turns samples into seconds with the stated rate when the curve is
   a.throughput = b.throughput = Saturating(1, 8, 1, 0.1);
   ClusterPlan plan = PlanCluster(std::vector<PlannerJob>{a, b}, 9, Jct());
   CHECK(plan.jobs[0].replicas < plan.jobs[1].replicas);  // by samples: b is shorter
-  a.samples_per_second_at_min = 1000;  // 1000 s left
-  b.samples_per_second_at_min = 10;    // 10000 s left
+  a.samples_per_second_at_min = 1000;                    // 1000 s left
+  b.samples_per_second_at_min = 10;                      // 10000 s left
   plan = PlanCluster(std::vector<PlannerJob>{a, b}, 9, Jct());
   CHECK(plan.jobs[0].replicas > plan.jobs[1].replicas);
 }
@@ -831,7 +842,8 @@ TEST_CASE("jct without sizes favours the job with less attained service", "[plan
   CHECK(plan.jobs[1].replicas >= 1);
 }
 
-TEST_CASE("jct never suspends a running job for a shorter one, aging starts the oldest", "[planner]") {
+TEST_CASE("jct never suspends a running job for a shorter one, aging starts the oldest",
+          "[planner]") {
   // One slot; a long job runs in it, a short one waits: the long job keeps it.
   PlannerJob running = Running(WithRemaining(Job("ns/long", 1, 1, 4), 1e7), 1);
   PlannerJob waiting = WithRemaining(Job("ns/short", 1, 1, 4), 1e3);
@@ -865,6 +877,34 @@ TEST_CASE("jct does not restart a job about to finish", "[planner]") {
   CHECK_THAT(plan.jobs[0].reason, Contains("not worth a 60 s restart over the 50 s it has left"));
   // The fair objective weighs the restart over the whole horizon and resizes.
   CHECK(PlanCluster(std::vector<PlannerJob>{job}, 8).jobs[0].replicas == 8);
+}
+
+TEST_CASE("jct prices a shrink with its way back and a restart at no less than the floor",
+          "[planner]") {
+  // Two running jobs on linear curves (s = n), 60 s restarts over the 600 s
+  // horizon (f = 0.9). ns/long has 1000x the service of ns/short: ranks 1
+  // and 2 of 2, w = 1/2 and sqrt(3)/2.
+  PlannerJob long_job = Running(Job("ns/long", 1, 8, 1), 4);
+  PlannerJob short_job = Running(Job("ns/short", 1, 8, 1), 2);
+  long_job.restart_cost_seconds = short_job.restart_cost_seconds = 60;
+  long_job.attained_samples = 1e6;
+  short_job.attained_samples = 1e3;
+  const double w_long = 0.5, w_short = std::sqrt(3.0) / 2;
+  const double r_long = std::max(w_long, kRestartWeightFloor * (w_long + w_short) / 2);
+  const double l_long = r_long * (1 - 0.9);
+  REQUIRE(r_long > w_long);  // the floor binds for the job weighted least
+  const std::vector<uint32_t> shrink = {2, 2};
+  // Shrunk 4 -> 2: its work at 2 less the restart at 2 and the one back at 4.
+  CHECK(EvaluatePlan(std::vector<PlannerJob>{long_job, short_job}, shrink, Jct()).utility ==
+        Approx((w_long - l_long) * 2 - l_long * 4 + w_short * 2));
+  // Grown 4 -> 6: no way back to pay.
+  CHECK(
+      EvaluatePlan(std::vector<PlannerJob>{long_job, short_job}, std::vector<uint32_t>{6, 2}, Jct())
+          .utility == Approx((w_long - l_long) * 6 + w_short * 2));
+  // A per-job policy's shape keeps the plain price, w x f x s.
+  long_job.curve_is_shape = short_job.curve_is_shape = true;
+  CHECK(EvaluatePlan(std::vector<PlannerJob>{long_job, short_job}, shrink, Jct()).utility ==
+        Approx(w_long * 0.9 * 2 + w_short * 2));
 }
 
 TEST_CASE("objective names parse and print", "[planner]") {

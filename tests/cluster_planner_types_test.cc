@@ -106,11 +106,29 @@ Reference ReferenceObjective(const std::vector<PlannerJob>& jobs, const std::vec
       f = horizon > 0 ? std::clamp(1 - job.restart_cost_seconds / horizon, 0.01, 1.0) : 0.01;
     }
     if (jct) {
-      const double mine = RemainingSeconds(job, options);
-      double rank = 1;
-      for (const PlannerJob& other : jobs) rank += RemainingSeconds(other, options) > mine;
-      const double m = static_cast<double>(jobs.size());
-      r.utility += std::sqrt((rank / m) * (rank / m) - ((rank - 1) / m) * ((rank - 1) / m)) * f * s;
+      auto weight = [&](const PlannerJob& of) {
+        const double mine = RemainingSeconds(of, options);
+        double rank = 1;
+        for (const PlannerJob& other : jobs) rank += RemainingSeconds(other, options) > mine;
+        const double m = static_cast<double>(jobs.size());
+        return std::sqrt((rank / m) * (rank / m) - ((rank - 1) / m) * ((rank - 1) / m));
+      };
+      const double w = weight(job);
+      if (same || !running) {
+        r.utility += w * s;
+        continue;
+      }
+      // The restart's loss at no less than the floor x the mean weight; a
+      // shrink on the same type also pays the restart back at its size.
+      double mean = 0;
+      for (const PlannerJob& other : jobs) mean += weight(other) / jobs.size();
+      const double lost = std::max(w, kRestartWeightFloor * mean) * (1 - f);
+      const bool shrink = type[i] == job.current_type && n[i] < job.current_replicas;
+      const double back =
+          shrink ? At(job.throughput_by_type[job.current_type], job, job.current_replicas) /
+                       Slowest(job)
+                 : 0;
+      r.utility += std::max(0.01 * w, w - lost) * s - lost * back;
     } else {
       const double p = options.fairness, x = f * s;
       r.utility += p == 0 ? std::log(x) : (std::pow(x, p) - 1) / p;

@@ -20,11 +20,26 @@
 //      else 1:
 //      fair: U_p(f_i x s_i), U_p(s) = (s^p - 1)/p (U_0 = ln s), horizon_i =
 //            the horizon;
-//      jct:  w_i x f_i x s_i, the rate at which job i's remaining work
-//            shrinks, weighted by its rank in remaining work (heSRPT, below);
-//            horizon_i = min(horizon, the job's remaining seconds at its
-//            current size) when its remaining work is known, since a job
-//            about to finish never recoups a restart.
+//      jct:  w_i x s_i, the rate at which job i's remaining work shrinks,
+//            weighted by its rank in remaining work (heSRPT, below); for a
+//            job that runs now with a different size, what the restart
+//            loses, l_i = r_i x (1 - f_i), is taken off:
+//              max(0.01 x w_i, w_i - l_i) x s_i - l_i x b_i,
+//            b_i = s_i(current) for a shrink, else 0: a job shrunk to make
+//            room grows back when the room returns and pays a second
+//            restart at that size. r_i = max(w_i, kRestartWeightFloor x
+//            the mean w): a restart idles GPUs any job could have used, and
+//            priced at w_i alone the job with the most work left (weighted
+//            least) was resized nearly for free (one imagenet job restarted
+//            77 times, 47 of its 253 GPU-hours). The 0.01 x w_i keeps the
+//            term rising with s_i. horizon_i = min(horizon, the job's
+//            remaining seconds at its current size) when its remaining work
+//            is known, since a job about to finish never recoups a restart.
+//            With r_i = w_i and no b_i, the term is w_i x f_i x s_i, as it
+//            is for a job whose curve is only a shape (curve_is_shape: its
+//            values are not speeds and its own policy sets its size; with
+//            the floor and b_i, the planner-wrapped kubedl, efficiency and
+//            hpa baselines took 1.7-1.8x longer on the Pollux workloads).
 // The jct weights. D_i is job i's remaining work in seconds at min_i: its
 // remaining samples / T_i(min_i) when known (PlannerJob::remaining_samples),
 // otherwise its attained samples / T_i(min_i) (least attained service: with
@@ -168,6 +183,14 @@ enum class PlanObjectiveKind {
 std::string_view PlanObjectiveName(PlanObjectiveKind kind);
 std::optional<PlanObjectiveKind> ParsePlanObjective(std::string_view name);
 
+// jct: a restart's lost work is priced at no less than this multiple of the
+// mean heSRPT weight (the objective above). Chosen on the Pollux workloads
+// (planner mean JCT s, 8 workloads x 3 seeds, 1x / 2x load, docs/simulator.md):
+// 1 -> 2740 / 5334, 1.25 -> 2747 / 5324, 1.4 -> 2719 / 5270, 1.5 -> 2755 /
+// 5257, 2 -> 2774 at 1x, measured before the 0.01 x w_i clamp (with it,
+// 1.4 -> 2705 / 5265); the landscape is flat within about 1%.
+inline constexpr double kRestartWeightFloor = 1.4;
+
 struct ClusterPlannerOptions {
   // The planner library defaults to fair; rescaled and the simulator take
   // EngineOptions::planner, whose default is stated in decision_engine.h.
@@ -215,6 +238,10 @@ struct PlannerJob {
   // `throughput` is only a shape (a per-job policy's ceiling); 0 = the
   // curve's own value at min_replicas.
   double samples_per_second_at_min = 0;
+  // `throughput` is a per-job policy's ceiling drawn as a rising shape, not
+  // predicted speeds: jct prices its restarts as w_i x (1 - f_i) x s_i,
+  // without the floor or the return restart (see the objective above).
+  bool curve_is_shape = false;
   // Index of its queue in PlanCluster's `queues` (ignored without queues);
   // out of range = a queue that is not defined: the job waits.
   uint32_t queue = 0;

@@ -150,6 +150,7 @@ std::shared_ptr<const PlanPipeline::PlanInput> PlanPipeline::PlanInputOf(
   job.current_replicas = RunningReplicas(entry.status);
   job.suspended = entry.status.suspended;
   job.restart_cost_seconds = spec.restart_cost_seconds;
+  job.curve_is_shape = !input->planned_by_cluster;
   job.started_at = running ? entry.started_at : entry.status.registered_at;
   // What the jct objective ranks jobs by: remaining work when the job
   // declared its size, else the service it has had; both in samples, which
